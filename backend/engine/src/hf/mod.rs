@@ -1,0 +1,1 @@
+//! Hugging Face model directories: config.json and safetensors weights.

@@ -1,0 +1,1 @@
+//! Synthetic models: any supported shape with seeded random weights, built in memory.

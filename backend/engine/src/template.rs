@@ -1,0 +1,1 @@
+//! Chat templates rendered with minijinja from the model's own template.

@@ -1,0 +1,1 @@
+//! Tokenizer: the `tokenizers` crate, built from tokenizer.json or GGUF metadata.

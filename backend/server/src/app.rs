@@ -1,0 +1,34 @@
+//! The axum application: routes, static playground files with SPA fallback.
+
+use std::path::PathBuf;
+
+use axum::{routing::get, Json, Router};
+use peregrine_api::Health;
+use tower_http::{
+    compression::CompressionLayer,
+    services::{ServeDir, ServeFile},
+};
+
+/// What every handler can reach.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    /// Folder with the built playground (`index.html` and hashed assets).
+    pub dist: PathBuf,
+}
+
+/// Builds the whole application; tests drive it in-process or on a real port.
+pub fn app(state: AppState) -> Router {
+    // Unknown paths that are not files fall back to index.html so client-side routes
+    // such as /s/{share-id} load the playground.
+    let index = state.dist.join("index.html");
+    let static_files = ServeDir::new(&state.dist).fallback(ServeFile::new(index));
+    Router::new()
+        .route("/health", get(health))
+        .fallback_service(static_files)
+        .layer(CompressionLayer::new())
+        .with_state(state)
+}
+
+async fn health() -> Json<Health> {
+    Json(Health { status: "ok".into(), version: env!("CARGO_PKG_VERSION").into() })
+}

@@ -1,0 +1,3 @@
+//! The playground's components, one per file.
+
+pub mod app;
