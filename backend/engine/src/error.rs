@@ -10,6 +10,24 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A model file whose bytes do not follow its format (bad magic, lengths past the end, ...).
+    #[error("{path}: corrupt or truncated model file: {reason}")]
+    CorruptModel { path: String, reason: String },
+    /// A model family the runtimes do not implement.
+    #[error("{path}: unknown architecture `{arch}` (supported: llama, qwen2)")]
+    UnknownArchitecture { path: String, arch: String },
+    /// A tensor stored in a type the loaders cannot read.
+    #[error("{path}: tensor `{tensor}` has unsupported quant type {dtype}")]
+    UnsupportedDType { path: String, tensor: String, dtype: String },
+    /// A tensor the model needs is not in the file.
+    #[error("{path}: missing tensor `{name}`")]
+    MissingTensor { path: String, name: String },
+    /// A tensor whose shape disagrees with the model config.
+    #[error("{path}: shape mismatch for tensor `{tensor}`: expected {expected:?}, found {found:?}")]
+    ShapeMismatch { path: String, tensor: String, expected: Vec<usize>, found: Vec<usize> },
+    /// A required config value is absent or has the wrong type.
+    #[error("{path}: bad model config: {reason}")]
+    BadConfig { path: String, reason: String },
 }
 
 /// The engine's result alias.

@@ -18,6 +18,53 @@ pub enum DType {
     Q6_K,
 }
 
+impl DType {
+    /// The type for a ggml type id (`ggml_type` in ggml.h); `None` for types the loaders cannot read.
+    pub fn from_ggml(id: u32) -> Option<DType> {
+        Some(match id {
+            0 => DType::F32,
+            1 => DType::F16,
+            2 => DType::Q4_0,
+            3 => DType::Q4_1,
+            8 => DType::Q8_0,
+            12 => DType::Q4_K,
+            14 => DType::Q6_K,
+            30 => DType::BF16,
+            _ => return None,
+        })
+    }
+
+    /// Elements per block (1 for plain float types).
+    pub fn block_size(self) -> usize {
+        match self {
+            DType::F32 | DType::F16 | DType::BF16 => 1,
+            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 => 32,
+            DType::Q4_K | DType::Q6_K => 256,
+        }
+    }
+
+    /// Bytes per block (ggml's `block_q*` struct sizes).
+    pub fn block_bytes(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F16 | DType::BF16 => 2,
+            DType::Q8_0 => 34,
+            DType::Q4_0 => 18,
+            DType::Q4_1 => 20,
+            DType::Q4_K => 144,
+            DType::Q6_K => 210,
+        }
+    }
+
+    /// Bytes needed for `numel` elements; `None` unless `numel` is a whole number of blocks.
+    pub fn bytes_for(self, numel: usize) -> Option<usize> {
+        if numel % self.block_size() != 0 {
+            return None;
+        }
+        (numel / self.block_size()).checked_mul(self.block_bytes())
+    }
+}
+
 /// Where a tensor's bytes live.
 #[derive(Clone)]
 pub enum Storage {

@@ -31,6 +31,9 @@ pub struct ServeArgs {
     /// Port to bind (0 picks a free one).
     #[arg(long, default_value_t = DEFAULT_PORT)]
     pub port: u16,
+    /// Model file (GGUF) or Hugging Face directory; default: $PEREGRINE_MODEL, then the cached default model.
+    #[arg(long, env = "PEREGRINE_MODEL")]
+    pub model: Option<PathBuf>,
     /// Folder with the Trunk-built playground.
     #[arg(long, env = "PEREGRINE_DIST", default_value = "dist")]
     pub dist: PathBuf,

@@ -1,0 +1,39 @@
+// Playwright configuration: system Chromium (no browser download), the real
+// `peregrine` binary started on a free port with the built dist/.
+import { defineConfig } from '@playwright/test';
+import * as os from 'os';
+import * as path from 'path';
+
+const port = Number(process.env.PEREGRINE_E2E_PORT ?? 18080);
+const bin = process.env.PEREGRINE_BIN ?? path.join(os.homedir(), '.cache/peregrine/target/debug/peregrine');
+const model = process.env.PEREGRINE_DEFAULT_MODEL ?? path.join(os.homedir(), '.cache/peregrine/models/SmolLM2-135M-Instruct.Q4_1.gguf');
+// Chromium keeps its profile and caches out of $HOME.
+const browserHome = path.join(os.tmpdir(), 'peregrine-e2e-chromium');
+
+export default defineConfig({
+  testDir: './tests',
+  timeout: 60_000,
+  expect: { timeout: 30_000 },
+  retries: 0,
+  workers: 1,
+  reporter: 'list',
+  use: {
+    baseURL: `http://127.0.0.1:${port}`,
+    screenshot: 'on',
+    trace: 'retain-on-failure',
+    launchOptions: {
+      executablePath: '/usr/bin/chromium',
+      env: { ...process.env, HOME: browserHome, XDG_CONFIG_HOME: browserHome, XDG_CACHE_HOME: browserHome },
+      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+             '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    },
+  },
+  webServer: {
+    command: `${bin} serve --port ${port} --dist ../dist --model ${model}`,
+    url: `http://127.0.0.1:${port}/health`,
+    reuseExistingServer: false,
+    timeout: 120_000,
+    stdout: 'pipe',
+    stderr: 'pipe',
+  },
+});

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs every test: Rust unit + integration tests, the kernel compile check, the
+# playground build and the Playwright end-to-end tests in headless Chromium.
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+scripts/setup.sh test
+export PEREGRINE_DEFAULT_MODEL
+step "Rust tests (cargo test)"
+cargo test --workspace --no-fail-fast
+step "Kernel compile check (nvcc, sm_90a)"
+scripts/check-kernels.sh
+scripts/build-frontend.sh
+step "End-to-end tests (Playwright, headless Chromium)"
+cargo build -q -p peregrine-server --bin peregrine
+export PEREGRINE_BIN="$CARGO_TARGET_DIR/debug/peregrine"
+(cd e2e && CI=1 npx playwright test)
+echo "all tests passed in $(( $(date +%s) - start )) s"
