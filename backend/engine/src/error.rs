@@ -28,6 +28,33 @@ pub enum Error {
     /// A required config value is absent or has the wrong type.
     #[error("{path}: bad model config: {reason}")]
     BadConfig { path: String, reason: String },
+    /// A request the engine cannot serve as asked (bad parameter ranges, empty prompt...).
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// Prompt plus requested tokens exceed the model's context.
+    #[error("prompt ({prompt} tokens) + max_tokens ({max_tokens}) exceeds the model's context of {context} tokens")]
+    ContextOverflow { prompt: usize, max_tokens: usize, context: usize },
+    /// The engine thread is gone or refused the request (shutting down, queue full).
+    #[error("engine unavailable: {0}")]
+    Unavailable(String),
+    /// A GPU backend failure (driver, compilation, launch).
+    #[error("cuda: {0}")]
+    Cuda(String),
+    /// A tokenizer file or GGUF tokenizer metadata that cannot be turned into a tokenizer.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// A tokenizer kind the engine does not implement (e.g. SentencePiece in GGUF).
+    #[error("unsupported tokenizer: {0}")]
+    UnsupportedTokenizer(String),
+    /// A token id past the end of the vocabulary.
+    #[error("token id {id} is outside the vocabulary (size {vocab_size})")]
+    TokenOutOfRange { id: u32, vocab_size: usize },
+    /// A chat template that fails to compile or render.
+    #[error("chat template: {0}")]
+    Template(String),
+    /// Tensor bytes that do not match the tensor's type and shape.
+    #[error("tensor `{tensor}`: {reason}")]
+    TensorData { tensor: String, reason: String },
 }
 
 /// The engine's result alias.

@@ -3,6 +3,7 @@
 //! length and offset is checked against the file size before use.
 
 mod meta;
+pub mod quant;
 mod reader;
 
 use std::collections::{BTreeMap, HashMap};
