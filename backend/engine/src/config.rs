@@ -69,4 +69,40 @@ impl ModelConfig {
         let head = if self.tie_embeddings { 0 } else { embed };
         embed + head + d + per_layer * self.num_layers as u64
     }
+
+    /// Checks the invariants every runtime relies on; the reason names the field.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        let sizes = [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_layers", self.num_layers),
+            ("num_heads", self.num_heads),
+            ("num_kv_heads", self.num_kv_heads),
+            ("head_dim", self.head_dim),
+            ("max_context", self.max_context),
+        ];
+        if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("{name} is 0"));
+        }
+        if self.num_heads % self.num_kv_heads != 0 {
+            return Err(format!("num_heads {} is not a multiple of num_kv_heads {}", self.num_heads, self.num_kv_heads));
+        }
+        if self.head_dim % 2 != 0 {
+            return Err(format!("head_dim {} is odd; RoPE needs pairs", self.head_dim));
+        }
+        if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0) {
+            return Err(format!("rms_norm_eps {} is not a positive number", self.rms_norm_eps));
+        }
+        if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
+            return Err(format!("rope_theta {} is not a positive number", self.rope_theta));
+        }
+        if let RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position } = self.rope_scaling {
+            let ok = factor >= 1.0 && low_freq_factor > 0.0 && high_freq_factor > low_freq_factor && original_max_position > 0;
+            if !ok {
+                return Err(format!("llama3 rope scaling {:?} is out of range", self.rope_scaling));
+            }
+        }
+        Ok(())
+    }
 }

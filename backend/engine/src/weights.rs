@@ -1,5 +1,10 @@
 //! The weights of one model, named by role rather than by file-format key.
 
+mod assemble;
+mod roles;
+
+pub use roles::{LayerRole, WeightRole};
+
 use crate::tensor::Tensor;
 
 /// One transformer block's weights. Linear weights are `[out, in]`.

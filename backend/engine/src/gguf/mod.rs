@@ -2,9 +2,12 @@
 //! memory map. Follows the layout in ggml's `gguf.cpp`/`docs/gguf.md`; every
 //! length and offset is checked against the file size before use.
 
+mod hparams;
+mod loader;
 mod meta;
 pub mod quant;
 mod reader;
+mod rope_freqs;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -14,7 +17,10 @@ use memmap2::Mmap;
 
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Storage, Tensor};
+pub use hparams::{model_config, GgufHparams, DEFAULT_ROPE_FREQ_BASE};
+pub use loader::{load_gguf, tensor_name};
 pub use meta::MetaValue;
+pub use rope_freqs::{llama3_factors, llama3_from_factors};
 use reader::Cursor;
 
 /// `"GGUF"` read as a little-endian u32.
