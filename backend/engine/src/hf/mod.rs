@@ -1,1 +1,52 @@
-//! Hugging Face model directories: config.json and safetensors weights.
+//! Hugging Face model directories: `config.json` plus safetensors weights
+//! (names as in transformers' `LlamaForCausalLM` / `Qwen2ForCausalLM`).
+
+mod config;
+mod shards;
+
+use std::path::Path;
+
+pub use config::{HfConfig, HfRopeParameters, DEFAULT_RMS_NORM_EPS, DEFAULT_ROPE_THETA};
+pub use shards::{SafetensorsDir, INDEX_FILE, SINGLE_FILE};
+
+use crate::config::ModelConfig;
+use crate::error::Result;
+use crate::weights::{LayerRole, WeightRole, Weights};
+
+/// The transformers parameter name of `role`.
+pub fn tensor_name(role: WeightRole) -> String {
+    match role {
+        WeightRole::Embed => "model.embed_tokens.weight".into(),
+        WeightRole::FinalNorm => "model.norm.weight".into(),
+        WeightRole::LmHead => "lm_head.weight".into(),
+        WeightRole::Layer(i, r) => format!("model.layers.{i}.{}", layer_suffix(r)),
+    }
+}
+
+fn layer_suffix(role: LayerRole) -> &'static str {
+    match role {
+        LayerRole::AttnNorm => "input_layernorm.weight",
+        LayerRole::Q => "self_attn.q_proj.weight",
+        LayerRole::K => "self_attn.k_proj.weight",
+        LayerRole::V => "self_attn.v_proj.weight",
+        LayerRole::QBias => "self_attn.q_proj.bias",
+        LayerRole::KBias => "self_attn.k_proj.bias",
+        LayerRole::VBias => "self_attn.v_proj.bias",
+        LayerRole::O => "self_attn.o_proj.weight",
+        LayerRole::FfnNorm => "post_attention_layernorm.weight",
+        LayerRole::Gate => "mlp.gate_proj.weight",
+        LayerRole::Up => "mlp.up_proj.weight",
+        LayerRole::Down => "mlp.down_proj.weight",
+    }
+}
+
+/// Reads `dir/config.json` and maps the safetensors weights, checking every shape.
+pub fn load_hf_dir(dir: &Path) -> Result<(ModelConfig, Weights)> {
+    let config_path = dir.join("config.json");
+    let hf = HfConfig::read(&config_path)?;
+    let tensors = SafetensorsDir::open(dir)?;
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| dir.display().to_string());
+    let config = hf.to_model_config(&config_path, &name, tensors.contains(&tensor_name(WeightRole::LmHead)))?;
+    let weights = Weights::assemble(&config, &dir.display().to_string(), |role| tensors.tensor(&tensor_name(role)), |_, _| {})?;
+    Ok((config, weights))
+}
