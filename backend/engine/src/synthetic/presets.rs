@@ -1,0 +1,69 @@
+//! Shapes of the models Peregrine is benchmarked on, copied from each model's
+//! Hugging Face `config.json`, for synthetic weights without a download.
+
+use crate::config::{Architecture, ModelConfig, RopeLayout, RopeScaling};
+
+/// Every name [`preset`] accepts.
+pub const PRESET_NAMES: &[&str] = &["smollm2-135m", "llama-3.2-1b", "qwen2.5-coder-1.5b", "smollm2-1.7b"];
+
+/// The shape of a known model by name (case-insensitive), with HF's RoPE layout.
+pub fn preset(name: &str) -> Option<ModelConfig> {
+    let llama = |name: &str| ModelConfig {
+        name: name.to_string(),
+        architecture: Architecture::Llama,
+        vocab_size: 49152,
+        hidden_size: 576,
+        intermediate_size: 1536,
+        num_layers: 30,
+        num_heads: 9,
+        num_kv_heads: 3,
+        head_dim: 64,
+        max_context: 8192,
+        rms_norm_eps: 1e-5,
+        rope_theta: 100_000.0,
+        rope_scaling: RopeScaling::None,
+        rope_layout: RopeLayout::HalfSplit,
+        attention_bias: false,
+        tie_embeddings: true,
+    };
+    Some(match name.to_ascii_lowercase().as_str() {
+        "smollm2-135m" => llama("SmolLM2-135M"),
+        "llama-3.2-1b" => ModelConfig {
+            vocab_size: 128_256,
+            hidden_size: 2048,
+            intermediate_size: 8192,
+            num_layers: 16,
+            num_heads: 32,
+            num_kv_heads: 8,
+            max_context: 131_072,
+            rope_theta: 500_000.0,
+            rope_scaling: RopeScaling::Llama3 { factor: 32.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position: 8192 },
+            ..llama("Llama-3.2-1B")
+        },
+        "qwen2.5-coder-1.5b" => ModelConfig {
+            architecture: Architecture::Qwen2,
+            vocab_size: 151_936,
+            hidden_size: 1536,
+            intermediate_size: 8960,
+            num_layers: 28,
+            num_heads: 12,
+            num_kv_heads: 2,
+            head_dim: 128,
+            max_context: 32_768,
+            rms_norm_eps: 1e-6,
+            rope_theta: 1_000_000.0,
+            attention_bias: true,
+            ..llama("Qwen2.5-Coder-1.5B")
+        },
+        "smollm2-1.7b" => ModelConfig {
+            hidden_size: 2048,
+            intermediate_size: 8192,
+            num_layers: 24,
+            num_heads: 32,
+            num_kv_heads: 32,
+            rope_theta: 130_000.0,
+            ..llama("SmolLM2-1.7B")
+        },
+        _ => return None,
+    })
+}
