@@ -2,9 +2,17 @@
 //! runtimes (CPU, CUDA) behind one streaming API.
 
 pub mod config;
+pub mod cpu;
 pub mod error;
+pub mod generator;
 pub mod gguf;
+pub mod handle;
 pub mod hf;
+pub mod model;
+pub mod request;
+pub mod runtime;
+pub mod sampling;
+pub mod stop;
 pub mod synthetic;
 pub mod template;
 pub mod tensor;

@@ -1,0 +1,158 @@
+//! Runs one request on a runtime: tokenize (or template), generate, detokenize
+//! incrementally, apply stop strings, and report events and timings.
+
+use std::time::Instant;
+
+use peregrine_api::{timing::TokenClock, FinishReason, Usage};
+
+use crate::error::{Error, Result};
+use crate::request::{ErrorCode, Event, Prompt, PromptToken, Request, STATS_INTERVAL_MS};
+use crate::runtime::{DecodeJob, Flow, RunEnd, Runtime};
+use crate::sampling::{log_softmax, top_k_indices, Sampled, TokenLogprob, MAX_TOP_LOGPROBS};
+use crate::stop::StopMatcher;
+use crate::template::ChatTemplate;
+use crate::tokenizer::{Detokenizer, Tokenizer};
+
+/// A runtime with the text side of the model.
+pub struct Generator {
+    pub runtime: Box<dyn Runtime>,
+    /// `None` for synthetic models: only token prompts are accepted then.
+    pub tokenizer: Option<Tokenizer>,
+    pub template: Option<ChatTemplate>,
+}
+
+impl Generator {
+    /// Turns the request's prompt into ids.
+    pub fn prompt_ids(&self, prompt: &Prompt) -> Result<Vec<u32>> {
+        let need_tok = || self.tokenizer.as_ref().ok_or_else(|| Error::InvalidRequest("this model has no tokenizer; send token ids".into()));
+        match prompt {
+            Prompt::Tokens(ids) => {
+                let vocab = self.runtime.config().vocab_size;
+                if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab) {
+                    return Err(Error::InvalidRequest(format!("token id {bad} is outside the vocabulary ({vocab})")));
+                }
+                Ok(ids.clone())
+            }
+            Prompt::Text(text) => need_tok()?.encode(text, true),
+            Prompt::Chat(messages) => {
+                let template = self.template.as_ref().ok_or_else(|| Error::InvalidRequest("this model has no chat template; use completion mode".into()))?;
+                let text = template.render(messages, true)?;
+                // The template writes BOS itself where the model wants one.
+                need_tok()?.encode(&text, false)
+            }
+        }
+    }
+
+    /// Runs `request`, sending events through `emit` (which returns false once
+    /// nobody listens: that cancels at the next token). Errors become an `Error` event.
+    pub fn run(&mut self, request: &Request, emit: &mut dyn FnMut(Event) -> bool) {
+        if let Err(e) = self.run_inner(request, emit) {
+            emit(Event::Error { code: ErrorCode::from(&e), message: e.to_string() });
+        }
+    }
+
+    fn run_inner(&mut self, request: &Request, emit: &mut dyn FnMut(Event) -> bool) -> Result<()> {
+        let start = Instant::now();
+        let ms = move || start.elapsed().as_secs_f64() * 1000.0;
+        request.sampling.validate()?;
+        if request.top_logprobs > MAX_TOP_LOGPROBS {
+            return Err(Error::InvalidRequest(format!("top_logprobs must be at most {MAX_TOP_LOGPROBS}")));
+        }
+        let prompt = self.prompt_ids(&request.prompt)?;
+        crate::cpu::reference_runtime::check_fits(self.runtime.config(), prompt.len(), request.max_tokens)?;
+        let prompt_n = prompt.len() as u32;
+        let finish = |emit: &mut dyn FnMut(Event) -> bool, reason, clock: &TokenClock| {
+            let usage = Usage { prompt_tokens: prompt_n, completion_tokens: clock.tokens, total_tokens: prompt_n + clock.tokens };
+            emit(Event::Done { finish_reason: reason, usage, timings: clock.timings(prompt_n) });
+        };
+        let mut clock = TokenClock::default();
+        if !emit(Event::Started { prompt_tokens: prompt.len() }) {
+            finish(emit, FinishReason::Cancelled, &clock);
+            return Ok(());
+        }
+        if request.echo_logprobs {
+            let scored = self.score_prompt(&prompt, request.top_logprobs)?;
+            if !emit(Event::PromptLogprobs(scored)) {
+                finish(emit, FinishReason::Cancelled, &clock);
+                return Ok(());
+            }
+        }
+        if request.max_tokens == 0 {
+            finish(emit, FinishReason::Length, &clock);
+            return Ok(());
+        }
+        let stop_tokens: Vec<u32> = match (&self.tokenizer, request.ignore_eos) {
+            (Some(t), false) => t.eos_ids().to_vec(),
+            _ => Vec::new(),
+        };
+        let mut detok: Option<Detokenizer<'_>> = self.tokenizer.as_ref().map(|t| t.detokenizer());
+        let mut detok_error = None;
+        let mut stops = StopMatcher::new(&request.stop);
+        let mut last_stats = 0.0;
+        let mut hit_stop_string = false;
+        let mut listener_gone = false;
+        let job = DecodeJob { prompt: &prompt, max_tokens: request.max_tokens, sampling: &request.sampling, stop_tokens: &stop_tokens, top_logprobs: request.top_logprobs };
+        let mut on_token = |s: &Sampled| -> Flow {
+            let now = ms();
+            clock.tick(now);
+            let piece = match detok.as_mut().map(|d| d.push(s.id)) {
+                Some(Ok(text)) => text,
+                Some(Err(e)) => {
+                    detok_error = Some(e);
+                    return Flow::Stop;
+                }
+                None => String::new(),
+            };
+            let scan = stops.push(&piece);
+            if !emit(Event::Token { id: s.id, text: scan.emit, sampled: s.clone() }) {
+                listener_gone = true;
+                return Flow::Stop;
+            }
+            if now - last_stats >= STATS_INTERVAL_MS {
+                last_stats = now;
+                emit(Event::Stats(clock.stats(now)));
+            }
+            if scan.stopped {
+                hit_stop_string = true;
+                return Flow::Stop;
+            }
+            Flow::Continue
+        };
+        let end = self.runtime.generate(&job, &mut on_token)?;
+        if let Some(e) = detok_error {
+            return Err(e);
+        }
+        // A gone or cancelling listener still gets a terminal event if it can hear it.
+        let reason = match end {
+            _ if listener_gone => FinishReason::Cancelled,
+            RunEnd::StopToken => FinishReason::Stop,
+            RunEnd::Length => FinishReason::Length,
+            RunEnd::Stopped if hit_stop_string => FinishReason::Stop,
+            RunEnd::Stopped => FinishReason::Cancelled,
+        };
+        if !hit_stop_string && !listener_gone {
+            // Whatever the detokenizer and stop matcher still hold is real output.
+            let mut tail = detok.as_mut().map(|d| d.finish()).unwrap_or_default();
+            tail = stops.push(&tail).emit + &stops.flush();
+            if !tail.is_empty() {
+                emit(Event::Text(tail));
+            }
+        }
+        emit(Event::Stats(clock.stats(ms())));
+        finish(emit, reason, &clock);
+        Ok(())
+    }
+
+    /// Log-probability of each prompt token given its prefix, with alternatives.
+    fn score_prompt(&mut self, prompt: &[u32], top: usize) -> Result<Vec<PromptToken>> {
+        let logits = self.runtime.score(prompt)?;
+        let text = |id: u32| self.tokenizer.as_ref().and_then(|t| t.token_text(id)).unwrap_or_default();
+        let mut out = vec![PromptToken { id: prompt[0], text: text(prompt[0]), scored: None }];
+        for (i, &id) in prompt.iter().enumerate().skip(1) {
+            let lp = log_softmax(&logits[i - 1]);
+            let alts = top_k_indices(&lp, top.min(MAX_TOP_LOGPROBS)).into_iter().map(|(id, logprob)| TokenLogprob { id, logprob }).collect();
+            out.push(PromptToken { id, text: text(id), scored: Some(Sampled { id, logprob: lp[id as usize], top: alts }) });
+        }
+        Ok(out)
+    }
+}

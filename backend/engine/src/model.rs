@@ -1,0 +1,103 @@
+//! Opening a model by path (GGUF file or Hugging Face directory), choosing the
+//! device, and building the generator the engine thread runs.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::ModelConfig;
+use crate::cpu::reference_runtime::ReferenceRuntime;
+use crate::error::{Error, Result};
+use crate::generator::Generator;
+use crate::template::ChatTemplate;
+use crate::tokenizer::Tokenizer;
+use crate::weights::Weights;
+
+/// File name of the default model inside the model cache.
+pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// Where a runtime should run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    /// CUDA when a device is present, else the CPU.
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+impl std::str::FromStr for Device {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Device> {
+        match s {
+            "auto" => Ok(Device::Auto),
+            "cpu" => Ok(Device::Cpu),
+            "cuda" | "gpu" => Ok(Device::Cuda),
+            other => Err(Error::InvalidRequest(format!("unknown device `{other}` (expected auto, cpu or cuda)"))),
+        }
+    }
+}
+
+/// Everything read from a model's files.
+pub struct ModelFiles {
+    pub path: PathBuf,
+    pub config: ModelConfig,
+    pub weights: Weights,
+    pub tokenizer: Tokenizer,
+    pub template: Option<ChatTemplate>,
+}
+
+/// The model path to use: `--model` > `$PEREGRINE_MODEL` > the cached default.
+pub fn resolve_model_path(explicit: Option<&Path>) -> Result<PathBuf> {
+    if let Some(p) = explicit {
+        return Ok(p.to_path_buf());
+    }
+    if let Some(p) = std::env::var_os("PEREGRINE_MODEL").filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(p));
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .ok_or_else(|| Error::InvalidRequest("neither XDG_CACHE_HOME nor HOME is set; pass --model".into()))?;
+    let path = cache.join("peregrine/models").join(DEFAULT_MODEL_FILE);
+    if !path.exists() {
+        return Err(Error::InvalidRequest(format!("no model given and the default model is missing at {}; run scripts/fetch-model.sh or pass --model", path.display())));
+    }
+    Ok(path)
+}
+
+/// Reads a GGUF file or a Hugging Face directory.
+pub fn load_model(path: &Path) -> Result<ModelFiles> {
+    if !path.exists() {
+        return Err(Error::Io { path: path.display().to_string(), source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory") });
+    }
+    let (config, weights, tokenizer) = if path.is_dir() {
+        let (config, weights) = crate::hf::load_hf_dir(path)?;
+        let tokenizer = Tokenizer::from_file(&path.join("tokenizer.json"))?;
+        (config, weights, tokenizer)
+    } else {
+        let (file, config, weights) = crate::gguf::load_gguf(path)?;
+        let tokenizer = Tokenizer::from_gguf(&file)?;
+        (config, weights, tokenizer)
+    };
+    let template = match tokenizer.chat_template() {
+        Some(src) => {
+            let text = |id: Option<u32>| id.and_then(|i| tokenizer.token_text(i)).unwrap_or_default();
+            Some(ChatTemplate::new(src, &text(tokenizer.bos_id()), &text(tokenizer.eos_id()))?)
+        }
+        None => None,
+    };
+    Ok(ModelFiles { path: path.to_path_buf(), config, weights, tokenizer, template })
+}
+
+/// Builds the generator for `device` from loaded files.
+pub fn build_generator(files: ModelFiles, device: Device) -> Result<Generator> {
+    match device {
+        Device::Cuda => Err(Error::Cuda("this build has no CUDA runtime yet; use --device cpu".into())),
+        Device::Auto | Device::Cpu => {
+            if device == Device::Auto {
+                eprintln!("no CUDA runtime in this build, using CPU");
+            }
+            let runtime = ReferenceRuntime::new(&files.config, &files.weights)?;
+            Ok(Generator { runtime: Box::new(runtime), tokenizer: Some(files.tokenizer), template: files.template })
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! Token sampling on the CPU: repetition penalty, temperature, top-k, top-p, min-p,
+//! greedy, and the top-k log-probabilities of the chosen token. The random draw is
+//! counter-based (seed, step) so the GPU kernel can reproduce it exactly.
+
+/// Default number of candidate tokens kept by top-k (0 = all).
+pub const DEFAULT_TOP_K: usize = 0;
+/// Largest `top_logprobs` a request may ask for.
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// How to pick the next token.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// 0 means greedy (argmax).
+    pub temperature: f32,
+    /// Keep only the k most likely tokens (0 = no limit).
+    pub top_k: usize,
+    /// Keep the smallest set whose probability mass reaches p (1.0 = no limit).
+    pub top_p: f32,
+    /// Drop tokens whose probability is below min_p × the best one's (0 = off).
+    pub min_p: f32,
+    /// Divide positive logits (multiply negative) of already-seen tokens (1.0 = off).
+    pub repetition_penalty: f32,
+    /// Same seed ⇒ same tokens.
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams { temperature: 0.0, top_k: DEFAULT_TOP_K, top_p: 1.0, min_p: 0.0, repetition_penalty: 1.0, seed: 0 }
+    }
+}
+
+impl SamplingParams {
+    /// Checks ranges; a bad value is a clear error, not a NaN later.
+    pub fn validate(&self) -> crate::Result<()> {
+        let bad = |what: &str| Err(crate::Error::InvalidRequest(what.to_string()));
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            return bad("temperature must be a finite number ≥ 0");
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad("top_p must be in (0, 1]");
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return bad("min_p must be in [0, 1]");
+        }
+        if !(self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0) {
+            return bad("repetition_penalty must be a finite number > 0");
+        }
+        Ok(())
+    }
+}
+
+/// One alternative token with its log-probability.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TokenLogprob {
+    pub id: u32,
+    pub logprob: f32,
+}
+
+/// The chosen token and what the caller may report about it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampled {
+    pub id: u32,
+    /// log-softmax of the raw logits (before penalties and temperature) at `id`.
+    pub logprob: f32,
+    /// The most likely alternatives by the same measure, best first.
+    pub top: Vec<TokenLogprob>,
+}
+
+/// A uniform draw in [0, 1) from (seed, step): splitmix64 finaliser over a combined
+/// counter; the CUDA kernel implements the same function.
+pub fn uniform(seed: u64, step: u64) -> f32 {
+    let mut z = seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(0xD1B5_4A32_D192_ED03);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    // 24 high bits: exactly representable in f32, strictly below 1.
+    (z >> 40) as f32 / (1u64 << 24) as f32
+}
+
+/// log-softmax value of every entry (stable).
+pub fn log_softmax(logits: &[f32]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
+    let log_z = max + sum.ln() as f32;
+    logits.iter().map(|&l| l - log_z).collect()
+}
+
+/// The `k` best (index, value) pairs, best first; ties go to the lower index.
+pub fn top_k_indices(values: &[f32], k: usize) -> Vec<(u32, f32)> {
+    let mut best: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
+    for (i, &v) in values.iter().enumerate() {
+        if best.len() == k && k > 0 && v <= best[k - 1].1 {
+            continue;
+        }
+        let pos = best.partition_point(|&(_, b)| b >= v);
+        best.insert(pos, (i as u32, v));
+        if best.len() > k {
+            best.pop();
+        }
+    }
+    best
+}
+
+/// Picks the next token from `logits`, given the tokens seen so far (for the
+/// repetition penalty) and the index of this draw (for the RNG).
+pub fn sample(logits: &[f32], params: &SamplingParams, seen: &[u32], step: u64, top_logprobs: usize) -> Sampled {
+    let raw_logprobs = log_softmax(logits);
+    let top = top_k_indices(&raw_logprobs, top_logprobs.min(MAX_TOP_LOGPROBS))
+        .into_iter()
+        .map(|(id, logprob)| TokenLogprob { id, logprob })
+        .collect();
+    let id = choose(logits, params, seen, step);
+    Sampled { id, logprob: raw_logprobs[id as usize], top }
+}
+
+fn choose(logits: &[f32], params: &SamplingParams, seen: &[u32], step: u64) -> u32 {
+    let mut adjusted = logits.to_vec();
+    if params.repetition_penalty != 1.0 {
+        // Penalise each distinct seen token once (as llama.cpp and transformers do).
+        let mut done = vec![false; adjusted.len()];
+        for &t in seen {
+            let t = t as usize;
+            if t < adjusted.len() && !done[t] {
+                done[t] = true;
+                let l = adjusted[t];
+                adjusted[t] = if l > 0.0 { l / params.repetition_penalty } else { l * params.repetition_penalty };
+            }
+        }
+    }
+    if params.temperature == 0.0 {
+        return top_k_indices(&adjusted, 1)[0].0;
+    }
+    // Candidates sorted by logit, cut by top-k, then softmax at the temperature.
+    let k = if params.top_k == 0 { adjusted.len() } else { params.top_k.min(adjusted.len()) };
+    let candidates = top_k_indices(&adjusted, k);
+    let max = candidates[0].1;
+    let mut probs: Vec<f32> = candidates.iter().map(|&(_, l)| ((l - max) / params.temperature).exp()).collect();
+    let total: f32 = probs.iter().sum();
+    probs.iter_mut().for_each(|p| *p /= total);
+    // min-p relative to the best candidate, then the top-p nucleus.
+    let floor = params.min_p * probs[0];
+    let mut keep = probs.iter().take_while(|&&p| p >= floor).count().max(1);
+    if params.top_p < 1.0 {
+        let mut mass = 0.0;
+        for (i, &p) in probs[..keep].iter().enumerate() {
+            mass += p;
+            if mass >= params.top_p {
+                keep = i + 1;
+                break;
+            }
+        }
+    }
+    let kept_mass: f32 = probs[..keep].iter().sum();
+    let target = uniform(params.seed, step) * kept_mass;
+    let mut acc = 0.0;
+    for (i, &p) in probs[..keep].iter().enumerate() {
+        acc += p;
+        if target < acc {
+            return candidates[i].0;
+        }
+    }
+    candidates[keep - 1].0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(temperature: f32) -> SamplingParams {
+        SamplingParams { temperature, seed: 7, ..Default::default() }
+    }
+
+    #[test]
+    fn greedy_picks_the_argmax_and_reports_logprobs() {
+        let s = sample(&[0.5, 3.0, -1.0, 2.9], &params(0.0), &[], 0, 2);
+        assert_eq!(s.id, 1);
+        assert_eq!(s.top.iter().map(|t| t.id).collect::<Vec<_>>(), vec![1, 3]);
+        let total: f32 = log_softmax(&[0.5, 3.0, -1.0, 2.9]).iter().map(|l| l.exp()).sum();
+        assert!((total - 1.0).abs() < 1e-5);
+    }
+
+    #[test]
+    fn repetition_penalty_moves_greedy_off_a_seen_token() {
+        let p = SamplingParams { repetition_penalty: 1.5, ..params(0.0) };
+        assert_eq!(sample(&[0.5, 3.0, -1.0, 2.9], &p, &[1, 1], 0, 0).id, 3);
+    }
+
+    #[test]
+    fn same_seed_same_tokens_and_different_seeds_differ() {
+        let logits: Vec<f32> = (0..100).map(|i| ((i * 37) % 11) as f32 * 0.3).collect();
+        let run = |seed| (0..64).map(|s| sample(&logits, &SamplingParams { seed, ..params(1.0) }, &[], s, 0).id).collect::<Vec<_>>();
+        assert_eq!(run(1), run(1));
+        assert_ne!(run(1), run(2));
+    }
+
+    #[test]
+    fn top_k_one_is_greedy_and_top_p_tiny_is_greedy() {
+        let logits = [0.1, 0.2, 5.0, 0.3];
+        for step in 0..32 {
+            assert_eq!(sample(&logits, &SamplingParams { top_k: 1, ..params(2.0) }, &[], step, 0).id, 2);
+            assert_eq!(sample(&logits, &SamplingParams { top_p: 0.01, ..params(2.0) }, &[], step, 0).id, 2);
+        }
+    }
+
+    #[test]
+    fn min_p_drops_unlikely_tokens() {
+        // Token 3 has probability ~e^-6 of the best; min_p 0.01 must never pick it.
+        let logits = [6.0, 5.5, 5.8, 0.0];
+        for step in 0..500 {
+            let id = sample(&logits, &SamplingParams { min_p: 0.01, ..params(1.0) }, &[], step, 0).id;
+            assert_ne!(id, 3);
+        }
+    }
+
+    #[test]
+    fn temperature_sampling_follows_the_distribution() {
+        let logits = [0.0f32, (3.0f32).ln()]; // p = 0.25, 0.75
+        let n = 20_000;
+        let ones = (0..n).filter(|&s| sample(&logits, &params(1.0), &[], s, 0).id == 1).count();
+        let frac = ones as f64 / n as f64;
+        assert!((frac - 0.75).abs() < 0.02, "got {frac}");
+    }
+
+    #[test]
+    fn uniform_is_in_range() {
+        for s in 0..10_000 {
+            let u = uniform(42, s);
+            assert!((0.0..1.0).contains(&u));
+        }
+    }
+
+    #[test]
+    fn invalid_params_are_errors() {
+        assert!(SamplingParams { temperature: -1.0, ..Default::default() }.validate().is_err());
+        assert!(SamplingParams { top_p: 0.0, ..Default::default() }.validate().is_err());
+        assert!(SamplingParams { repetition_penalty: f32::NAN, ..Default::default() }.validate().is_err());
+        assert!(SamplingParams::default().validate().is_ok());
+    }
+}
