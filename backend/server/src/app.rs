@@ -4,16 +4,19 @@ use std::path::PathBuf;
 
 use axum::{routing::get, Json, Router};
 use peregrine_api::Health;
+use peregrine_engine::handle::EngineHandle;
 use tower_http::{
     compression::CompressionLayer,
     services::{ServeDir, ServeFile},
 };
 
 /// What every handler can reach.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct AppState {
     /// Folder with the built playground (`index.html` and hashed assets).
     pub dist: PathBuf,
+    /// The engine; `None` serves only static files and /health (front-end tests).
+    pub engine: Option<EngineHandle>,
 }
 
 /// Builds the whole application; tests drive it in-process or on a real port.
@@ -24,6 +27,7 @@ pub fn app(state: AppState) -> Router {
     let static_files = ServeDir::new(&state.dist).fallback(ServeFile::new(index));
     Router::new()
         .route("/health", get(health))
+        .route("/api/info", get(crate::routes::info::info))
         .fallback_service(static_files)
         .layer(CompressionLayer::new())
         .with_state(state)

@@ -20,21 +20,72 @@ pub struct Cli {
 pub enum Command {
     /// Serve the playground and the API.
     Serve(ServeArgs),
+    /// Generate text for one prompt: text to stdout, timings to stderr.
+    Generate(GenerateArgs),
+}
+
+/// Where the model comes from and where it runs (shared by every subcommand).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ModelArgs {
+    /// Model file (GGUF) or Hugging Face directory; default: $PEREGRINE_MODEL, then the cached default model.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// auto (CUDA when present, else CPU), cpu or cuda.
+    #[arg(long, default_value = "auto")]
+    pub device: String,
 }
 
 /// Arguments of `peregrine serve`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// Address to bind.
     #[arg(long, default_value = DEFAULT_HOST)]
     pub host: String,
     /// Port to bind (0 picks a free one).
     #[arg(long, default_value_t = DEFAULT_PORT)]
     pub port: u16,
-    /// Model file (GGUF) or Hugging Face directory; default: $PEREGRINE_MODEL, then the cached default model.
-    #[arg(long, env = "PEREGRINE_MODEL")]
-    pub model: Option<PathBuf>,
     /// Folder with the Trunk-built playground.
     #[arg(long, env = "PEREGRINE_DIST", default_value = "dist")]
     pub dist: PathBuf,
+}
+
+/// Arguments of `peregrine generate`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The prompt text (completion mode unless --chat).
+    #[arg(long)]
+    pub prompt: String,
+    /// Treat the prompt as a user message and apply the model's chat template.
+    #[arg(long)]
+    pub chat: bool,
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = peregrine_engine::request::DEFAULT_MAX_TOKENS)]
+    pub max_tokens: usize,
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// 0 = no limit.
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f32,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Strings that end generation (repeatable).
+    #[arg(long)]
+    pub stop: Vec<String>,
+    /// Keep generating past end-of-sequence tokens.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Print one JSON object (token_ids, text, finish_reason, timings) instead of streaming.
+    #[arg(long)]
+    pub json: bool,
 }

@@ -10,6 +10,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A request failed inside the engine.
+    #[error("{0}")]
+    Request(String),
     /// The engine reported an error.
     #[error(transparent)]
     Engine(#[from] peregrine_engine::Error),

@@ -2,5 +2,8 @@
 
 pub mod app;
 pub mod cli;
+pub mod engine_start;
 pub mod error;
+pub mod generate;
+pub mod routes;
 pub mod serve;

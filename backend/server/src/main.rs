@@ -8,6 +8,7 @@ async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => peregrine_server::serve::run(args).await,
+        Command::Generate(args) => peregrine_server::generate::run(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

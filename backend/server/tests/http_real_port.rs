@@ -8,7 +8,7 @@ use peregrine_server::app::{app, AppState};
 async fn start(dist: PathBuf) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app(AppState { dist })).await.expect("serve") });
+    tokio::spawn(async move { axum::serve(listener, app(AppState { dist, engine: None })).await.expect("serve") });
     format!("http://{addr}")
 }
 

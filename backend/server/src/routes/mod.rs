@@ -1,0 +1,3 @@
+//! HTTP routes, one file per area.
+
+pub mod info;
