@@ -1,0 +1,287 @@
+//! Everything the host and the decode kernel must agree on, defined once here and
+//! handed to NVRTC as `-D` defines: the model's shape, kernel variants, argument
+//! slots, per-layer weight slots, the token ring's record layout and the host
+//! control words. The kernel (kernels/decode.cu) only ever names these defines.
+
+use crate::config::{ModelConfig, RopeLayout};
+use crate::sampling::MAX_TOP_LOGPROBS;
+
+/// Declares an enum of consecutive slots plus their names, for `PG_<PREFIX>_<NAME>`.
+macro_rules! slots {
+    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $v:ident),* $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum $name { $($(#[$vdoc])* $v),* }
+        impl $name {
+            /// Every slot, in slot order.
+            pub const ALL: &'static [$name] = &[$($name::$v),*];
+            /// Slot names as written in Rust (CamelCase).
+            pub const NAMES: &'static [&'static str] = &[$(stringify!($v)),*];
+            /// Number of slots.
+            pub const COUNT: usize = Self::ALL.len();
+            /// This slot's index.
+            pub fn index(self) -> usize { self as usize }
+        }
+    };
+}
+
+slots! {
+    /// Kernel argument slots: one u64 each (pointers, integers, or f32 bits).
+    Arg {
+        /// Device array of `num_layers × LayerSlot::COUNT` weight pointers.
+        Layers, Embed, LmHead, FinalNorm, InvFreq,
+        Kv, X, Qkv, Attn, Act, Logits, Adj, Partials, Counters, Tokens, Seen,
+        /// `[runs × vocab]` f32 of raw logits per LM-head run, or 0 (off).
+        DebugLogits,
+        StopIds,
+        /// Device view of the host-mapped token ring.
+        Ring,
+        /// Device view of the host-mapped control words.
+        HostCtl,
+        NPrompt, MaxTokens,
+        /// 1: run the prompt only, LM head at every position, no sampling (scoring).
+        ScoreMode,
+        NStop, TopLogprobs, RepetitionPenalty, Temperature, TopK, TopP, MinP, Seed,
+    }
+}
+
+slots! {
+    /// Per-layer weight pointers (bf16 matrices `[out, in]`, f32 norms and biases).
+    LayerSlot {
+        /// q, k, v rows stacked: `[(heads + 2·kv_heads)·head_dim, hidden]`.
+        Wqkv,
+        /// f32 `[q+k+v rows]`, or 0 without attention bias.
+        QkvBias,
+        Wo,
+        /// gate and up rows interleaved: row 2j = gate_j, row 2j+1 = up_j.
+        WgateUp,
+        Wdown, AttnNorm, FfnNorm,
+    }
+}
+
+/// Word offsets of one token record in the host ring.
+pub mod rec {
+    use super::MAX_TOP_LOGPROBS;
+    pub const ID: usize = 0;
+    /// f32 bits: log-softmax of the raw logits at the chosen id.
+    pub const LOGPROB: usize = 1;
+    pub const NTOP: usize = 2;
+    /// GPU global timer (ns) when the token was published, low and high word.
+    pub const TIME_LO: usize = 3;
+    pub const TIME_HI: usize = 4;
+    pub const TOP_IDS: usize = 8;
+    pub const TOP_LPS: usize = TOP_IDS + MAX_TOP_LOGPROBS;
+    pub const WORDS: usize = TOP_LPS + MAX_TOP_LOGPROBS;
+}
+
+/// Word offsets of the host control block (before the ring in the same mapping).
+pub mod ctl {
+    /// Device → host: records published so far.
+    pub const PUBLISHED: usize = 0;
+    /// Device → host: 1 once the run ended (after REASON).
+    pub const DONE: usize = 1;
+    /// Device → host: one of `end::*`.
+    pub const REASON: usize = 2;
+    /// Host → device: non-zero asks the kernel to stop after the current token.
+    pub const STOP: usize = 3;
+    /// Host → device: records the host has read (ring back-pressure).
+    pub const CONSUMED: usize = 4;
+    /// Words reserved for the control block (a 32-byte line).
+    pub const WORDS: usize = 8;
+}
+
+/// Why the kernel ended a run (`ctl::REASON`).
+pub mod end {
+    pub const LENGTH: u32 = 1;
+    pub const STOP_TOKEN: u32 = 2;
+    pub const STOPPED: u32 = 3;
+}
+
+/// Threads per block of the persistent kernel (16 warps: 8 KB of 16-byte loads in
+/// flight per SM per unrolled load step).
+pub const DEFAULT_THREADS: u32 = 512;
+/// Rows a warp streams together (even: gate/up rows come in pairs).
+pub const DEFAULT_ROWS_PER_WARP: u32 = 2;
+/// 16-byte loads per lane per row in flight.
+pub const DEFAULT_UNROLL: u32 = 4;
+/// Records in the host ring before the kernel waits for the host.
+pub const DEFAULT_RING: usize = 1024;
+/// Stop tokens the kernel checks itself (more are checked by the host).
+pub const MAX_DEVICE_STOP_TOKENS: usize = 16;
+/// KV-cache positions allocated when the model's context is longer.
+pub const DEFAULT_MAX_KV_POSITIONS: usize = 16_384;
+
+/// Kernel variants and sizes chosen at load time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelOptions {
+    pub threads: u32,
+    pub rows_per_warp: u32,
+    pub unroll: u32,
+    /// Prefetch each phase's first weight lines into L2 before waiting on its inputs.
+    pub prefetch: bool,
+    /// Race hunting: random delays in the dependency waits of random blocks.
+    pub chaos: bool,
+    /// KV-cache positions (prompt + generated tokens per request).
+    pub kv_positions: usize,
+    /// Host ring records.
+    pub ring: usize,
+}
+
+impl Default for KernelOptions {
+    fn default() -> Self {
+        KernelOptions {
+            threads: DEFAULT_THREADS,
+            rows_per_warp: DEFAULT_ROWS_PER_WARP,
+            unroll: DEFAULT_UNROLL,
+            prefetch: false,
+            chaos: false,
+            kv_positions: DEFAULT_MAX_KV_POSITIONS,
+            ring: DEFAULT_RING,
+        }
+    }
+}
+
+/// `LmHead` → `LM_HEAD`.
+fn screaming(name: &str) -> String {
+    let mut out = String::new();
+    for (i, ch) in name.chars().enumerate() {
+        if ch.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(ch.to_ascii_uppercase());
+    }
+    out
+}
+
+/// KV positions actually allocated for `config` under `options`.
+pub fn kv_positions(config: &ModelConfig, options: &KernelOptions) -> usize {
+    config.max_context.min(options.kv_positions).max(1)
+}
+
+/// Every `-D` define the kernel needs, as `(name, value)`.
+pub fn defines(config: &ModelConfig, options: &KernelOptions) -> Vec<(String, String)> {
+    let mut d: Vec<(String, String)> = Vec::new();
+    let mut put = |k: &str, v: String| d.push((format!("PG_{k}"), v));
+    put("D", config.hidden_size.to_string());
+    put("F", config.intermediate_size.to_string());
+    put("L", config.num_layers.to_string());
+    put("NH", config.num_heads.to_string());
+    put("NKV", config.num_kv_heads.to_string());
+    put("HD", config.head_dim.to_string());
+    put("V", config.vocab_size.to_string());
+    put("KV_CAP", kv_positions(config, options).to_string());
+    // Rust prints the shortest string that round-trips the f32.
+    put("EPS", format!("{:e}f", config.rms_norm_eps));
+    put("ROPE_INTERLEAVED", u8::from(config.rope_layout == RopeLayout::Interleaved).to_string());
+    put("QKV_BIAS", u8::from(config.attention_bias).to_string());
+    put("THREADS", options.threads.to_string());
+    put("NR", options.rows_per_warp.to_string());
+    put("UNROLL", options.unroll.to_string());
+    put("PREFETCH", u8::from(options.prefetch).to_string());
+    if options.chaos {
+        put("CHAOS", "1".into());
+    }
+    put("MAX_TOP", MAX_TOP_LOGPROBS.to_string());
+    put("RING", options.ring.to_string());
+    for (i, name) in Arg::NAMES.iter().enumerate() {
+        put(&format!("ARG_{}", screaming(name)), i.to_string());
+    }
+    put("NUM_ARGS", Arg::COUNT.to_string());
+    for (i, name) in LayerSlot::NAMES.iter().enumerate() {
+        put(&format!("LW_{}", screaming(name)), i.to_string());
+    }
+    put("LW_SLOTS", LayerSlot::COUNT.to_string());
+    for (k, v) in [
+        ("REC_ID", rec::ID),
+        ("REC_LOGPROB", rec::LOGPROB),
+        ("REC_NTOP", rec::NTOP),
+        ("REC_TIME_LO", rec::TIME_LO),
+        ("REC_TIME_HI", rec::TIME_HI),
+        ("REC_TOP_IDS", rec::TOP_IDS),
+        ("REC_TOP_LPS", rec::TOP_LPS),
+        ("REC_WORDS", rec::WORDS),
+        ("CTL_PUBLISHED", ctl::PUBLISHED),
+        ("CTL_DONE", ctl::DONE),
+        ("CTL_REASON", ctl::REASON),
+        ("CTL_STOP", ctl::STOP),
+        ("CTL_CONSUMED", ctl::CONSUMED),
+    ] {
+        put(k, v.to_string());
+    }
+    put("END_LENGTH", end::LENGTH.to_string());
+    put("END_STOP_TOKEN", end::STOP_TOKEN.to_string());
+    put("END_STOPPED", end::STOPPED.to_string());
+    d
+}
+
+/// Shapes the kernel cannot run, as a message (checked before compiling).
+pub fn unsupported(config: &ModelConfig, options: &KernelOptions) -> Option<String> {
+    let c = config;
+    let checks = [
+        (c.hidden_size % 8 != 0, "hidden_size must be a multiple of 8".to_string()),
+        (c.intermediate_size % 8 != 0, "intermediate_size must be a multiple of 8".to_string()),
+        (c.head_dim % 8 != 0 || c.head_dim > 256, "head_dim must be a multiple of 8, at most 256".to_string()),
+        (c.num_kv_heads == 0 || c.num_heads % c.num_kv_heads != 0, "num_heads must be a multiple of num_kv_heads".to_string()),
+        ((c.num_heads * c.head_dim) % 8 != 0, "num_heads × head_dim must be a multiple of 8".to_string()),
+        (c.vocab_size >= u32::MAX as usize, "vocab_size too large".to_string()),
+        (options.threads % 32 != 0 || (options.threads as usize) < c.head_dim, format!("threads {} invalid", options.threads)),
+        (options.rows_per_warp == 0 || options.rows_per_warp % 2 != 0, "rows_per_warp must be even".to_string()),
+        (options.ring == 0, "ring must hold at least one record".to_string()),
+    ];
+    checks.into_iter().find(|(bad, _)| *bad).map(|(_, m)| m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_become_screaming_snake() {
+        assert_eq!(screaming("LmHead"), "LM_HEAD");
+        assert_eq!(screaming("Wqkv"), "WQKV");
+        assert_eq!(screaming("NPrompt"), "N_PROMPT");
+    }
+
+    #[test]
+    fn defines_cover_every_slot_once() {
+        let config = crate::synthetic::preset("smollm2-135m").expect("preset");
+        let d = defines(&config, &KernelOptions::default());
+        let names: std::collections::HashSet<_> = d.iter().map(|(k, _)| k.clone()).collect();
+        assert_eq!(names.len(), d.len(), "duplicate define");
+        assert!(names.contains("PG_ARG_DEBUG_LOGITS") && names.contains("PG_LW_WGATE_UP"));
+        assert_eq!(d.iter().find(|(k, _)| k == "PG_EPS").map(|(_, v)| v.as_str()), Some("1e-5f"));
+    }
+
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn every_define_the_kernel_names_is_generated() {
+        let config = crate::synthetic::preset("llama-3.2-1b").expect("preset");
+        let generated: std::collections::HashSet<String> =
+            defines(&config, &KernelOptions { chaos: true, ..Default::default() }).into_iter().map(|(k, _)| k).collect();
+        for (file, src) in super::super::nvrtc::KERNEL_SOURCES {
+            let mut rest = *src;
+            while let Some(at) = rest.find("PG_") {
+                let tail = &rest[at..];
+                let end = tail.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(tail.len());
+                let name = &tail[..end];
+                // ARG_PTR(T, NAME) pastes PG_ARG_##NAME: those names are checked below.
+                if name != "PG_ARG_" && name != "PG_LW_" {
+                    assert!(generated.contains(name), "{file} uses {name}, which layout.rs does not define");
+                }
+                rest = &tail[end..];
+            }
+            for (prefix, table) in [("ARG_", Arg::NAMES), ("LW_", LayerSlot::NAMES)] {
+                let macro_name = if prefix == "ARG_" { ["ARG_PTR(", "ARG_U32(", "ARG_F32("] } else { ["LAYER_PTR(", "LAYER_PTR(", "LAYER_PTR("] };
+                for m in macro_name {
+                    for call in src.split(m).skip(1) {
+                        let inner = &call[..call.find(')').unwrap_or(0)];
+                        let name = inner.rsplit(',').next().unwrap_or("").trim();
+                        let known: Vec<String> = table.iter().map(|n| screaming(n)).collect();
+                        let is_macro_param = name == "NAME" || name == "SLOT";
+                        assert!(name.is_empty() || is_macro_param || known.iter().any(|k| k == name), "{file}: {m}{inner}) names unknown slot {prefix}{name}");
+                    }
+                }
+            }
+        }
+    }
+}

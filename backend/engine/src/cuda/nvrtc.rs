@@ -1,0 +1,251 @@
+//! Run-time compilation of the decode kernel with NVRTC: the sources are embedded in
+//! the binary, the model's shape arrives as `-D` defines (layout.rs), the output is
+//! a cubin for the device's own architecture (PTX from a newer NVRTC than the driver
+//! would be rejected), cached on disk by a hash of sources, architecture and defines.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use cudarc::nvrtc::sys as nvrtc_sys;
+
+use crate::error::{Error, Result};
+
+/// Kernel sources by include name (the names `#include` uses, relative to kernels/).
+pub const KERNEL_SOURCES: &[(&str, &str)] = &[
+    ("decode.cu", include_str!("../../../../kernels/decode.cu")),
+    ("common.cuh", include_str!("../../../../kernels/common.cuh")),
+    ("sync.cuh", include_str!("../../../../kernels/sync.cuh")),
+    ("ops/attention.cuh", include_str!("../../../../kernels/ops/attention.cuh")),
+    ("ops/emit.cuh", include_str!("../../../../kernels/ops/emit.cuh")),
+    ("ops/lm_head.cuh", include_str!("../../../../kernels/ops/lm_head.cuh")),
+    ("ops/matvec.cuh", include_str!("../../../../kernels/ops/matvec.cuh")),
+    ("ops/rmsnorm.cuh", include_str!("../../../../kernels/ops/rmsnorm.cuh")),
+    ("ops/rope.cuh", include_str!("../../../../kernels/ops/rope.cuh")),
+    ("ops/sample.cuh", include_str!("../../../../kernels/ops/sample.cuh")),
+    ("ops/select.cuh", include_str!("../../../../kernels/ops/select.cuh")),
+    ("ops/swiglu.cuh", include_str!("../../../../kernels/ops/swiglu.cuh")),
+];
+
+/// The translation unit NVRTC compiles; the others are headers.
+pub const MAIN_SOURCE: &str = "decode.cu";
+/// The kernel's entry point.
+pub const KERNEL_NAME: &str = "pg_decode";
+/// Environment variable naming a folder that holds libnvrtc (checked first).
+pub const NVRTC_DIR_ENV: &str = "PEREGRINE_NVRTC_DIR";
+/// Environment variable overriding the cubin cache folder.
+pub const CUBIN_CACHE_ENV: &str = "PEREGRINE_CUBIN_CACHE";
+/// Folders searched for libnvrtc after `PEREGRINE_NVRTC_DIR`, `$CUDA_HOME` and `$CUDA_PATH`.
+const DEFAULT_NVRTC_DIRS: &[&str] = &["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib", "/usr/lib/x86_64-linux-gnu"];
+
+/// Folders that may hold libnvrtc, in search order.
+fn nvrtc_dirs() -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(d) = std::env::var_os(NVRTC_DIR_ENV) {
+        dirs.push(PathBuf::from(d));
+    }
+    for var in ["CUDA_HOME", "CUDA_PATH"] {
+        if let Some(d) = std::env::var_os(var) {
+            dirs.push(PathBuf::from(d).join("lib64"));
+        }
+    }
+    dirs.extend(DEFAULT_NVRTC_DIRS.iter().map(PathBuf::from));
+    dirs
+}
+
+/// The first file in `dir` whose name starts with `prefix` and contains ".so".
+fn find_lib(dir: &Path, prefix: &str) -> Option<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix) && n.contains(".so") && !n.contains(".alt.")))
+        .collect();
+    found.sort();
+    found.into_iter().next()
+}
+
+/// Loads libnvrtc-builtins then libnvrtc by absolute path, process-wide, so cudarc's
+/// by-soname lookup finds them without `LD_LIBRARY_PATH`. Idempotent.
+pub fn preload() -> Result<()> {
+    static LOADED: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+    let loaded = LOADED.get_or_init(|| {
+        for dir in nvrtc_dirs() {
+            let (Some(builtins), Some(nvrtc)) = (find_lib(&dir, "libnvrtc-builtins"), find_lib(&dir, "libnvrtc.so")) else {
+                continue;
+            };
+            for lib in [&builtins, &nvrtc] {
+                let flags = libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_GLOBAL;
+                // SAFETY: loading NVIDIA's NVRTC libraries runs only their ELF initialisers,
+                // which have no preconditions; the handle is leaked so they stay loaded.
+                match unsafe { libloading::os::unix::Library::open(Some(lib), flags) } {
+                    Ok(handle) => std::mem::forget(handle),
+                    Err(e) => return Err(format!("cannot load {}: {e}", lib.display())),
+                }
+            }
+            return Ok(dir);
+        }
+        // Fall back to the dynamic linker's own search (LD_LIBRARY_PATH, ld.so.cache).
+        // SAFETY: cudarc only probes for the library by name here.
+        if unsafe { nvrtc_sys::is_culib_present() } {
+            return Ok(PathBuf::from("<ld.so search path>"));
+        }
+        Err(format!("libnvrtc not found (searched {:?}; set {NVRTC_DIR_ENV})", nvrtc_dirs()))
+    });
+    loaded.as_ref().map(|_| ()).map_err(|e| Error::Cuda(e.clone()))
+}
+
+/// The cubin target for a compute capability: the arch-specific `a` variant on
+/// Hopper and later, so nothing is left to the driver's JIT.
+pub fn arch_for(major: i32, minor: i32) -> String {
+    if major >= 9 {
+        format!("sm_{major}{minor}a")
+    } else {
+        format!("sm_{major}{minor}")
+    }
+}
+
+/// 64-bit FNV-1a: stable across Rust versions, unlike `DefaultHasher`.
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for &b in *part {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        // Separator so ("ab","c") and ("a","bc") differ.
+        h ^= 0xff;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Where compiled cubins are kept.
+pub fn cache_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os(CUBIN_CACHE_ENV) {
+        return Some(PathBuf::from(d));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("peregrine").join("cubins"))
+}
+
+/// NVRTC options for `arch` and `defines`.
+fn options(arch: &str, defines: &[(String, String)]) -> Vec<String> {
+    let mut opts = vec![format!("--gpu-architecture={arch}"), "-std=c++17".to_string()];
+    opts.extend(defines.iter().map(|(k, v)| format!("-D{k}={v}")));
+    opts
+}
+
+/// The cubin for `arch` and `defines`, from the disk cache or freshly compiled.
+/// Returns the cubin and whether it came from the cache.
+pub fn cubin(arch: &str, defines: &[(String, String)]) -> Result<(Vec<u8>, bool)> {
+    let opts = options(arch, defines);
+    let mut parts: Vec<&[u8]> = Vec::new();
+    for (name, src) in KERNEL_SOURCES {
+        parts.push(name.as_bytes());
+        parts.push(src.as_bytes());
+    }
+    let joined = opts.join(" ");
+    parts.push(joined.as_bytes());
+    let key = fnv1a(&parts);
+    let path = cache_dir().map(|d| d.join(format!("decode-{arch}-{key:016x}.cubin")));
+    if let Some(p) = &path {
+        if let Ok(bytes) = std::fs::read(p) {
+            if !bytes.is_empty() {
+                return Ok((bytes, true));
+            }
+        }
+    }
+    let bytes = compile(&opts)?;
+    if let Some(p) = &path {
+        // Best effort: a read-only cache only costs a recompile next time.
+        if let Some(dir) = p.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, &bytes).is_ok() {
+            let _ = std::fs::rename(&tmp, p);
+        }
+    }
+    Ok((bytes, false))
+}
+
+fn cstring(s: &str) -> Result<std::ffi::CString> {
+    std::ffi::CString::new(s).map_err(|_| Error::Cuda(format!("NUL byte in NVRTC input `{s}`")))
+}
+
+fn check(what: &str, r: nvrtc_sys::nvrtcResult) -> Result<()> {
+    if r == nvrtc_sys::nvrtcResult::NVRTC_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Cuda(format!("{what}: {r:?}")))
+    }
+}
+
+/// Compiles the embedded sources with `opts` into a cubin.
+fn compile(opts: &[String]) -> Result<Vec<u8>> {
+    preload()?;
+    let main = KERNEL_SOURCES.iter().find(|(n, _)| *n == MAIN_SOURCE).map(|(_, s)| *s).unwrap_or_default();
+    let headers: Vec<_> = KERNEL_SOURCES.iter().filter(|(n, _)| *n != MAIN_SOURCE).collect();
+    let c_main = cstring(main)?;
+    let c_name = cstring(MAIN_SOURCE)?;
+    let c_headers = headers.iter().map(|(_, s)| cstring(s)).collect::<Result<Vec<_>>>()?;
+    let c_header_names = headers.iter().map(|(n, _)| cstring(n)).collect::<Result<Vec<_>>>()?;
+    let header_ptrs: Vec<_> = c_headers.iter().map(|c| c.as_ptr()).collect();
+    let header_name_ptrs: Vec<_> = c_header_names.iter().map(|c| c.as_ptr()).collect();
+    let c_opts = opts.iter().map(|o| cstring(o)).collect::<Result<Vec<_>>>()?;
+    let opt_ptrs: Vec<_> = c_opts.iter().map(|c| c.as_ptr()).collect();
+
+    let mut prog: nvrtc_sys::nvrtcProgram = std::ptr::null_mut();
+    // SAFETY: every pointer refers to a NUL-terminated CString alive for this call;
+    // the header arrays have `headers.len()` entries each.
+    check("nvrtcCreateProgram", unsafe {
+        nvrtc_sys::nvrtcCreateProgram(&mut prog, c_main.as_ptr(), c_name.as_ptr(), headers.len() as i32, header_ptrs.as_ptr(), header_name_ptrs.as_ptr())
+    })?;
+    // SAFETY: `prog` was created above; the options outlive the call.
+    let compiled = unsafe { nvrtc_sys::nvrtcCompileProgram(prog, opt_ptrs.len() as i32, opt_ptrs.as_ptr()) };
+    let result = if compiled == nvrtc_sys::nvrtcResult::NVRTC_SUCCESS {
+        get_cubin(prog)
+    } else {
+        Err(Error::Cuda(format!("NVRTC failed to compile {MAIN_SOURCE}: {compiled:?}\n{}", program_log(prog))))
+    };
+    // SAFETY: `prog` is a live program, destroyed exactly once.
+    unsafe { nvrtc_sys::nvrtcDestroyProgram(&mut prog) };
+    result
+}
+
+fn get_cubin(prog: nvrtc_sys::nvrtcProgram) -> Result<Vec<u8>> {
+    let mut size = 0usize;
+    // SAFETY: `prog` compiled successfully; `size` is a valid out-pointer.
+    check("nvrtcGetCUBINSize", unsafe { nvrtc_sys::nvrtcGetCUBINSize(prog, &mut size) })?;
+    let mut buf = vec![0u8; size];
+    // SAFETY: `buf` has exactly the size NVRTC reported.
+    check("nvrtcGetCUBIN", unsafe { nvrtc_sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut _) })?;
+    Ok(buf)
+}
+
+fn program_log(prog: nvrtc_sys::nvrtcProgram) -> String {
+    let mut size = 0usize;
+    // SAFETY: `prog` is live; `size` is a valid out-pointer.
+    if unsafe { nvrtc_sys::nvrtcGetProgramLogSize(prog, &mut size) } != nvrtc_sys::nvrtcResult::NVRTC_SUCCESS {
+        return String::new();
+    }
+    let mut buf = vec![0u8; size];
+    // SAFETY: `buf` has the reported size.
+    unsafe { nvrtc_sys::nvrtcGetProgramLog(prog, buf.as_mut_ptr() as *mut _) };
+    String::from_utf8_lossy(&buf).trim_end_matches('\0').to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arch_names() {
+        assert_eq!(arch_for(9, 0), "sm_90a");
+        assert_eq!(arch_for(8, 6), "sm_86");
+    }
+
+    #[test]
+    fn hash_separates_parts() {
+        assert_ne!(fnv1a(&[b"ab", b"c"]), fnv1a(&[b"a", b"bc"]));
+    }
+}

@@ -1,0 +1,625 @@
+//! [`Runtime`] on one CUDA GPU: weights uploaded once as bf16, the persistent decode
+//! kernel (kernels/decode.cu) compiled by NVRTC for the device, one launch per
+//! request. The host thread only polls the token ring in host-mapped memory, calls
+//! `on_token`, and raises the stop flag when asked to stop.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg};
+
+use crate::config::ModelConfig;
+use crate::cpu::reference_runtime::check_fits;
+use crate::cpu::rope;
+use crate::cuda::layout::{self, ctl, end, rec, Arg, KernelOptions, LayerSlot, MAX_DEVICE_STOP_TOKENS};
+use crate::cuda::nvrtc;
+use crate::error::{Error, Result};
+use crate::runtime::{BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
+use crate::sampling::{Sampled, TokenLogprob, MAX_TOP_LOGPROBS};
+use crate::tensor::Tensor;
+use crate::weights::Weights;
+
+/// A run that publishes nothing for this long is reported as a hung kernel.
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Polls of the ring between yields of the host thread.
+const SPINS_PER_YIELD: u32 = 256;
+
+fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> Error + '_ {
+    move |e| Error::Cuda(format!("{what}: {e:?}"))
+}
+
+/// The kernel's arguments, one u64 per [`Arg`] slot.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct KernelArgs([u64; Arg::COUNT]);
+
+// SAFETY: a plain array of u64, laid out exactly like the kernel's `struct Args`.
+unsafe impl DeviceRepr for KernelArgs {}
+
+impl KernelArgs {
+    fn set(&mut self, slot: Arg, v: u64) {
+        self.0[slot.index()] = v;
+    }
+    fn set_f32(&mut self, slot: Arg, v: f32) {
+        self.0[slot.index()] = v.to_bits() as u64;
+    }
+}
+
+/// Timings of the last `generate` run.
+#[derive(Debug, Clone, Default)]
+pub struct RunStats {
+    /// Prompt tokens run through the kernel.
+    pub prompt_tokens: usize,
+    /// Tokens published by the kernel (including any generated after a host stop).
+    pub published: usize,
+    /// GPU global-timer stamp (ns) of each published token.
+    pub token_times_ns: Vec<u64>,
+    /// Host clock: launch to the first token seen, and launch to the kernel's end.
+    pub first_token: Option<Duration>,
+    pub total: Duration,
+}
+
+impl RunStats {
+    /// Decode rate from the device's own timestamps: tokens after the first over the
+    /// time between the first and the last.
+    pub fn decode_tokens_per_s(&self) -> Option<f64> {
+        let (first, last) = (self.token_times_ns.first()?, self.token_times_ns.last()?);
+        let n = self.token_times_ns.len();
+        (n > 1 && last > first).then(|| (n - 1) as f64 / ((last - first) as f64 * 1e-9))
+    }
+}
+
+/// Weight buffers on the device (kept alive for the pointers in the layer table).
+struct DeviceWeights {
+    _bf16: Vec<CudaSlice<u16>>,
+    _f32: Vec<CudaSlice<f32>>,
+    layer_table: CudaSlice<u64>,
+    embed: u64,
+    lm_head: u64,
+    final_norm: u64,
+    inv_freq: u64,
+    /// bf16 + f32 bytes the kernel streams per token (every matrix once, norms, LM head).
+    streamed_bytes: u64,
+}
+
+/// Per-request state buffers.
+struct State {
+    kv: CudaSlice<u16>,
+    x: CudaSlice<f32>,
+    qkv: CudaSlice<f32>,
+    attn: CudaSlice<f32>,
+    act: CudaSlice<f32>,
+    logits: CudaSlice<f32>,
+    adj: CudaSlice<f32>,
+    partials: CudaSlice<f32>,
+    counters: CudaSlice<u32>,
+    tokens: CudaSlice<u32>,
+    seen: CudaSlice<u8>,
+    stop_ids: CudaSlice<u32>,
+}
+
+/// The compiled kernel and its launch shape.
+struct Kernel {
+    func: CudaFunction,
+    smem_bytes: u32,
+    num_counters: usize,
+    partial_floats: usize,
+    from_cache: bool,
+}
+
+/// The persistent-kernel GPU runtime.
+pub struct CudaRuntime {
+    config: ModelConfig,
+    options: KernelOptions,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    device_name: String,
+    arch: String,
+    sm_count: u32,
+    kv_cap: usize,
+    kernel: Kernel,
+    weights: DeviceWeights,
+    state: State,
+    /// Host-mapped control words then the token ring (owns what `host_ptr` points into).
+    _host: PinnedHostSlice<u32>,
+    host_ptr: *mut u32,
+    host_dev: u64,
+    debug_logits: bool,
+    last_logits: Vec<Vec<f32>>,
+    last_run: RunStats,
+    /// Set when a run hung: the kernel may still occupy the device.
+    poisoned: Option<String>,
+}
+
+// SAFETY: `host_ptr` points into `host`, which this struct owns; every use goes
+// through `&mut self` or `&self` on the owning thread, and cudarc's handles are Send.
+unsafe impl Send for CudaRuntime {}
+
+/// Names of the CUDA devices present, or why there are none (no driver, no device).
+pub fn devices() -> Result<Vec<String>> {
+    // SAFETY: probing for the driver library by name has no preconditions.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(Error::Cuda("no CUDA driver (libcuda) found".into()));
+    }
+    let n = CudaContext::device_count().map_err(cuda_err("cuDeviceGetCount"))?;
+    if n <= 0 {
+        return Err(Error::Cuda("no CUDA device present".into()));
+    }
+    (0..n as usize)
+        .map(|i| {
+            let ctx = CudaContext::new(i).map_err(cuda_err("cuCtxCreate"))?;
+            ctx.name().map_err(cuda_err("cuDeviceGetName"))
+        })
+        .collect()
+}
+
+/// Compiles the decode kernel for `config` without a GPU (CI's NVRTC check).
+/// Returns the cubin's size in bytes.
+pub fn compile_only(config: &ModelConfig, options: &KernelOptions, arch: &str) -> Result<usize> {
+    if let Some(why) = layout::unsupported(config, options) {
+        return Err(Error::Cuda(format!("unsupported shape: {why}")));
+    }
+    Ok(nvrtc::cubin(arch, &layout::defines(config, options))?.0.len())
+}
+
+fn to_bf16(values: &[f32]) -> Vec<u16> {
+    values.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect()
+}
+
+fn expect_shape(t: &Tensor, shape: &[usize]) -> Result<()> {
+    if t.shape != shape {
+        return Err(Error::ShapeMismatch { path: "<weights>".into(), tensor: t.name.clone(), expected: shape.to_vec(), found: t.shape.clone() });
+    }
+    Ok(())
+}
+
+impl CudaRuntime {
+    /// Uploads `weights` to device `ordinal` and compiles the kernel for it.
+    pub fn new(config: &ModelConfig, weights: &Weights, ordinal: usize) -> Result<CudaRuntime> {
+        Self::with_options(config, weights, ordinal, KernelOptions::default())
+    }
+
+    /// [`CudaRuntime::new`] with explicit kernel variants and sizes.
+    pub fn with_options(config: &ModelConfig, weights: &Weights, ordinal: usize, options: KernelOptions) -> Result<CudaRuntime> {
+        if let Some(why) = layout::unsupported(config, &options) {
+            return Err(Error::Cuda(format!("unsupported shape: {why}")));
+        }
+        let names = devices()?;
+        if ordinal >= names.len() {
+            return Err(Error::Cuda(format!("no CUDA device {ordinal} ({} present)", names.len())));
+        }
+        nvrtc::preload()?;
+        let ctx = CudaContext::new(ordinal).map_err(cuda_err("cuCtxCreate"))?;
+        // SAFETY: this runtime uses one stream and synchronises it before touching any
+        // buffer from the host, so cudarc's cross-stream event tracking is not needed
+        // (and it would not see the raw pointers the kernel receives).
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(cuda_err("cuStreamCreate"))?;
+        let (major, minor) = ctx.compute_capability().map_err(cuda_err("compute capability"))?;
+        let arch = nvrtc::arch_for(major, minor);
+        let sm_count = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(cuda_err("SM count"))? as u32;
+        let kernel = Self::load_kernel(&ctx, &stream, config, &options, &arch, sm_count)?;
+        let weights = Self::upload_weights(&stream, config, weights)?;
+        let kv_cap = layout::kv_positions(config, &options);
+        let state = Self::alloc_state(&stream, config, kv_cap, &kernel, sm_count)?;
+        let words = ctl::WORDS + options.ring * rec::WORDS;
+        // SAFETY: the buffer is zeroed below before the kernel or the host reads it.
+        let mut host = unsafe { ctx.alloc_pinned_with_flags::<u32>(words, sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE) }
+            .map_err(cuda_err("cuMemHostAlloc"))?;
+        let host_ptr = host.as_mut_ptr().map_err(cuda_err("pinned pointer"))?;
+        // SAFETY: `host_ptr` addresses `words` u32 owned by `host`.
+        unsafe { std::ptr::write_bytes(host_ptr, 0, words) };
+        let mut host_dev: sys::CUdeviceptr = 0;
+        ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
+        // SAFETY: `host_ptr` is a live DEVICEMAP allocation of this context.
+        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut host_dev, host_ptr as *mut _, 0) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(Error::Cuda(format!("cuMemHostGetDevicePointer: {r:?}")));
+        }
+        let device_name = names[ordinal].clone();
+        Ok(CudaRuntime {
+            config: config.clone(),
+            options,
+            ctx,
+            stream,
+            device_name,
+            arch,
+            sm_count,
+            kv_cap,
+            kernel,
+            weights,
+            state,
+            _host: host,
+            host_ptr,
+            host_dev,
+            debug_logits: false,
+            last_logits: Vec::new(),
+            last_run: RunStats::default(),
+            poisoned: None,
+        })
+    }
+
+    fn load_kernel(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, config: &ModelConfig, options: &KernelOptions, arch: &str, sm_count: u32) -> Result<Kernel> {
+        let (cubin, from_cache) = nvrtc::cubin(arch, &layout::defines(config, options))?;
+        let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(cuda_err("cuModuleLoadData"))?;
+        let func = module.load_function(nvrtc::KERNEL_NAME).map_err(cuda_err("cuModuleGetFunction"))?;
+        let read_u32 = |name: &str| -> Result<u32> {
+            let view = module.get_global(name, stream).map_err(cuda_err("cuModuleGetGlobal"))?;
+            let bytes = stream.clone_dtoh(&view).map_err(cuda_err("read kernel constant"))?;
+            let arr: [u8; 4] = bytes.get(..4).and_then(|b| b.try_into().ok()).ok_or_else(|| Error::Cuda(format!("kernel constant {name} is not a u32")))?;
+            Ok(u32::from_le_bytes(arr))
+        };
+        let smem_bytes = read_u32("pg_smem_bytes")?;
+        let num_counters = read_u32("pg_num_counters")? as usize;
+        let partial_floats = read_u32("pg_partial_floats")? as usize;
+        func.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes as i32)
+            .map_err(cuda_err("raise the kernel's shared-memory limit"))?;
+        let per_sm = func.occupancy_max_active_blocks_per_multiprocessor(options.threads, smem_bytes as usize, None).map_err(cuda_err("occupancy"))?;
+        if per_sm < 1 {
+            return Err(Error::Cuda(format!("the decode kernel does not fit on an SM ({} threads, {smem_bytes} B shared)", options.threads)));
+        }
+        let _ = sm_count;
+        Ok(Kernel { func, smem_bytes, num_counters, partial_floats, from_cache })
+    }
+
+    fn upload_weights(stream: &Arc<CudaStream>, c: &ModelConfig, w: &Weights) -> Result<DeviceWeights> {
+        let (d, f, hd) = (c.hidden_size, c.intermediate_size, c.head_dim);
+        let (qd, kvd) = (c.num_heads * hd, c.num_kv_heads * hd);
+        if w.layers.len() != c.num_layers {
+            return Err(Error::Cuda(format!("{} layers of weights for a {}-layer config", w.layers.len(), c.num_layers)));
+        }
+        let mut bf16s: Vec<CudaSlice<u16>> = Vec::new();
+        let mut f32s: Vec<CudaSlice<f32>> = Vec::new();
+        let mut streamed: u64 = 0;
+        let put_bf16 = |values: Vec<f32>, streamed_too: bool, bf16s: &mut Vec<CudaSlice<u16>>, streamed: &mut u64| -> Result<u64> {
+            if streamed_too {
+                *streamed += 2 * values.len() as u64;
+            }
+            let s = stream.clone_htod(&to_bf16(&values)).map_err(cuda_err("upload weights"))?;
+            let p = s.device_ptr(stream).0;
+            bf16s.push(s);
+            Ok(p)
+        };
+        let put_f32 = |values: &[f32], f32s: &mut Vec<CudaSlice<f32>>| -> Result<u64> {
+            let s = stream.clone_htod(values).map_err(cuda_err("upload weights"))?;
+            let p = s.device_ptr(stream).0;
+            f32s.push(s);
+            Ok(p)
+        };
+        let mut table: Vec<u64> = Vec::with_capacity(c.num_layers * LayerSlot::COUNT);
+        for l in &w.layers {
+            expect_shape(&l.q, &[qd, d])?;
+            expect_shape(&l.k, &[kvd, d])?;
+            expect_shape(&l.v, &[kvd, d])?;
+            expect_shape(&l.o, &[d, qd])?;
+            expect_shape(&l.gate, &[f, d])?;
+            expect_shape(&l.up, &[f, d])?;
+            expect_shape(&l.down, &[d, f])?;
+            let mut slots = [0u64; LayerSlot::COUNT];
+            let mut qkv = l.q.to_f32()?;
+            qkv.extend(l.k.to_f32()?);
+            qkv.extend(l.v.to_f32()?);
+            slots[LayerSlot::Wqkv.index()] = put_bf16(qkv, true, &mut bf16s, &mut streamed)?;
+            if c.attention_bias {
+                let mut b = Vec::with_capacity(qd + 2 * kvd);
+                for t in [&l.q_bias, &l.k_bias, &l.v_bias] {
+                    let t = t.as_ref().ok_or_else(|| Error::Cuda("attention_bias is set but a q/k/v bias is missing".into()))?;
+                    b.extend(t.to_f32()?);
+                }
+                slots[LayerSlot::QkvBias.index()] = put_f32(&b, &mut f32s)?;
+            }
+            slots[LayerSlot::Wo.index()] = put_bf16(l.o.to_f32()?, true, &mut bf16s, &mut streamed)?;
+            let (gate, up) = (l.gate.to_f32()?, l.up.to_f32()?);
+            let mut gu = Vec::with_capacity(2 * f * d);
+            for j in 0..f {
+                gu.extend_from_slice(&gate[j * d..(j + 1) * d]);
+                gu.extend_from_slice(&up[j * d..(j + 1) * d]);
+            }
+            drop((gate, up));
+            slots[LayerSlot::WgateUp.index()] = put_bf16(gu, true, &mut bf16s, &mut streamed)?;
+            slots[LayerSlot::Wdown.index()] = put_bf16(l.down.to_f32()?, true, &mut bf16s, &mut streamed)?;
+            slots[LayerSlot::AttnNorm.index()] = put_f32(&l.attn_norm.to_f32()?, &mut f32s)?;
+            slots[LayerSlot::FfnNorm.index()] = put_f32(&l.ffn_norm.to_f32()?, &mut f32s)?;
+            streamed += 4 * 2 * d as u64;
+            table.extend_from_slice(&slots);
+        }
+        expect_shape(&w.embed, &[c.vocab_size, d])?;
+        let embed = put_bf16(w.embed.to_f32()?, false, &mut bf16s, &mut streamed)?;
+        let lm_head = match &w.lm_head {
+            Some(t) => {
+                expect_shape(t, &[c.vocab_size, d])?;
+                put_bf16(t.to_f32()?, true, &mut bf16s, &mut streamed)?
+            }
+            None => {
+                streamed += 2 * (c.vocab_size * d) as u64;
+                embed
+            }
+        };
+        let final_norm = put_f32(&w.final_norm.to_f32()?, &mut f32s)?;
+        let inv_freq = put_f32(&rope::inv_freq(c), &mut f32s)?;
+        // The embedding row read per token.
+        streamed += 2 * d as u64 + 4 * d as u64;
+        let layer_table = stream.clone_htod(&table).map_err(cuda_err("upload layer table"))?;
+        Ok(DeviceWeights { _bf16: bf16s, _f32: f32s, layer_table, embed, lm_head, final_norm, inv_freq, streamed_bytes: streamed })
+    }
+
+    fn alloc_state(stream: &Arc<CudaStream>, c: &ModelConfig, kv_cap: usize, k: &Kernel, grid: u32) -> Result<State> {
+        let (qd, kvd) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+        let f32s = |n: usize| stream.alloc_zeros::<f32>(n.max(1)).map_err(cuda_err("cuMemAlloc"));
+        Ok(State {
+            kv: stream.alloc_zeros::<u16>(c.num_layers * 2 * kvd * kv_cap).map_err(cuda_err("KV cache"))?,
+            x: f32s(c.hidden_size)?,
+            qkv: f32s(qd + 2 * kvd)?,
+            attn: f32s(qd)?,
+            act: f32s(c.intermediate_size)?,
+            logits: f32s(c.vocab_size)?,
+            adj: f32s(c.vocab_size)?,
+            partials: f32s(grid as usize * k.partial_floats)?,
+            counters: stream.alloc_zeros::<u32>(k.num_counters).map_err(cuda_err("cuMemAlloc"))?,
+            tokens: stream.alloc_zeros::<u32>(kv_cap).map_err(cuda_err("cuMemAlloc"))?,
+            seen: stream.alloc_zeros::<u8>(c.vocab_size).map_err(cuda_err("cuMemAlloc"))?,
+            stop_ids: stream.alloc_zeros::<u32>(MAX_DEVICE_STOP_TOKENS).map_err(cuda_err("cuMemAlloc"))?,
+        })
+    }
+
+    /// Recompiles the kernel with other variants, keeping weights and buffers
+    /// (`kv_positions` and `ring` must stay as they are).
+    pub fn set_options(&mut self, options: KernelOptions) -> Result<()> {
+        if options.kv_positions != self.options.kv_positions || options.ring != self.options.ring || options.threads != self.options.threads {
+            return Err(Error::Cuda("set_options cannot change kv_positions, ring or threads".into()));
+        }
+        if let Some(why) = layout::unsupported(&self.config, &options) {
+            return Err(Error::Cuda(format!("unsupported shape: {why}")));
+        }
+        self.kernel = Self::load_kernel(&self.ctx, &self.stream, &self.config, &options, &self.arch, self.sm_count)?;
+        self.options = options;
+        Ok(())
+    }
+
+    /// Records every LM-head run's raw logits (tests compare them with the CPU).
+    pub fn set_debug_logits(&mut self, on: bool) {
+        self.debug_logits = on;
+    }
+
+    /// Raw logits of each step of the last run (with [`set_debug_logits`](Self::set_debug_logits)).
+    pub fn debug_logits(&self) -> &[Vec<f32>] {
+        &self.last_logits
+    }
+
+    /// Timings of the last `generate`.
+    pub fn last_run(&self) -> &RunStats {
+        &self.last_run
+    }
+
+    /// Bytes the kernel must read from memory per token at least (weights once).
+    pub fn streamed_bytes_per_token(&self) -> u64 {
+        self.weights.streamed_bytes
+    }
+
+    /// Device, architecture, grid and kernel facts for logs and benchmarks.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} ({}, {} SMs), grid {}×{} threads, {} B shared, kernel {} ({:?})",
+            self.device_name,
+            self.arch,
+            self.sm_count,
+            self.sm_count,
+            self.options.threads,
+            self.kernel.smem_bytes,
+            if self.kernel.from_cache { "from cubin cache" } else { "compiled" },
+            self.options
+        )
+    }
+
+    /// Options in use.
+    pub fn options(&self) -> &KernelOptions {
+        &self.options
+    }
+
+    fn host_word(&self, i: usize) -> u32 {
+        // SAFETY: `i` is inside the mapping (callers use ctl/rec offsets); volatile
+        // because the GPU writes it concurrently.
+        unsafe { std::ptr::read_volatile(self.host_ptr.add(i)) }
+    }
+
+    fn set_host_word(&self, i: usize, v: u32) {
+        // SAFETY: as in `host_word`; the kernel reads these words with volatile loads.
+        unsafe { std::ptr::write_volatile(self.host_ptr.add(i), v) }
+    }
+
+    fn dptr<T>(&self, s: &CudaSlice<T>) -> u64 {
+        s.device_ptr(&self.stream).0
+    }
+
+    /// Common launch: uploads the tokens and `seen`, zeroes counters and control
+    /// words, fills the arguments.
+    fn prepare(&mut self, prompt: &[u32], job_args: impl FnOnce(&mut KernelArgs), debug_rows: usize) -> Result<(KernelArgs, Option<CudaSlice<f32>>)> {
+        if let Some(why) = &self.poisoned {
+            return Err(Error::Cuda(format!("the GPU runtime is unusable after an earlier failure: {why}")));
+        }
+        let v = self.config.vocab_size;
+        if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= v) {
+            return Err(Error::TokenOutOfRange { id: bad, vocab_size: v });
+        }
+        let st = &mut self.state;
+        let mut seen = vec![0u8; v];
+        prompt.iter().for_each(|&t| seen[t as usize] = 1);
+        self.stream.memcpy_htod(&seen, &mut st.seen).map_err(cuda_err("upload seen"))?;
+        let mut toks = st.tokens.slice_mut(..prompt.len());
+        self.stream.memcpy_htod(prompt, &mut toks).map_err(cuda_err("upload prompt"))?;
+        self.stream.memset_zeros(&mut st.counters).map_err(cuda_err("zero counters"))?;
+        for i in 0..ctl::WORDS {
+            self.set_host_word(i, 0);
+        }
+        let dbg = if debug_rows > 0 { Some(self.stream.alloc_zeros::<f32>(debug_rows * v).map_err(cuda_err("debug logits"))?) } else { None };
+        let mut a = KernelArgs([0; Arg::COUNT]);
+        let st = &self.state;
+        let w = &self.weights;
+        a.set(Arg::Layers, self.dptr(&w.layer_table));
+        a.set(Arg::Embed, w.embed);
+        a.set(Arg::LmHead, w.lm_head);
+        a.set(Arg::FinalNorm, w.final_norm);
+        a.set(Arg::InvFreq, w.inv_freq);
+        for (slot, buf) in [(Arg::X, &st.x), (Arg::Qkv, &st.qkv), (Arg::Attn, &st.attn), (Arg::Act, &st.act), (Arg::Logits, &st.logits), (Arg::Adj, &st.adj), (Arg::Partials, &st.partials)] {
+            a.set(slot, self.dptr(buf));
+        }
+        a.set(Arg::Kv, self.dptr(&st.kv));
+        a.set(Arg::Counters, self.dptr(&st.counters));
+        a.set(Arg::Tokens, self.dptr(&st.tokens));
+        a.set(Arg::Seen, self.dptr(&st.seen));
+        a.set(Arg::StopIds, self.dptr(&st.stop_ids));
+        a.set(Arg::DebugLogits, dbg.as_ref().map_or(0, |b| self.dptr(b)));
+        a.set(Arg::HostCtl, self.host_dev);
+        a.set(Arg::Ring, self.host_dev + (ctl::WORDS * std::mem::size_of::<u32>()) as u64);
+        a.set(Arg::NPrompt, prompt.len() as u64);
+        a.set_f32(Arg::RepetitionPenalty, 1.0);
+        job_args(&mut a);
+        Ok((a, dbg))
+    }
+
+    fn launch(&self, args: &KernelArgs) -> Result<()> {
+        let cfg = LaunchConfig { grid_dim: (self.sm_count, 1, 1), block_dim: (self.options.threads, 1, 1), shared_mem_bytes: self.kernel.smem_bytes };
+        let mut b = self.stream.launch_builder(&self.kernel.func);
+        b.arg(args);
+        // SAFETY: `args` holds pointers to live buffers of the sizes the kernel was
+        // compiled for; a cooperative launch guarantees every block is resident, which
+        // the kernel's inter-block waits need (it never uses a grid-wide barrier).
+        unsafe { b.launch_cooperative(cfg) }.map_err(cuda_err("launch decode kernel"))?;
+        Ok(())
+    }
+
+    fn finish(&mut self, dbg: Option<CudaSlice<f32>>, rows: usize) -> Result<()> {
+        self.stream.synchronize().map_err(cuda_err("decode kernel"))?;
+        self.last_logits.clear();
+        if let Some(buf) = dbg {
+            let v = self.config.vocab_size;
+            let all = self.stream.clone_dtoh(&buf.slice(..rows * v)).map_err(cuda_err("read debug logits"))?;
+            self.last_logits = all.chunks_exact(v).map(|c| c.to_vec()).collect();
+        }
+        Ok(())
+    }
+
+    fn read_record(&self, t: usize) -> (Sampled, u64) {
+        let base = ctl::WORDS + (t % self.options.ring) * rec::WORDS;
+        let w = |i: usize| self.host_word(base + i);
+        let n_top = (w(rec::NTOP) as usize).min(MAX_TOP_LOGPROBS);
+        let top = (0..n_top).map(|k| TokenLogprob { id: w(rec::TOP_IDS + k), logprob: f32::from_bits(w(rec::TOP_LPS + k)) }).collect();
+        let time = w(rec::TIME_LO) as u64 | (w(rec::TIME_HI) as u64) << 32;
+        (Sampled { id: w(rec::ID), logprob: f32::from_bits(w(rec::LOGPROB)), top }, time)
+    }
+}
+
+impl Runtime for CudaRuntime {
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    fn backend(&self) -> BackendInfo {
+        BackendInfo { kind: "cuda".into(), devices: vec![self.device_name.clone()] }
+    }
+
+    fn generate(&mut self, job: &DecodeJob<'_>, on_token: &mut dyn FnMut(&Sampled) -> Flow) -> Result<RunEnd> {
+        check_fits(&self.config, job.prompt.len(), job.max_tokens)?;
+        job.sampling.validate()?;
+        if job.prompt.len() + job.max_tokens > self.kv_cap {
+            return Err(Error::ContextOverflow { prompt: job.prompt.len(), max_tokens: job.max_tokens, context: self.kv_cap });
+        }
+        if job.max_tokens == 0 {
+            return Ok(RunEnd::Length);
+        }
+        let (device_stops, host_stops) = job.stop_tokens.split_at(job.stop_tokens.len().min(MAX_DEVICE_STOP_TOKENS));
+        if !device_stops.is_empty() {
+            let mut dst = self.state.stop_ids.slice_mut(..device_stops.len());
+            self.stream.memcpy_htod(device_stops, &mut dst).map_err(cuda_err("upload stop ids"))?;
+        }
+        let s = job.sampling;
+        let debug_rows = if self.debug_logits { job.max_tokens } else { 0 };
+        let (args, dbg) = self.prepare(
+            job.prompt,
+            |a| {
+                a.set(Arg::MaxTokens, job.max_tokens as u64);
+                a.set(Arg::NStop, device_stops.len() as u64);
+                a.set(Arg::TopLogprobs, job.top_logprobs.min(MAX_TOP_LOGPROBS) as u64);
+                a.set_f32(Arg::RepetitionPenalty, s.repetition_penalty);
+                a.set_f32(Arg::Temperature, s.temperature);
+                a.set(Arg::TopK, s.top_k.min(u32::MAX as usize) as u64);
+                a.set_f32(Arg::TopP, s.top_p);
+                a.set_f32(Arg::MinP, s.min_p);
+                a.set(Arg::Seed, s.seed);
+            },
+            debug_rows,
+        )?;
+        let started = Instant::now();
+        self.launch(&args)?;
+        let mut stats = RunStats { prompt_tokens: job.prompt.len(), ..Default::default() };
+        let mut next = 0usize;
+        let mut outcome: Option<RunEnd> = None;
+        let mut last_progress = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            let done = self.host_word(ctl::DONE) != 0;
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+            let published = self.host_word(ctl::PUBLISHED) as usize;
+            while next < published {
+                let (sampled, time) = self.read_record(next);
+                stats.token_times_ns.push(time);
+                if stats.first_token.is_none() {
+                    stats.first_token = Some(started.elapsed());
+                }
+                next += 1;
+                self.set_host_word(ctl::CONSUMED, next as u32);
+                if outcome.is_some() {
+                    continue; // generated after the host asked to stop: dropped
+                }
+                if host_stops.contains(&sampled.id) {
+                    outcome = Some(RunEnd::StopToken);
+                    self.set_host_word(ctl::STOP, 1);
+                } else if on_token(&sampled) == Flow::Stop {
+                    outcome = Some(RunEnd::Stopped);
+                    self.set_host_word(ctl::STOP, 1);
+                }
+                last_progress = Instant::now();
+            }
+            if done && next >= published {
+                break;
+            }
+            if last_progress.elapsed() > DEFAULT_STALL_TIMEOUT {
+                let why = format!("the decode kernel published nothing for {DEFAULT_STALL_TIMEOUT:?} (token {next})");
+                self.set_host_word(ctl::STOP, 1);
+                self.poisoned = Some(why.clone());
+                return Err(Error::Cuda(why));
+            }
+            spins += 1;
+            if spins % SPINS_PER_YIELD == 0 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        let reason = self.host_word(ctl::REASON);
+        self.finish(dbg, debug_rows.min(next + 1))?;
+        stats.published = next;
+        stats.total = started.elapsed();
+        self.last_run = stats;
+        if let Some(o) = outcome {
+            return Ok(o);
+        }
+        match reason {
+            end::LENGTH => Ok(RunEnd::Length),
+            end::STOP_TOKEN => Ok(RunEnd::StopToken),
+            end::STOPPED => Ok(RunEnd::Stopped),
+            other => Err(Error::Cuda(format!("the decode kernel ended with unknown reason {other}"))),
+        }
+    }
+
+    fn score(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        check_fits(&self.config, tokens.len(), 0)?;
+        if tokens.len() > self.kv_cap {
+            return Err(Error::ContextOverflow { prompt: tokens.len(), max_tokens: 0, context: self.kv_cap });
+        }
+        let (args, dbg) = self.prepare(tokens, |a| a.set(Arg::ScoreMode, 1), tokens.len())?;
+        self.launch(&args)?;
+        self.finish(dbg, tokens.len())?;
+        Ok(std::mem::take(&mut self.last_logits))
+    }
+}

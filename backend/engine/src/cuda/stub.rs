@@ -1,0 +1,86 @@
+//! The CUDA API in a build without the `cuda` feature: same names, and every entry
+//! point says how to get the real one.
+
+use std::time::Duration;
+
+use crate::config::ModelConfig;
+use crate::cuda::layout::KernelOptions;
+use crate::error::{Error, Result};
+use crate::runtime::{BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
+use crate::sampling::Sampled;
+use crate::weights::Weights;
+
+fn disabled<T>() -> Result<T> {
+    Err(Error::Cuda("this build has no CUDA support (rebuild with the `cuda` feature, on by default)".into()))
+}
+
+/// Timings of the last `generate` run (never filled without CUDA).
+#[derive(Debug, Clone, Default)]
+pub struct RunStats {
+    pub prompt_tokens: usize,
+    pub published: usize,
+    pub token_times_ns: Vec<u64>,
+    pub first_token: Option<Duration>,
+    pub total: Duration,
+}
+
+impl RunStats {
+    pub fn decode_tokens_per_s(&self) -> Option<f64> {
+        None
+    }
+}
+
+/// Always an error: no CUDA in this build.
+pub fn devices() -> Result<Vec<String>> {
+    disabled()
+}
+
+/// Always an error: no CUDA in this build.
+pub fn compile_only(_config: &ModelConfig, _options: &KernelOptions, _arch: &str) -> Result<usize> {
+    disabled()
+}
+
+/// Cannot be constructed in this build.
+pub struct CudaRuntime {
+    config: ModelConfig,
+}
+
+impl CudaRuntime {
+    pub fn new(_config: &ModelConfig, _weights: &Weights, _ordinal: usize) -> Result<CudaRuntime> {
+        disabled()
+    }
+    pub fn with_options(_config: &ModelConfig, _weights: &Weights, _ordinal: usize, _options: KernelOptions) -> Result<CudaRuntime> {
+        disabled()
+    }
+    pub fn set_options(&mut self, _options: KernelOptions) -> Result<()> {
+        disabled()
+    }
+    pub fn set_debug_logits(&mut self, _on: bool) {}
+    pub fn debug_logits(&self) -> &[Vec<f32>] {
+        &[]
+    }
+    pub fn last_run(&self) -> &RunStats {
+        unreachable!("a CudaRuntime cannot exist without the cuda feature")
+    }
+    pub fn streamed_bytes_per_token(&self) -> u64 {
+        0
+    }
+    pub fn describe(&self) -> String {
+        String::new()
+    }
+}
+
+impl Runtime for CudaRuntime {
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+    fn backend(&self) -> BackendInfo {
+        BackendInfo { kind: "cuda".into(), devices: Vec::new() }
+    }
+    fn generate(&mut self, _job: &DecodeJob<'_>, _on_token: &mut dyn FnMut(&Sampled) -> Flow) -> Result<RunEnd> {
+        disabled()
+    }
+    fn score(&mut self, _tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        disabled()
+    }
+}

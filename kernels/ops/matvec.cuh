@@ -1,0 +1,84 @@
+//! Matrix-vector rows for one warp: NR rows of a bf16 `[rows, K]` row-major matrix
+//! times a float vector in shared memory. 16-byte non-coherent loads, NR × UNROLL of
+//! them in flight per lane; the grid spreads row groups warp-major over every SM.
+#pragma once
+#include "common.cuh"
+
+/// 16-byte loads in flight per lane per row while streaming a row (PG_UNROLL).
+constexpr int ROW_UNROLL = PG_UNROLL;
+
+/// acc[r] = W[row0 + r, :] · xs for r < NR (rows past `rows` are clamped and must be
+/// ignored by the caller). Every lane returns the full sums.
+template <int K, int NR>
+__device__ __forceinline__ void warp_rows_dot(const bf16_t* __restrict__ W, int row0, int rows, const float* xs,
+                                              float (&acc)[NR]) {
+  static_assert(K % 8 == 0, "rows must be whole 16-byte words");
+  constexpr int CHUNKS = K / 8;
+  constexpr int ITERS = (CHUNKS + WARP_SIZE - 1) / WARP_SIZE;
+  const int lane = lane_id();
+  const bf16_t* rowp[NR];
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    acc[r] = 0.f;
+    const int row = min(row0 + r, rows - 1);
+    rowp[r] = W + (size_t)row * K;
+  }
+#pragma unroll ROW_UNROLL
+  for (int it = 0; it < ITERS; ++it) {
+    const int c = it * WARP_SIZE + lane;
+    if (CHUNKS % WARP_SIZE == 0 || c < CHUNKS) {
+      uint4 w[NR];
+#pragma unroll
+      for (int r = 0; r < NR; ++r) w[r] = ld_weight16(rowp[r] + c * 8);
+      const float4 xa = *reinterpret_cast<const float4*>(xs + c * 8);
+      const float4 xb = *reinterpret_cast<const float4*>(xs + c * 8 + 4);
+#pragma unroll
+      for (int r = 0; r < NR; ++r) acc[r] += dot8(w[r], xa, xb);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < NR; ++r) acc[r] = warp_sum(acc[r]);
+}
+
+/// Runs `epi(row, value)` (on lane 0) for every row of W that this warp owns, with
+/// row groups of NR spread warp-major over the grid so small matrices still touch
+/// every SM. Returns nothing; `epi` stores the results.
+template <int K, int NR, int WARPS, class Epi>
+__device__ __forceinline__ void grid_rows(const bf16_t* __restrict__ W, int rows, const float* xs, Epi epi) {
+  const int gw = warp_id() * gridDim.x + blockIdx.x;
+  const int nw = WARPS * gridDim.x;
+  const int groups = (rows + NR - 1) / NR;
+  for (int g = gw; g < groups; g += nw) {
+    float acc[NR];
+    warp_rows_dot<K, NR>(W, g * NR, rows, xs, acc);
+    if (lane_id() == 0) {
+#pragma unroll
+      for (int r = 0; r < NR; ++r)
+        if (g * NR + r < rows) epi(g * NR + r, acc[r]);
+    }
+  }
+}
+
+/// True when this block owns at least one row group of a `rows`-row matrix.
+template <int NR>
+__device__ __forceinline__ bool block_has_rows(int rows) {
+  return (int)blockIdx.x < (rows + NR - 1) / NR;
+}
+
+/// Prefetches into L2 the rows this block will stream in `grid_rows` (one 128-byte
+/// line per lane per step), to overlap HBM with a dependency wait.
+template <int K, int NR, int WARPS>
+__device__ __forceinline__ void prefetch_rows(const bf16_t* __restrict__ W, int rows) {
+  constexpr int LINE_ELEMS = 64;  // 128 bytes of bf16
+  constexpr int LINES = (K + LINE_ELEMS - 1) / LINE_ELEMS;
+  const int gw = warp_id() * gridDim.x + blockIdx.x;
+  const int nw = WARPS * gridDim.x;
+  const int groups = (rows + NR - 1) / NR;
+  for (int g = gw; g < groups; g += nw) {
+    for (int r = 0; r < NR; ++r) {
+      const int row = g * NR + r;
+      if (row >= rows) break;
+      for (int l = lane_id(); l < LINES; l += WARP_SIZE) prefetch_l2(W + (size_t)row * K + l * LINE_ELEMS);
+    }
+  }
+}

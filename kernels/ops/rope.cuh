@@ -1,0 +1,25 @@
+//! Rotary position embedding of one head in shared memory (matches transformers'
+//! apply_rotary_pos_emb; the inverse frequencies, incl. llama3 scaling, come from the
+//! host's cpu::rope::inv_freq so the formula exists once). Layout by PG_ROPE_INTERLEAVED:
+//! 0 pairs i with i + head_dim/2 (HF rotate_half), 1 pairs 2i with 2i+1 (llama.cpp NORM).
+#pragma once
+#include "common.cuh"
+
+template <int THREADS, int HD>
+__device__ __forceinline__ void rope_smem(float* h, int pos, const float* __restrict__ inv_freq) {
+  constexpr int HALF = HD / 2;
+  for (int i = threadIdx.x; i < HALF; i += THREADS) {
+    // f32 product then an accurate sincos, like the CPU reference.
+    const float angle = (float)pos * __ldg(inv_freq + i);
+    float s, c;
+    sincosf(angle, &s, &c);
+#if PG_ROPE_INTERLEAVED
+    const int a = 2 * i, b = 2 * i + 1;
+#else
+    const int a = i, b = i + HALF;
+#endif
+    const float x0 = h[a], x1 = h[b];
+    h[a] = x0 * c - x1 * s;
+    h[b] = x1 * c + x0 * s;
+  }
+}

@@ -1,0 +1,67 @@
+//! Dependency counters between the blocks of the persistent kernel (no grid-wide
+//! barrier): producers publish with a GPU-scope release after the block's writes,
+//! consumers spin with a GPU-scope acquire on monotonically increasing counters whose
+//! target is (runs so far) × producers, so nothing is ever reset inside a launch.
+//! Host-mapped flags and the token ring use system-scope ordering.
+#pragma once
+#include "common.cuh"
+
+__device__ __forceinline__ u32 ld_acquire_gpu(const u32* p) {
+  u32 v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void red_release_gpu(u32* p, u32 v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+/// A value in host-mapped memory the host may change at any time.
+__device__ __forceinline__ u32 ld_host_flag(const u32* p) {
+  u32 v;
+  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void st_host(u32* p, u32 v) {
+  asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+/// Every earlier write of this thread (and, through the block barrier before it, of
+/// its block) becomes visible to the host before any later write.
+__device__ __forceinline__ void fence_system() { __threadfence_system(); }
+
+#ifdef PG_CHAOS
+/// Race hunting: a pseudo-random delay keyed by block and counter target.
+__device__ __forceinline__ void chaos_delay(u32 salt) {
+  u32 h = (blockIdx.x + 1) * 0x9E3779B1u ^ salt * 0x85EBCA6Bu;
+  h ^= h >> 15;
+  h *= 0x2C1B3C6Du;
+  h ^= h >> 12;
+  if ((h & 7u) == 0) __nanosleep(h >> 20);
+}
+#else
+__device__ __forceinline__ void chaos_delay(u32) {}
+#endif
+
+/// This block's results are complete: one arrival on `ctr`.
+__device__ __forceinline__ void block_arrive(u32* ctr) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    chaos_delay(reinterpret_cast<u64>(ctr) >> 2);
+    __threadfence();
+    red_release_gpu(ctr, 1);
+  }
+}
+
+/// Waits until `ctr` reaches `target`; afterwards every thread of the block may read
+/// what the producers wrote before arriving.
+__device__ __forceinline__ void block_wait(const u32* ctr, u32 target) {
+  if (threadIdx.x == 0) {
+    chaos_delay(target);
+    while (ld_acquire_gpu(ctr) < target) {
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
