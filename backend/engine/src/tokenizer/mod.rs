@@ -16,20 +16,31 @@ use pieces::TokenPieces;
 use crate::{Error, Result};
 
 /// Token texts llama.cpp treats as end-of-generation whatever the metadata says
-/// (`llama_vocab::impl::load`, "special_eog_ids"); models mark turn ends with them.
+/// (`llama_vocab::impl::load`, "special_eog_ids", as vendored by llama-cpp-python 0.3.36);
+/// models mark turn ends with them.
 pub const EOG_TOKEN_TEXTS: &[&str] = &[
     "<|eot_id|>",
     "<|im_end|>",
     "<|end|>",
     "<|return|>",
     "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
     "<end_of_turn>",
     "<|endoftext|>",
+    "</s>",
     "<|eom_id|>",
     "<EOT>",
     "_<EOT>",
+    "[EOT]",
+    "[EOS]",
     "<|end_of_text|>",
     "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<\u{ff5c}end\u{2581}of\u{2581}sentence\u{ff5c}>",
+    "[e~[",
 ];
 
 /// A loaded tokenizer plus the model's special-token conventions.

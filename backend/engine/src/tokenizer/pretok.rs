@@ -29,13 +29,27 @@ pub const KNOWN_PRE_TOKENIZERS: &[&str] = &[
     "default",
     "gpt-2",
     "gpt2",
+    "phi-2",
+    "mpt",
+    "olmo",
+    "mellum",
+    "exaone4",
     "smollm",
     "starcoder",
     "refact",
     "codeshell",
+    "command-r",
+    "exaone",
+    "minerva-7b",
     "llama3",
     "llama-v3",
     "llama-bpe",
+    "falcon3",
+    "falcon-h1",
+    "pixtral",
+    "lfm2",
+    "dbrx",
+    "smaug-bpe",
     "qwen2",
     "deepseek-r1-qwen",
     "stablelm2",
@@ -56,10 +70,15 @@ pub fn spec_for(name: &str) -> Result<PreTokenizerSpec> {
             false,
             false,
         ),
-        "gpt-2" | "gpt2" => spec(vec![GPT2], false, false),
+        "gpt-2" | "gpt2" | "phi-2" | "mpt" | "olmo" | "mellum" | "exaone4" => spec(vec![GPT2], false, false),
         // StarCoder-family vocabularies isolate every digit before the GPT-2 split.
-        "smollm" | "starcoder" | "refact" | "codeshell" => spec(vec![r"\p{N}", GPT2], false, false),
-        "llama3" | "llama-v3" | "llama-bpe" => spec(vec![LLAMA3], true, true),
+        "smollm" | "starcoder" | "refact" | "codeshell" | "command-r" | "exaone" | "minerva-7b" => {
+            spec(vec![r"\p{N}", GPT2], false, false)
+        }
+        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "lfm2" => {
+            spec(vec![LLAMA3], true, true)
+        }
+        "dbrx" | "smaug-bpe" => spec(vec![LLAMA3], false, false),
         "qwen2" | "deepseek-r1-qwen" | "stablelm2" => spec(vec![QWEN2], false, false),
         "deepseek-coder" => spec(
             vec![r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", "[一-龥ࠀ-一가-퟿]+", r"\p{N}"],
