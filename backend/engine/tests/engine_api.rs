@@ -1,0 +1,197 @@
+//! The streaming engine API: event order, timings, FIFO queue positions and
+//! cancellation (cancel() and a dropped receiver), driven through the real engine
+//! thread. A gated runtime lets the test decide when each token is produced, so
+//! cancellation is observed deterministically; one test runs the real reference model.
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use peregrine_api::FinishReason;
+use peregrine_engine::config::ModelConfig;
+use peregrine_engine::cpu::reference_runtime::ReferenceRuntime;
+use peregrine_engine::generator::Generator;
+use peregrine_engine::handle::EngineHandle;
+use peregrine_engine::request::{Event, Prompt, Request};
+use peregrine_engine::runtime::{BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
+use peregrine_engine::sampling::Sampled;
+
+/// Emits token `100 + i` each time the test sends a unit on the gate.
+struct GatedRuntime {
+    config: ModelConfig,
+    gate: Arc<Mutex<mpsc::Receiver<()>>>,
+}
+
+impl Runtime for GatedRuntime {
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+    fn backend(&self) -> BackendInfo {
+        BackendInfo { kind: "test".into(), devices: vec![] }
+    }
+    fn generate(&mut self, job: &DecodeJob<'_>, on_token: &mut dyn FnMut(&Sampled) -> Flow) -> peregrine_engine::Result<RunEnd> {
+        for i in 0..job.max_tokens {
+            if self.gate.lock().unwrap().recv().is_err() {
+                return Ok(RunEnd::Stopped);
+            }
+            let s = Sampled { id: 100 + i as u32, logprob: -0.5, top: vec![] };
+            if on_token(&s) == Flow::Stop {
+                return Ok(RunEnd::Stopped);
+            }
+        }
+        Ok(RunEnd::Length)
+    }
+    fn score(&mut self, _tokens: &[u32]) -> peregrine_engine::Result<Vec<Vec<f32>>> {
+        Ok(vec![])
+    }
+}
+
+fn tiny_config() -> ModelConfig {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf/qwen2-tied");
+    peregrine_engine::hf::load_hf_dir(&dir).unwrap().0
+}
+
+fn gated_engine() -> (EngineHandle, mpsc::Sender<()>) {
+    let (tx, rx) = mpsc::channel();
+    let gate = Arc::new(Mutex::new(rx));
+    let config = tiny_config();
+    let engine = EngineHandle::start(move || Ok(Generator { runtime: Box::new(GatedRuntime { config, gate }), tokenizer: None, template: None }), 4).unwrap();
+    (engine, tx)
+}
+
+fn request(max_tokens: usize) -> Request {
+    Request { max_tokens, ..Request::new(Prompt::Tokens(vec![5, 6, 7])) }
+}
+
+async fn next(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Event>) -> Event {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("event within 10 s").expect("channel open")
+}
+
+/// Skips stats and queue-position events.
+async fn next_non_stats(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Event>) -> Event {
+    loop {
+        match next(rx).await {
+            Event::Stats(_) | Event::Queued { .. } => continue,
+            e => return e,
+        }
+    }
+}
+
+#[tokio::test]
+async fn events_arrive_in_order_with_usage() {
+    let (engine, gate) = gated_engine();
+    let mut sub = engine.submit(request(3)).unwrap();
+    assert_eq!(next(&mut sub.events).await, Event::Started { prompt_tokens: 3 });
+    for i in 0..3u32 {
+        gate.send(()).unwrap();
+        match next_non_stats(&mut sub.events).await {
+            Event::Token { id, .. } => assert_eq!(id, 100 + i),
+            other => panic!("expected a token, got {other:?}"),
+        }
+    }
+    match next_non_stats(&mut sub.events).await {
+        Event::Done { finish_reason, usage, timings } => {
+            assert_eq!(finish_reason, FinishReason::Length);
+            assert_eq!((usage.prompt_tokens, usage.completion_tokens, usage.total_tokens), (3, 3, 6));
+            assert_eq!(timings.predicted_n, 3);
+        }
+        other => panic!("expected done, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn cancel_stops_at_the_next_token_and_queue_moves_on() {
+    let (engine, gate) = gated_engine();
+    let mut first = engine.submit(request(50)).unwrap();
+    assert_eq!(next(&mut first.events).await, Event::Started { prompt_tokens: 3 });
+    let mut second = engine.submit(request(1)).unwrap();
+    assert_eq!(next(&mut second.events).await, Event::Queued { position: 0 });
+    gate.send(()).unwrap();
+    assert!(matches!(next_non_stats(&mut first.events).await, Event::Token { .. }));
+    first.cancel.cancel();
+    gate.send(()).unwrap();
+    // The token in flight is delivered, then the run ends as cancelled.
+    loop {
+        match next_non_stats(&mut first.events).await {
+            Event::Token { .. } => continue,
+            Event::Done { finish_reason, usage, .. } => {
+                assert_eq!(finish_reason, FinishReason::Cancelled);
+                assert!(usage.completion_tokens <= 2);
+                break;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    // The queued request now runs.
+    assert_eq!(next(&mut second.events).await, Event::Started { prompt_tokens: 3 });
+    gate.send(()).unwrap();
+    assert!(matches!(next_non_stats(&mut second.events).await, Event::Token { .. }));
+    assert!(matches!(next_non_stats(&mut second.events).await, Event::Done { finish_reason: FinishReason::Length, .. }));
+}
+
+#[tokio::test]
+async fn dropping_the_receiver_frees_the_engine() {
+    let (engine, gate) = gated_engine();
+    let mut first = engine.submit(request(50)).unwrap();
+    assert_eq!(next(&mut first.events).await, Event::Started { prompt_tokens: 3 });
+    drop(first);
+    gate.send(()).unwrap(); // this token finds nobody listening: the run stops
+    let mut second = engine.submit(request(1)).unwrap();
+    loop {
+        match next(&mut second.events).await {
+            Event::Queued { .. } => continue,
+            Event::Started { .. } => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    gate.send(()).unwrap();
+    assert!(matches!(next_non_stats(&mut second.events).await, Event::Token { .. }));
+}
+
+#[tokio::test]
+async fn a_full_queue_is_refused_and_bad_requests_are_errors() {
+    let (engine, gate) = gated_engine();
+    let mut running = engine.submit(request(50)).unwrap();
+    assert_eq!(next(&mut running.events).await, Event::Started { prompt_tokens: 3 });
+    let _q: Vec<_> = (0..4).map(|_| engine.submit(request(1)).unwrap()).collect();
+    assert!(matches!(engine.submit(request(1)), Err(peregrine_engine::Error::Unavailable(_))));
+    drop(gate);
+
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf/qwen2-tied");
+    let engine = EngineHandle::start(
+        move || {
+            let (config, weights) = peregrine_engine::hf::load_hf_dir(&dir)?;
+            Ok(Generator { runtime: Box::new(ReferenceRuntime::new(&config, &weights)?), tokenizer: None, template: None })
+        },
+        4,
+    )
+    .unwrap();
+    let mut too_long = engine.submit(request(1000)).unwrap();
+    assert!(matches!(next_non_stats(&mut too_long.events).await, Event::Error { .. }));
+    let mut bad_id = engine.submit(Request { max_tokens: 2, ..Request::new(Prompt::Tokens(vec![999_999])) }).unwrap();
+    assert!(matches!(next_non_stats(&mut bad_id.events).await, Event::Error { .. }));
+    let mut text = engine.submit(Request::new(Prompt::Text("no tokenizer".into()))).unwrap();
+    assert!(matches!(next_non_stats(&mut text.events).await, Event::Error { .. }));
+    // The real model generates after those errors.
+    let mut ok = engine.submit(Request { max_tokens: 4, ..Request::new(Prompt::Tokens(vec![5, 6, 7])) }).unwrap();
+    let mut tokens = 0;
+    loop {
+        match next(&mut ok.events).await {
+            Event::Token { .. } => tokens += 1,
+            Event::Done { finish_reason, .. } => {
+                assert_eq!(finish_reason, FinishReason::Length);
+                break;
+            }
+            Event::Error { message, .. } => panic!("{message}"),
+            _ => {}
+        }
+    }
+    assert_eq!(tokens, 4);
+}
+
+#[test]
+fn load_errors_come_back_through_the_ready_channel() {
+    let err = EngineHandle::start(|| Err(peregrine_engine::Error::InvalidRequest("boom".into())), 1).err().expect("an error");
+    assert!(err.to_string().contains("boom"));
+}
