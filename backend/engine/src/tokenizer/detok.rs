@@ -16,7 +16,11 @@ pub struct Detokenizer<'a> {
 
 impl<'a> Detokenizer<'a> {
     pub(super) fn new(pieces: &'a TokenPieces) -> Self {
-        Self { pieces, pending: Vec::new(), at_start: true }
+        Self {
+            pieces,
+            pending: Vec::new(),
+            at_start: true,
+        }
     }
 
     /// Adds one token and returns the text it completes (possibly empty while a
@@ -85,7 +89,10 @@ mod tests {
             .map(|bytes| bytes.iter().map(|&b| byte_level_char(b)).collect())
             .collect();
         TokenPieces::new(
-            table.iter().enumerate().map(|(i, s)| (i as u32, s.as_str(), false)),
+            table
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (i as u32, s.as_str(), false)),
             PieceStyle::ByteLevel,
         )
     }
@@ -130,7 +137,9 @@ mod tests {
     fn sentencepiece_drops_only_the_first_space() {
         let pieces = TokenPieces::new(
             [(0, "▁Hi", false), (1, "▁there", false)],
-            PieceStyle::SentencePiece { strip_leading_space: true },
+            PieceStyle::SentencePiece {
+                strip_leading_space: true,
+            },
         );
         assert_eq!(stream(&pieces, &[0, 1]).concat(), "Hi there");
     }

@@ -75,7 +75,11 @@ struct Parts {
 impl Tokenizer {
     fn assemble(p: Parts) -> Self {
         let mut stop_ids: Vec<u32> = p.eos.into_iter().chain(p.extra_stops).collect();
-        stop_ids.extend(EOG_TOKEN_TEXTS.iter().filter_map(|t| p.inner.token_to_id(t)));
+        stop_ids.extend(
+            EOG_TOKEN_TEXTS
+                .iter()
+                .filter_map(|t| p.inner.token_to_id(t)),
+        );
         stop_ids.retain(|&id| (id as usize) < p.pieces.len());
         stop_ids.sort_unstable();
         stop_ids.dedup();
@@ -110,7 +114,12 @@ impl Tokenizer {
         self.encode_with(plain, text, add_special)
     }
 
-    fn encode_with(&self, tok: &tokenizers::Tokenizer, text: &str, add_special: bool) -> Result<Vec<u32>> {
+    fn encode_with(
+        &self,
+        tok: &tokenizers::Tokenizer,
+        text: &str,
+        add_special: bool,
+    ) -> Result<Vec<u32>> {
         let enc = tok
             .encode(text, false)
             .map_err(|e| Error::Tokenizer(format!("encoding failed: {e}")))?;
@@ -178,11 +187,25 @@ impl Tokenizer {
 
     /// The equivalent Hugging Face `tokenizer.json` text (e.g. to export a GGUF's tokenizer).
     pub fn to_json(&self) -> Result<String> {
-        self.inner.to_string(false).map_err(|e| Error::Tokenizer(format!("serializing: {e}")))
+        self.inner
+            .to_string(false)
+            .map_err(|e| Error::Tokenizer(format!("serializing: {e}")))
     }
 
     /// The model's own Jinja chat template, if it ships one.
     pub fn chat_template(&self) -> Option<&str> {
         self.chat_template.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The engine thread owns the tokenizer and the server may share it: both need these.
+    #[test]
+    fn tokenizer_and_template_cross_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<super::Tokenizer>();
+        send_sync::<super::Detokenizer<'static>>();
+        send_sync::<crate::template::ChatTemplate>();
     }
 }

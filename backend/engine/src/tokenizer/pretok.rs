@@ -70,7 +70,9 @@ pub fn spec_for(name: &str) -> Result<PreTokenizerSpec> {
             false,
             false,
         ),
-        "gpt-2" | "gpt2" | "phi-2" | "mpt" | "olmo" | "mellum" | "exaone4" => spec(vec![GPT2], false, false),
+        "gpt-2" | "gpt2" | "phi-2" | "mpt" | "olmo" | "mellum" | "exaone4" => {
+            spec(vec![GPT2], false, false)
+        }
         // StarCoder-family vocabularies isolate every digit before the GPT-2 split.
         "smollm" | "starcoder" | "refact" | "codeshell" | "command-r" | "exaone" | "minerva-7b" => {
             spec(vec![r"\p{N}", GPT2], false, false)
@@ -81,7 +83,13 @@ pub fn spec_for(name: &str) -> Result<PreTokenizerSpec> {
         "dbrx" | "smaug-bpe" => spec(vec![LLAMA3], false, false),
         "qwen2" | "deepseek-r1-qwen" | "stablelm2" => spec(vec![QWEN2], false, false),
         "deepseek-coder" => spec(
-            vec![r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", "[一-龥ࠀ-一가-퟿]+", r"\p{N}"],
+            vec![
+                r"[\r\n]",
+                r"\s?\p{L}+",
+                r"\s?\p{P}+",
+                "[一-龥ࠀ-一가-퟿]+",
+                r"\p{N}",
+            ],
             false,
             false,
         ),
