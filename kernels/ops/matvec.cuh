@@ -65,20 +65,18 @@ __device__ __forceinline__ bool block_has_rows(int rows) {
   return (int)blockIdx.x < (rows + NR - 1) / NR;
 }
 
-/// Prefetches into L2 the rows this block will stream in `grid_rows` (one 128-byte
-/// line per lane per step), to overlap HBM with a dependency wait.
+/// Prefetches into L2 the first row group this warp will stream in `grid_rows` (one
+/// 128-byte line per lane per step): enough to cover a dependency wait without
+/// pulling a whole large matrix through L2.
 template <int K, int NR, int WARPS>
 __device__ __forceinline__ void prefetch_rows(const bf16_t* __restrict__ W, int rows) {
   constexpr int LINE_ELEMS = 64;  // 128 bytes of bf16
   constexpr int LINES = (K + LINE_ELEMS - 1) / LINE_ELEMS;
-  const int gw = warp_id() * gridDim.x + blockIdx.x;
-  const int nw = WARPS * gridDim.x;
-  const int groups = (rows + NR - 1) / NR;
-  for (int g = gw; g < groups; g += nw) {
-    for (int r = 0; r < NR; ++r) {
-      const int row = g * NR + r;
-      if (row >= rows) break;
-      for (int l = lane_id(); l < LINES; l += WARP_SIZE) prefetch_l2(W + (size_t)row * K + l * LINE_ELEMS);
-    }
+  const int g = warp_id() * gridDim.x + blockIdx.x;
+  if (g * NR >= rows) return;
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    const int row = min(g * NR + r, rows - 1);
+    for (int l = lane_id(); l < LINES; l += WARP_SIZE) prefetch_l2(W + (size_t)row * K + l * LINE_ELEMS);
   }
 }

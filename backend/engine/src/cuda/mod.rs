@@ -11,12 +11,12 @@ pub mod nvrtc;
 #[cfg(feature = "cuda")]
 mod runtime;
 #[cfg(feature = "cuda")]
-pub use runtime::{compile_only, devices, CudaRuntime, RunStats, DEFAULT_STALL_TIMEOUT};
+pub use runtime::{compile_only, devices, measure_copy_bandwidth, CudaRuntime, RunStats, DEFAULT_STALL_TIMEOUT};
 
 #[cfg(not(feature = "cuda"))]
 mod stub;
 #[cfg(not(feature = "cuda"))]
-pub use stub::{compile_only, devices, CudaRuntime, RunStats};
+pub use stub::{compile_only, devices, measure_copy_bandwidth, CudaRuntime, RunStats};
 
 pub use layout::KernelOptions;
 

@@ -23,6 +23,8 @@ use crate::weights::Weights;
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// Polls of the ring between yields of the host thread.
 const SPINS_PER_YIELD: u32 = 256;
+/// Polls of the ring between checks that the kernel is still running.
+const STATUS_EVERY_SPINS: u32 = 4096;
 
 fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> Error + '_ {
     move |e| Error::Cuda(format!("{what}: {e:?}"))
@@ -583,6 +585,16 @@ impl Runtime for CudaRuntime {
             if done && next >= published {
                 break;
             }
+            if spins % STATUS_EVERY_SPINS == 0 && !done {
+                // A kernel that faulted or returned without ending the run never sets DONE.
+                // SAFETY: querying a live stream of this context has no other preconditions.
+                let status = unsafe { sys::cuStreamQuery(self.stream.cu_stream()) };
+                if status != sys::CUresult::CUDA_ERROR_NOT_READY && self.host_word(ctl::DONE) == 0 {
+                    let why = if status == sys::CUresult::CUDA_SUCCESS { "the decode kernel exited without ending the run".to_string() } else { format!("the decode kernel failed: {status:?}") };
+                    self.poisoned = Some(why.clone());
+                    return Err(Error::Cuda(why));
+                }
+            }
             if last_progress.elapsed() > DEFAULT_STALL_TIMEOUT {
                 let why = format!("the decode kernel published nothing for {DEFAULT_STALL_TIMEOUT:?} (token {next})");
                 self.set_host_word(ctl::STOP, 1);
@@ -622,4 +634,32 @@ impl Runtime for CudaRuntime {
         self.finish(dbg, tokens.len())?;
         Ok(std::mem::take(&mut self.last_logits))
     }
+}
+
+/// Device-to-device copy bandwidth (bytes read + written per second) of a `bytes`
+/// buffer on device `ordinal`: the ceiling the decode kernel is judged against,
+/// measured in the same process. Median of `repeats` copies timed with events.
+pub fn measure_copy_bandwidth(ordinal: usize, bytes: usize, repeats: usize) -> Result<f64> {
+    devices()?;
+    let ctx = CudaContext::new(ordinal).map_err(cuda_err("cuCtxCreate"))?;
+    let stream = ctx.new_stream().map_err(cuda_err("cuStreamCreate"))?;
+    let n = bytes / 4;
+    // Random-ish contents: copies of zeros can be faster than copies of data.
+    let host: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(0x9E37_79B9)).collect();
+    let src = stream.clone_htod(&host).map_err(cuda_err("upload"))?;
+    let mut dst = stream.alloc_zeros::<u32>(n).map_err(cuda_err("cuMemAlloc"))?;
+    let mut times = Vec::with_capacity(repeats);
+    for i in 0..repeats + 1 {
+        let start = stream.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err("event"))?;
+        stream.memcpy_dtod(&src, &mut dst).map_err(cuda_err("cuMemcpyDtoD"))?;
+        let stop = stream.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err("event"))?;
+        stop.synchronize().map_err(cuda_err("event sync"))?;
+        let ms = start.elapsed_ms(&stop).map_err(cuda_err("event time"))?;
+        if i > 0 {
+            times.push(ms as f64);
+        }
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    let ms = times[times.len() / 2];
+    Ok(2.0 * (n * 4) as f64 / (ms * 1e-3))
 }

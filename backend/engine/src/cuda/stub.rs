@@ -84,3 +84,8 @@ impl Runtime for CudaRuntime {
         disabled()
     }
 }
+
+/// Always an error: no CUDA in this build.
+pub fn measure_copy_bandwidth(_ordinal: usize, _bytes: usize, _repeats: usize) -> Result<f64> {
+    disabled()
+}

@@ -1,0 +1,520 @@
+//! GPU engine check and benchmark in one binary (the GPU host has no Rust: build
+//! here, carry it there). `gpu_check all` runs correctness against the CPU float32
+//! reference on synthetic random-weight models, then times decode on the benchmark
+//! shapes; `gpu_check precompile` fills the cubin cache without a GPU.
+//!
+//! Usage: gpu_check [all|correctness|bench|sanitize|precompile] [--quick]
+//!        [--shapes a,b] [--runs N] [--prompt N] [--gen N] [--variants v1,v2,...]
+
+#[cfg(feature = "cuda")]
+fn main() {
+    if let Err(e) = imp::main() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn main() {
+    eprintln!("gpu_check needs the `cuda` feature");
+    std::process::exit(2);
+}
+
+#[cfg(feature = "cuda")]
+mod imp {
+    use std::time::Instant;
+
+    use peregrine_engine::config::{Architecture, ModelConfig, RopeLayout, RopeScaling};
+    use peregrine_engine::cpu::reference::{KvCache, ReferenceModel};
+    use peregrine_engine::cpu::reference_runtime::ReferenceRuntime;
+    use peregrine_engine::cuda::{self, CudaRuntime, KernelOptions};
+    use peregrine_engine::runtime::{DecodeJob, Flow, RunEnd, Runtime};
+    use peregrine_engine::sampling::{log_softmax, sample, top_k_indices, Sampled, SamplingParams};
+    use peregrine_engine::synthetic::{preset, synthetic_weights};
+    use peregrine_engine::weights::Weights;
+    use peregrine_engine::Result;
+
+    /// HBM ceiling from ../shared/GPU.md (device-to-device copy on an H200).
+    const REFERENCE_BANDWIDTH: f64 = 4.28e12;
+    /// Relative logit error allowed against the f32 reference (bf16 weights + KV).
+    const MAX_REL_ERR: f64 = 3e-2;
+    /// Weight seed of every synthetic model here.
+    const WEIGHT_SEED: u64 = 1234;
+
+    struct Args {
+        mode: String,
+        quick: bool,
+        shapes: Vec<String>,
+        runs: usize,
+        prompt: usize,
+        gen: usize,
+        variants: Vec<String>,
+    }
+
+    fn parse() -> Args {
+        let mut a = Args {
+            mode: "all".into(),
+            quick: false,
+            shapes: vec!["smollm2-135m".into(), "llama-3.2-1b".into()],
+            runs: 5,
+            prompt: 32,
+            gen: 256,
+            variants: vec!["v1".into(), "v2".into()],
+        };
+        let mut it = std::env::args().skip(1);
+        while let Some(x) = it.next() {
+            let mut val = || it.next().unwrap_or_default();
+            match x.as_str() {
+                "--quick" => a.quick = true,
+                "--shapes" => a.shapes = val().split(',').map(String::from).collect(),
+                "--variants" => a.variants = val().split(',').map(String::from).collect(),
+                "--runs" => a.runs = val().parse().unwrap_or(5),
+                "--prompt" => a.prompt = val().parse().unwrap_or(32),
+                "--gen" => a.gen = val().parse().unwrap_or(256),
+                m => a.mode = m.to_string(),
+            }
+        }
+        a
+    }
+
+    /// Kernel variants by name (see docs/perf-notes.md).
+    fn variant(name: &str) -> KernelOptions {
+        let base = KernelOptions::default();
+        match name {
+            "v1" => base,
+            "v2" => KernelOptions { prefetch: true, ..base },
+            "v2-nr4" => KernelOptions { prefetch: true, rows_per_warp: 4, ..base },
+            "v2-u8" => KernelOptions { prefetch: true, unroll: 8, ..base },
+            "v1-nr4" => KernelOptions { rows_per_warp: 4, ..base },
+            "chaos" => KernelOptions { chaos: true, ..base },
+            other => panic!("unknown variant {other}"),
+        }
+    }
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+        fn tokens(&mut self, n: usize, vocab: usize) -> Vec<u32> {
+            (0..n).map(|_| (self.next() % vocab as u64) as u32).collect()
+        }
+    }
+
+    fn rel_err(got: &[f32], want: &[f32]) -> f64 {
+        let (mut num, mut den) = (0.0f64, 0.0f64);
+        for (g, w) in got.iter().zip(want) {
+            let d = (*g as f64) - (*w as f64);
+            num += d * d;
+            den += (*w as f64) * (*w as f64);
+        }
+        if got.iter().any(|v| !v.is_finite()) {
+            return f64::INFINITY;
+        }
+        (num / den.max(1e-30)).sqrt()
+    }
+
+    fn argmax(v: &[f32]) -> u32 {
+        top_k_indices(v, 1)[0].0
+    }
+
+    /// Small shapes covering each feature: llama3 scaling + interleaved RoPE + GQA,
+    /// q/k/v bias + head_dim 128 + untied head, MHA + head_dim 96 + odd vocab.
+    fn tiny_shapes() -> Vec<ModelConfig> {
+        let base = preset("smollm2-135m").expect("preset");
+        vec![
+            ModelConfig {
+                name: "tiny-llama3-interleaved".into(),
+                vocab_size: 3000,
+                hidden_size: 384,
+                intermediate_size: 1024,
+                num_layers: 3,
+                num_heads: 6,
+                num_kv_heads: 2,
+                head_dim: 64,
+                max_context: 4096,
+                rope_theta: 500_000.0,
+                rope_scaling: RopeScaling::Llama3 { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position: 256 },
+                rope_layout: RopeLayout::Interleaved,
+                tie_embeddings: false,
+                ..base.clone()
+            },
+            ModelConfig {
+                name: "tiny-qwen-bias-hd128".into(),
+                architecture: Architecture::Qwen2,
+                vocab_size: 5000,
+                hidden_size: 512,
+                intermediate_size: 1376,
+                num_layers: 4,
+                num_heads: 4,
+                num_kv_heads: 2,
+                head_dim: 128,
+                rms_norm_eps: 1e-6,
+                rope_theta: 1_000_000.0,
+                attention_bias: true,
+                tie_embeddings: false,
+                ..base.clone()
+            },
+            ModelConfig {
+                name: "tiny-mha-hd96".into(),
+                vocab_size: 2503,
+                hidden_size: 384,
+                intermediate_size: 1000,
+                num_layers: 2,
+                num_heads: 4,
+                num_kv_heads: 4,
+                head_dim: 96,
+                ..base
+            },
+        ]
+    }
+
+    fn collect(rt: &mut CudaRuntime, prompt: &[u32], max_tokens: usize, sampling: &SamplingParams, stops: &[u32], top: usize) -> Result<(Vec<Sampled>, RunEnd)> {
+        let mut out = Vec::new();
+        let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: stops, top_logprobs: top };
+        let end = rt.generate(&job, &mut |s: &Sampled| {
+            out.push(s.clone());
+            Flow::Continue
+        })?;
+        Ok((out, end))
+    }
+
+    fn ids(v: &[Sampled]) -> Vec<u32> {
+        v.iter().map(|s| s.id).collect()
+    }
+
+    /// Collects failures instead of stopping at the first.
+    #[derive(Default)]
+    struct Verdict {
+        failures: Vec<String>,
+        lines: Vec<String>,
+    }
+    impl Verdict {
+        fn check(&mut self, ok: bool, what: String) {
+            let line = format!("{} {what}", if ok { "PASS" } else { "FAIL" });
+            println!("  {line}");
+            if !ok {
+                self.failures.push(what.clone());
+            }
+            self.lines.push(line);
+        }
+    }
+
+    fn correctness_for(config: &ModelConfig, weights: &Weights, quick: bool, v: &mut Verdict) -> Result<()> {
+        let name = &config.name;
+        println!("== correctness: {name} ({} params)", config.parameter_count());
+        let t0 = Instant::now();
+        let mut rt = CudaRuntime::new(config, weights, 0)?;
+        println!("  {} (load {:.1}s)", rt.describe(), t0.elapsed().as_secs_f64());
+        let reference = ReferenceModel::new(config, weights)?;
+        let big = config.parameter_count() > 500_000_000;
+        let mut rng = Rng(0xC0FFEE ^ config.hidden_size as u64);
+
+        // 1. Teacher-forced scoring of fresh random tokens.
+        let n_score = if big { 6 } else if quick { 16 } else { 40 };
+        let tokens = rng.tokens(n_score, config.vocab_size);
+        let gpu = rt.score(&tokens)?;
+        let mut cache = KvCache::new(config, n_score);
+        let cpu = reference.forward(&mut cache, &tokens, true)?;
+        let errs: Vec<f64> = gpu.iter().zip(&cpu).map(|(g, c)| rel_err(g, c)).collect();
+        let top1 = gpu.iter().zip(&cpu).filter(|(g, c)| argmax(g) == argmax(c)).count();
+        let max_err = errs.iter().cloned().fold(0.0, f64::max);
+        let mean_err = errs.iter().sum::<f64>() / errs.len() as f64;
+        v.check(
+            gpu.len() == n_score && max_err < MAX_REL_ERR,
+            format!("{name}: score {n_score} positions: rel err mean {mean_err:.2e} max {max_err:.2e}, top-1 {top1}/{n_score}"),
+        );
+
+        // 2. Greedy generation vs the CPU, teacher-forced on the GPU's own tokens.
+        let prompt = rng.tokens(8, config.vocab_size);
+        let n_gen = if big { 4 } else if quick { 12 } else { 24 };
+        let greedy = SamplingParams::default();
+        rt.set_debug_logits(true);
+        let (out, end) = collect(&mut rt, &prompt, n_gen, &greedy, &[], 3)?;
+        let g_ids = ids(&out);
+        let dbg = rt.debug_logits().to_vec();
+        let mut seq = prompt.clone();
+        seq.extend(&g_ids);
+        let mut cache = KvCache::new(config, seq.len());
+        let cpu_all = reference.forward(&mut cache, &seq[..seq.len() - 1], true)?;
+        let steps: Vec<(f64, bool)> = (0..n_gen)
+            .map(|t| {
+                let c = &cpu_all[prompt.len() - 1 + t];
+                (rel_err(&dbg[t], c), argmax(c) == g_ids[t])
+            })
+            .collect();
+        let gmax = steps.iter().map(|s| s.0).fold(0.0, f64::max);
+        let agree = steps.iter().filter(|s| s.1).count();
+        v.check(
+            // Random-weight logits are flat: near-ties flip under bf16, so top-1 is reported,
+            // and only a gross disagreement fails.
+            out.len() == n_gen && end == RunEnd::Length && gmax < MAX_REL_ERR && 2 * agree >= n_gen,
+            format!("{name}: greedy {n_gen} steps: per-step logits rel err max {gmax:.2e}, CPU top-1 = GPU token {agree}/{n_gen}, end {end:?}"),
+        );
+        let lp_ok = out.iter().zip(&dbg).all(|(s, l)| {
+            let lsm = log_softmax(l);
+            let top = top_k_indices(&lsm, 3);
+            (s.logprob - lsm[s.id as usize]).abs() < 1e-3 && s.top.len() == 3 && s.top.iter().zip(&top).all(|(a, b)| a.id == b.0 && (a.logprob - b.1).abs() < 1e-3)
+        });
+        v.check(lp_ok, format!("{name}: logprob and top-3 logprobs equal log_softmax of the GPU logits"));
+        if !big {
+            let mut cpu_rt = ReferenceRuntime::new(config, weights)?;
+            let mut cpu_ids = Vec::new();
+            let job = DecodeJob { prompt: &prompt, max_tokens: n_gen, sampling: &greedy, stop_tokens: &[], top_logprobs: 0 };
+            cpu_rt.generate(&job, &mut |s: &Sampled| {
+                cpu_ids.push(s.id);
+                Flow::Continue
+            })?;
+            let same = g_ids.iter().zip(&cpu_ids).take_while(|(a, b)| a == b).count();
+            println!("  info {name}: free-running greedy: GPU and CPU agree on the first {same}/{n_gen} tokens");
+        }
+
+        // 3. Sampling: CPU sampler on the GPU's logits, reruns, seeds.
+        let sp = SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.9, min_p: 0.05, repetition_penalty: 1.1, seed: 7 };
+        let modes = [
+            ("t0.8 k40 p0.9 minp0.05 rep1.1", sp.clone()),
+            ("t1.0 full vocab", SamplingParams { temperature: 1.0, seed: 11, ..Default::default() }),
+            ("t0.7 p0.95", SamplingParams { temperature: 0.7, top_p: 0.95, seed: 5, ..Default::default() }),
+            ("greedy rep1.3", SamplingParams { repetition_penalty: 1.3, ..Default::default() }),
+        ];
+        let n_s = if big { 4 } else { 16 };
+        for (label, p) in modes {
+            let (a, _) = collect(&mut rt, &prompt, n_s, &p, &[], 2)?;
+            let dbg = rt.debug_logits().to_vec();
+            let mut seen = prompt.clone();
+            let mut agree = 0;
+            for (t, s) in a.iter().enumerate() {
+                let cpu = sample(&dbg[t], &p, &seen, t as u64, 2);
+                if cpu.id == s.id {
+                    agree += 1;
+                }
+                seen.push(s.id);
+            }
+            let (b, _) = collect(&mut rt, &prompt, n_s, &p, &[], 2)?;
+            let (c, _) = collect(&mut rt, &prompt, n_s, &SamplingParams { seed: p.seed + 1, ..p.clone() }, &[], 2)?;
+            let det = ids(&a) == ids(&b);
+            let differs = p.temperature == 0.0 || ids(&a) != ids(&c);
+            v.check(
+                agree + 1 >= a.len() && det && differs && a.len() == n_s,
+                format!("{name}: sampling [{label}]: CPU sampler on GPU logits agrees {agree}/{}, same seed same tokens {det}, other seed differs {differs}", a.len()),
+            );
+        }
+        rt.set_debug_logits(false);
+
+        // 4. Stop tokens, cancellation, edge lengths.
+        if g_ids.len() > 3 {
+            let k = g_ids.iter().position(|&t| t == g_ids[3]).unwrap_or(3);
+            let (s_out, s_end) = collect(&mut rt, &prompt, n_gen, &greedy, &[g_ids[k]], 0)?;
+            v.check(s_end == RunEnd::StopToken && ids(&s_out) == g_ids[..k], format!("{name}: stop token at step {k}: {} tokens, end {s_end:?}", s_out.len()));
+            let many_stops: Vec<u32> = (0..20u32).map(|i| (g_ids[k] + 1 + i) % config.vocab_size as u32).chain([g_ids[k]]).collect();
+            let (s2, e2) = collect(&mut rt, &prompt, n_gen, &greedy, &many_stops, 0)?;
+            v.check(e2 == RunEnd::StopToken && ids(&s2) == g_ids[..k], format!("{name}: 21 stop tokens (host checks those past 16): {} tokens, end {e2:?}", s2.len()));
+        }
+        let mut got = Vec::new();
+        let job = DecodeJob { prompt: &prompt, max_tokens: n_gen, sampling: &greedy, stop_tokens: &[], top_logprobs: 0 };
+        let c_end = rt.generate(&job, &mut |s: &Sampled| {
+            got.push(s.id);
+            if got.len() == 3 {
+                Flow::Stop
+            } else {
+                Flow::Continue
+            }
+        })?;
+        v.check(c_end == RunEnd::Stopped && got == g_ids[..3.min(g_ids.len())], format!("{name}: cancel after 3 tokens: {} tokens, end {c_end:?}", got.len()));
+        let (again, _) = collect(&mut rt, &prompt, n_gen, &greedy, &[], 0)?;
+        v.check(ids(&again) == g_ids, format!("{name}: a run after a cancelled one repeats the greedy tokens"));
+        let (one, one_end) = collect(&mut rt, &prompt[..1], 1, &greedy, &[], 0)?;
+        v.check(one.len() == 1 && one_end == RunEnd::Length, format!("{name}: 1-token prompt, max_tokens 1: {} token, end {one_end:?}", one.len()));
+        Ok(())
+    }
+
+    fn race_check(config: &ModelConfig, weights: &Weights, n: usize, v: &mut Verdict) -> Result<()> {
+        println!("== race check: {} ({n} greedy tokens, chaos delays vs none)", config.name);
+        let mut rt = CudaRuntime::new(config, weights, 0)?;
+        let prompt = Rng(99).tokens(16, config.vocab_size);
+        let greedy = SamplingParams::default();
+        let (a, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
+        rt.set_options(variant("chaos"))?;
+        let (b, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
+        let (c, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
+        let same = ids(&a) == ids(&b) && ids(&b) == ids(&c);
+        v.check(same && a.len() == n, format!("{}: {n} tokens identical with and without random wait delays (2 chaos runs)", config.name));
+        let sp = SamplingParams { temperature: 0.9, top_p: 0.9, seed: 3, ..Default::default() };
+        let (d, _) = collect(&mut rt, &prompt, n / 4, &sp, &[], 0)?;
+        rt.set_options(variant("v1"))?;
+        let (e, _) = collect(&mut rt, &prompt, n / 4, &sp, &[], 0)?;
+        v.check(ids(&d) == ids(&e), format!("{}: seeded sampling identical with and without chaos", config.name));
+        Ok(())
+    }
+
+    fn correctness(quick: bool) -> Result<Verdict> {
+        let mut v = Verdict::default();
+        for config in tiny_shapes() {
+            let w = synthetic_weights(&config, WEIGHT_SEED);
+            correctness_for(&config, &w, quick, &mut v)?;
+        }
+        let smol = preset("smollm2-135m").expect("preset");
+        let w = synthetic_weights(&smol, WEIGHT_SEED);
+        correctness_for(&smol, &w, quick, &mut v)?;
+        race_check(&smol, &w, if quick { 64 } else { 1000 }, &mut v)?;
+        Ok(v)
+    }
+
+    struct BenchRow {
+        shape: String,
+        variant: String,
+        tok_s: f64,
+        spread: (f64, f64),
+        us_token: f64,
+        mb_token: f64,
+        pct_bound: f64,
+        pct_measured: f64,
+        ttft_ms: f64,
+        check: bool,
+    }
+
+    fn bench(args: &Args, bw: f64, v: &mut Verdict) -> Result<Vec<BenchRow>> {
+        let mut rows = Vec::new();
+        for shape in &args.shapes {
+            let config = preset(shape).unwrap_or_else(|| panic!("unknown shape {shape}"));
+            let t0 = Instant::now();
+            let w = synthetic_weights(&config, WEIGHT_SEED);
+            println!("== bench {shape}: {} params, weights built in {:.1}s", config.parameter_count(), t0.elapsed().as_secs_f64());
+            let mut rt = CudaRuntime::with_options(&config, &w, 0, variant(&args.variants[0]))?;
+            {
+                // A few teacher-forced positions against the f32 reference at full size.
+                let reference = ReferenceModel::new(&config, &w)?;
+                let toks = Rng(3).tokens(4, config.vocab_size);
+                let gpu = rt.score(&toks)?;
+                let mut cache = KvCache::new(&config, toks.len());
+                let cpu = reference.forward(&mut cache, &toks, true)?;
+                let err = gpu.iter().zip(&cpu).map(|(g, c)| rel_err(g, c)).fold(0.0, f64::max);
+                let top1 = gpu.iter().zip(&cpu).filter(|(g, c)| argmax(g) == argmax(c)).count();
+                v.check(err < MAX_REL_ERR && gpu.len() == 4, format!("{shape}: score 4 positions vs f32 reference: rel err max {err:.2e}, top-1 {top1}/4"));
+            }
+            drop(w);
+            let bytes = rt.streamed_bytes_per_token() as f64;
+            let prompt = Rng(7).tokens(args.prompt, config.vocab_size);
+            let greedy = SamplingParams::default();
+            // The verified reference tokens: first variant, untimed.
+            let (verified, _) = collect(&mut rt, &prompt, args.gen, &greedy, &[], 0)?;
+            for name in &args.variants {
+                rt.set_options(variant(name))?;
+                println!("  variant {name}: {}", rt.describe());
+                let _ = collect(&mut rt, &prompt, args.gen, &greedy, &[], 0)?; // warm-up
+                let mut rates = Vec::new();
+                let mut ttfts = Vec::new();
+                let mut check = true;
+                for _ in 0..args.runs {
+                    let (out, end) = collect(&mut rt, &prompt, args.gen, &greedy, &[], 0)?;
+                    check &= end == RunEnd::Length && out.len() == args.gen && ids(&out)[..16.min(out.len())] == ids(&verified)[..16.min(out.len())];
+                    let st = rt.last_run();
+                    rates.push(st.decode_tokens_per_s().unwrap_or(0.0));
+                    ttfts.push(st.first_token.map_or(0.0, |d| d.as_secs_f64() * 1e3));
+                }
+                rates.sort_by(|a, b| a.total_cmp(b));
+                ttfts.sort_by(|a, b| a.total_cmp(b));
+                let med = rates[rates.len() / 2];
+                let row = BenchRow {
+                    shape: shape.clone(),
+                    variant: name.clone(),
+                    tok_s: med,
+                    spread: (rates[0], rates[rates.len() - 1]),
+                    us_token: 1e6 / med,
+                    mb_token: bytes / 1e6,
+                    pct_bound: 100.0 * med * bytes / REFERENCE_BANDWIDTH,
+                    pct_measured: 100.0 * med * bytes / bw,
+                    ttft_ms: ttfts[ttfts.len() / 2],
+                    check,
+                };
+                println!(
+                    "  {shape} {name}: {:.0} tok/s (min {:.0}, max {:.0}), {:.1} µs/token, {:.1} MB/token, {:.1}% of 4.28 TB/s, TTFT({} prompt) {:.2} ms, first 16 tokens match verified run: {check}",
+                    row.tok_s, row.spread.0, row.spread.1, row.us_token, row.mb_token, row.pct_bound, args.prompt, row.ttft_ms
+                );
+                v.check(check, format!("{shape} {name}: timed runs reproduce the verified run's first 16 greedy tokens"));
+                rows.push(row);
+            }
+        }
+        Ok(rows)
+    }
+
+    fn precompile(args: &Args) -> Result<()> {
+        let mut names: Vec<String> = args.variants.clone();
+        names.push("chaos".into());
+        names.push("v1".into());
+        let mut configs: Vec<ModelConfig> = tiny_shapes();
+        for s in ["smollm2-135m", "llama-3.2-1b", "qwen2.5-coder-1.5b", "smollm2-1.7b"] {
+            configs.push(preset(s).expect("preset"));
+        }
+        for c in &configs {
+            for n in &names {
+                let t = Instant::now();
+                let bytes = cuda::compile_only(c, &variant(n), "sm_90a")?;
+                println!("{} {n}: {bytes} B cubin in {:.1}s", c.name, t.elapsed().as_secs_f64());
+            }
+        }
+        Ok(())
+    }
+
+    pub fn main() -> Result<()> {
+        let args = parse();
+        if args.mode == "precompile" {
+            return precompile(&args);
+        }
+        match cuda::devices() {
+            Ok(d) => println!("CUDA devices: {d:?}"),
+            Err(e) => {
+                println!("skipped: {e}");
+                return Ok(());
+            }
+        }
+        let mut v = Verdict::default();
+        if args.mode == "sanitize" {
+            // Small and short: compute-sanitizer slows every access down.
+            let c = &tiny_shapes()[0];
+            let w = synthetic_weights(c, WEIGHT_SEED);
+            let mut rt = CudaRuntime::new(c, &w, 0)?;
+            let prompt = Rng(5).tokens(6, c.vocab_size);
+            let sp = SamplingParams { temperature: 0.8, top_k: 20, top_p: 0.9, min_p: 0.02, repetition_penalty: 1.1, seed: 1 };
+            let (out, end) = collect(&mut rt, &prompt, 8, &sp, &[], 4)?;
+            let scores = rt.score(&prompt)?;
+            println!("sanitize run: {} tokens, end {end:?}, {} scored positions", out.len(), scores.len());
+            return Ok(());
+        }
+        let bw = cuda::measure_copy_bandwidth(0, 1 << 30, 10)?;
+        println!("device-to-device copy, 1 GiB: {:.2} TB/s (read + write)", bw / 1e12);
+        if args.mode == "all" || args.mode == "correctness" {
+            let c = correctness(args.quick)?;
+            v.failures.extend(c.failures);
+            v.lines.extend(c.lines);
+        }
+        let mut rows = Vec::new();
+        if args.mode == "all" || args.mode == "bench" {
+            rows = bench(&args, bw, &mut v)?;
+        }
+        println!("\n==== summary ====");
+        println!("copy bandwidth measured: {:.2} TB/s", bw / 1e12);
+        for l in &v.lines {
+            println!("{l}");
+        }
+        if !rows.is_empty() {
+            println!("| shape | variant | tok/s (median, min–max) | µs/token | MB/token | % of 4.28 TB/s | % of measured copy | TTFT {}-token prompt | tokens = verified |", args.prompt);
+            println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+            for r in &rows {
+                println!(
+                    "| {} | {} | {:.0} ({:.0}–{:.0}) | {:.1} | {:.1} | {:.1}% | {:.1}% | {:.2} ms | {} |",
+                    r.shape, r.variant, r.tok_s, r.spread.0, r.spread.1, r.us_token, r.mb_token, r.pct_bound, r.pct_measured, r.ttft_ms, r.check
+                );
+            }
+        }
+        println!("{} checks failed", v.failures.len());
+        if !v.failures.is_empty() {
+            std::process::exit(3);
+        }
+        Ok(())
+    }
+}
