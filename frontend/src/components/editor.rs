@@ -1,0 +1,115 @@
+//! The prompt editor: examples, mode switch, highlight language and a monospace
+//! text area where Tab indents (Esc then Tab, or Shift+Tab, leaves it).
+
+use leptos::prelude::*;
+use peregrine_api::playground::Mode;
+use peregrine_frontend::examples::EXAMPLES;
+use peregrine_frontend::highlight::{self, LANGUAGES};
+use wasm_bindgen::JsCast;
+use web_sys::{HtmlTextAreaElement, KeyboardEvent};
+
+use crate::state::Playground;
+
+/// Spaces a Tab inserts.
+const INDENT: &str = "    ";
+
+/// Prompt, mode and examples.
+#[component]
+pub fn Editor() -> impl IntoView {
+    let pg = expect_context::<Playground>();
+    // Esc arms "leave": the next Tab moves focus instead of indenting (no keyboard trap).
+    let leave_armed = StoredValue::new(false);
+    let on_keydown = move |e: KeyboardEvent| {
+        let plain_tab = e.key() == "Tab" && !e.shift_key() && !e.ctrl_key() && !e.alt_key() && !e.meta_key();
+        if plain_tab && !leave_armed.get_value() {
+            e.prevent_default();
+            if let Some(ta) = e.target().and_then(|t| t.dyn_into::<HtmlTextAreaElement>().ok()) {
+                let start = ta.selection_start().ok().flatten().unwrap_or(0);
+                let end = ta.selection_end().ok().flatten().unwrap_or(start);
+                if ta.set_range_text_with_start_and_end(INDENT, start, end).is_ok() {
+                    let caret = start + INDENT.len() as u32;
+                    let _ = ta.set_selection_range(caret, caret);
+                    pg.prompt.set(ta.value());
+                }
+            }
+        }
+        leave_armed.set_value(e.key() == "Escape");
+    };
+    let on_example = move |e: leptos::ev::Event| {
+        let label = event_target_value(&e);
+        if let Some(ex) = EXAMPLES.iter().find(|x| x.label == label) {
+            pg.prompt.set(ex.prompt.to_string());
+            pg.mode.set(ex.mode);
+            pg.language.set("auto".into());
+        }
+    };
+    let detected = move || format!("Auto ({})", pg.prompt.with(|p| highlight::guess_language(p)));
+    view! {
+        <div class="editor">
+            <div class="editor-bar">
+                <fieldset class="mode" data-testid="mode">
+                    <legend>"Mode"</legend>
+                    <label>
+                        <input
+                            type="radio"
+                            name="mode"
+                            value="complete"
+                            data-testid="mode-complete"
+                            prop:checked=move || pg.mode.get() == Mode::Complete
+                            on:change=move |_| pg.mode.set(Mode::Complete)
+                        />
+                        "Code completion"
+                    </label>
+                    <label>
+                        <input
+                            type="radio"
+                            name="mode"
+                            value="chat"
+                            data-testid="mode-chat"
+                            prop:checked=move || pg.mode.get() == Mode::Chat
+                            on:change=move |_| pg.mode.set(Mode::Chat)
+                        />
+                        "Chat"
+                    </label>
+                </fieldset>
+                <div class="field inline">
+                    <label for="examples">"Example"</label>
+                    <select id="examples" data-testid="examples" on:change=on_example>
+                        <option value="">"Choose…"</option>
+                        {EXAMPLES.iter().map(|ex| view! { <option value=ex.label>{ex.label}</option> }).collect_view()}
+                    </select>
+                </div>
+                <div class="field inline">
+                    <label for="language">"Highlight"</label>
+                    <select
+                        id="language"
+                        data-testid="language"
+                        prop:value=move || pg.language.get()
+                        on:change=move |e| pg.language.set(event_target_value(&e))
+                    >
+                        <option value="auto">{detected}</option>
+                        {LANGUAGES.iter().map(|(label, name)| view! { <option value=*name>{*label}</option> }).collect_view()}
+                    </select>
+                </div>
+            </div>
+            <label for="prompt" class="prompt-label">"Prompt"</label>
+            <textarea
+                id="prompt"
+                data-testid="prompt"
+                class="prompt"
+                spellcheck="false"
+                autocapitalize="off"
+                autocomplete="off"
+                rows="12"
+                aria-describedby="editor-help"
+                prop:value=move || pg.prompt.get()
+                on:input=move |e| pg.prompt.set(event_target_value(&e))
+                on:keydown=on_keydown
+            ></textarea>
+            <p id="editor-help" class="hint">
+                <kbd>"Tab"</kbd> " indents · " <kbd>"Esc"</kbd> " then " <kbd>"Tab"</kbd> " leaves the editor · "
+                <kbd>"Ctrl/⌘+Enter"</kbd> " runs · " <kbd>"Esc"</kbd> " stops"
+            </p>
+        </div>
+    }
+}
