@@ -1,18 +1,16 @@
-// The playground loads in a real browser: WASM boots and renders the product name.
+// The playground loads in a real browser: WASM boots, renders the product name and
+// the backend badge from /api/info, without console errors.
 import { test, expect } from '@playwright/test';
 import { Playground } from '../pages/playground';
 
-test('the playground renders the product name without console errors', async ({ page }, testInfo) => {
+test('the playground renders with the backend badge and no console errors', async ({ page }, testInfo) => {
   const pg = new Playground(page);
   await pg.open();
   await expect(pg.title).toHaveText('Peregrine');
   await expect(page).toHaveTitle(/Peregrine/);
-  await testInfo.attach('playground', { body: await page.screenshot(), contentType: 'image/png' });
+  await expect(pg.backend).toContainText(/^(Running on )?(CPU|\d+× .+) · .+/);
+  await expect(pg.prompt).not.toHaveValue('');
+  await expect(pg.status).toHaveAttribute('data-state', 'idle');
+  await pg.snap(testInfo, 'idle');
   expect(pg.consoleErrors).toEqual([]);
-});
-
-test('unknown client-side routes fall back to the playground', async ({ page }) => {
-  const pg = new Playground(page);
-  await pg.open('/s/some-share-id');
-  await expect(pg.title).toHaveText('Peregrine');
 });

@@ -12,6 +12,9 @@ use crate::state::Playground;
 
 /// HTML for an output: markdown for chat, highlighted code for completions.
 pub fn render_output(mode: Mode, language: &str, prompt: &str, output: &str) -> String {
+    if output.is_empty() {
+        return String::new();
+    }
     match mode {
         Mode::Chat => markdown::render(output),
         Mode::Complete => format!("<pre class=\"code\"><code>{}</code></pre>", highlight::highlight_continuation(language, prompt, output)),
@@ -61,9 +64,6 @@ pub fn Output() -> impl IntoView {
                 aria-busy=move || active().to_string()
                 inner_html=move || html.get()
             ></div>
-            <Show when=move || empty() && !active()>
-                <p class="placeholder">"The output streams in here."</p>
-            </Show>
         </section>
     }
 }

@@ -1,0 +1,26 @@
+// Two pages at once: the second shows its queue position while the first runs
+// (ignore_eos, so the first cannot end early), then runs itself.
+import { test, expect } from '@playwright/test';
+import { Playground, RUN_TIMEOUT } from '../pages/playground';
+
+test('a second request shows its queue position, then runs', async ({ browser }, testInfo) => {
+  test.setTimeout(3 * RUN_TIMEOUT);
+  const first = new Playground(await (await browser.newContext()).newPage());
+  const second = new Playground(await (await browser.newContext()).newPage());
+  await first.open();
+  await second.open();
+  await first.setSettings({ maxTokens: 48, ignoreEos: true });
+  await second.setSettings({ maxTokens: 4, ignoreEos: true });
+
+  await first.generate.click();
+  await first.expectState('streaming');
+  await second.generate.click();
+  await second.expectState('queued');
+  await expect(second.status).toContainText(/Queued/);
+  await expect(second.status).toHaveAttribute('data-queue-position', /^\d+$/);
+  await second.snap(testInfo, 'queued');
+
+  await second.expectState('done');
+  await first.expectState('done');
+  expect(await second.number(second.tokens)).toBe(4);
+});
