@@ -54,6 +54,8 @@ enum StepCounter {
   CTR_HALT,   // non-zero once the sampler ended the run (set before CTR_TOKEN moves)
   STEP_COUNTERS
 };
+/// After the step counters: one self-resetting ticket per (layer, head) for the
+/// split-attention merge.
 
 __device__ __forceinline__ u32* layer_ctr(u32* c, int layer, int phase) { return c + layer * PHASES + phase; }
 __device__ __forceinline__ u32* step_ctr(u32* c, int which) { return c + L * PHASES + which; }
@@ -65,6 +67,8 @@ __host__ __device__ constexpr int cmax(int a, int b) { return a > b ? a : b; }
 constexpr int VEC_FLOATS = cmax(cmax(D, QD), F);
 /// Attention: q, k, v of the current position plus the lane groups' partial states.
 constexpr int ATTN_FLOATS = 3 * HD + attn_scratch_floats<THREADS, HD>();
+/// Positions one block scores per pass of loads (the split size to aim for).
+constexpr int ATTN_PASS = AttnShape<THREADS, HD>::PER_PASS;
 constexpr int SAMPLE_TOP_FLOATS = 2 * PG_MAX_TOP + 4;
 constexpr int SELECT_FLOATS = (int)(sizeof(SelectSmem) / sizeof(float)) + SAMPLE_TOP_FLOATS;
 constexpr int MAIN_FLOATS = cmax(cmax(VEC_FLOATS, ATTN_FLOATS), SELECT_FLOATS);
@@ -73,7 +77,7 @@ constexpr int RED_FLOATS = 8 * WARPS;
 
 /// Read by the host (cuModuleGetGlobal) so the sizes exist only here.
 extern "C" __constant__ u32 pg_smem_bytes = (MAIN_FLOATS + RED_FLOATS) * sizeof(float);
-extern "C" __constant__ u32 pg_num_counters = L * PHASES + STEP_COUNTERS;
+extern "C" __constant__ u32 pg_num_counters = L * PHASES + STEP_COUNTERS + L * NH;
 /// Floats each block writes for the sampler (packed LmStats).
 extern "C" __constant__ u32 pg_partial_floats = 4;
 
@@ -131,6 +135,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
   float* adj = ARG_PTR(float*, ADJ);
   float* partials = ARG_PTR(float*, PARTIALS);
   u32* ctr = ARG_PTR(u32*, COUNTERS);
+  u32* tickets = ctr + L * PHASES + STEP_COUNTERS;
+  float* attn_part = ARG_PTR(float*, ATTN_PART);
   u32* tokens = ARG_PTR(u32*, TOKENS);
   unsigned char* seen = ARG_PTR(unsigned char*, SEEN);
   float* dbg = ARG_PTR(float*, DEBUG_LOGITS);
@@ -193,32 +199,55 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         block_arrive(layer_ctr(ctr, l, PH_QKV));
       }
 
-      // ---- rope + attention, one query head per block -----------------------------
-      if ((int)blockIdx.x < NH) {
-        block_wait(layer_ctr(ctr, l, PH_QKV), done);
-        float* q_s = sm;
-        float* kv_s = sm + HD;  // k then v, HD each
-        float* scratch = sm + 3 * HD;
-        for (int h = blockIdx.x; h < NH; h += G) {
-          const int g = h / GROUP;
-          current_kv(qkv, g, s, inv_freq, kv_s);
-          for (int d = threadIdx.x; d < HD; d += THREADS) q_s[d] = ld_shared_f32(qkv + h * HD + d);
-          __syncthreads();
-          rope_smem<THREADS, HD>(q_s, s, inv_freq);
-          __syncthreads();
-          bf16_t* kg = kc + (size_t)g * KV_CAP * HD;
-          bf16_t* vg = vc + (size_t)g * KV_CAP * HD;
-          if (h % GROUP == 0) {
-            // The group's first head stores this position; the others use kv_s.
-            for (int d = threadIdx.x; d < HD; d += THREADS) {
-              kg[(size_t)s * HD + d] = f32_to_bf16(kv_s[d]);
-              vg[(size_t)s * HD + d] = f32_to_bf16(kv_s[HD + d]);
+      // ---- rope + attention: (head, position split) items over the grid ----------
+      {
+        // Flash-decoding split: enough splits that each block does about one pass of
+        // loads, at most what the grid and the partial buffer hold.
+        const int n = (int)s + 1;  // positions including the current one
+        const int splits = min((n + ATTN_PASS - 1) / ATTN_PASS, max(1, min(PG_ATTN_MAX_SPLITS, (int)G / NH)));
+        const int chunk = (n + splits - 1) / splits;
+        const int sp_cur = (n - 1) / chunk;
+        const int items = NH * splits;
+        if ((int)blockIdx.x < items) {
+          block_wait(layer_ctr(ctr, l, PH_QKV), done);
+          float* q_s = sm;
+          float* kv_s = sm + HD;  // k then v, HD each
+          float* scratch = sm + 3 * HD;
+          for (int item = blockIdx.x; item < items; item += G) {
+            const int h = item % NH, sp = item / NH, g = h / GROUP;
+            const bool with_current = sp == sp_cur;
+            if (with_current) current_kv(qkv, g, s, inv_freq, kv_s);
+            for (int d = threadIdx.x; d < HD; d += THREADS) q_s[d] = ld_shared_f32(qkv + h * HD + d);
+            __syncthreads();
+            rope_smem<THREADS, HD>(q_s, s, inv_freq);
+            __syncthreads();
+            bf16_t* kg = kc + (size_t)g * KV_CAP * HD;
+            bf16_t* vg = vc + (size_t)g * KV_CAP * HD;
+            if (with_current && h % GROUP == 0) {
+              // The group's first head stores this position; the others use kv_s.
+              for (int d = threadIdx.x; d < HD; d += THREADS) {
+                kg[(size_t)s * HD + d] = f32_to_bf16(kv_s[d]);
+                vg[(size_t)s * HD + d] = f32_to_bf16(kv_s[HD + d]);
+              }
+            }
+            const int p0 = sp * chunk, p1 = min(n - 1, p0 + chunk);
+            if (splits == 1) {
+              attend_range<THREADS, HD>(q_s, kv_s, kv_s + HD, true, kg, vg, 0, n - 1, nullptr, attn + h * HD, scratch);
+            } else {
+              float* head_parts = attn_part + (size_t)h * PG_ATTN_MAX_SPLITS * (HD + 2);
+              attend_range<THREADS, HD>(q_s, kv_s, kv_s + HD, with_current, kg, vg, p0, p1, head_parts + sp * (HD + 2), nullptr,
+                                        scratch);
+              // The last split of this head to finish merges all of them.
+              u32* flag = reinterpret_cast<u32*>(red);
+              if (threadIdx.x == 0) *flag = ticket_is_last(tickets + l * NH + h, (u32)splits) ? 1u : 0u;
+              __syncthreads();
+              if (*flag) merge_states<THREADS, HD>(head_parts, splits, attn + h * HD);
+              __syncthreads();
             }
           }
-          attend_head<THREADS, HD>(q_s, kv_s, kv_s + HD, kg, vg, (int)s, attn + h * HD, scratch);
         }
+        block_arrive(layer_ctr(ctr, l, PH_ATTN));
       }
-      block_arrive(layer_ctr(ctr, l, PH_ATTN));
 
       // ---- o-projection + residual -----------------------------------------------
       {

@@ -44,12 +44,16 @@ __device__ __forceinline__ void chaos_delay(u32 salt) {
 __device__ __forceinline__ void chaos_delay(u32) {}
 #endif
 
-/// This block's results are complete: one arrival on `ctr`.
+/// This block's results are complete: one arrival on `ctr`. The block barrier
+/// orders every thread's writes before thread 0's release (CUTLASS's barrier does
+/// the same); PG_LIGHT_FENCE=0 adds a full fence.sc.gpu on both sides (v1).
 __device__ __forceinline__ void block_arrive(u32* ctr) {
   __syncthreads();
   if (threadIdx.x == 0) {
     chaos_delay(reinterpret_cast<u64>(ctr) >> 2);
+#if !PG_LIGHT_FENCE
     __threadfence();
+#endif
     red_release_gpu(ctr, 1);
   }
 }
@@ -61,7 +65,19 @@ __device__ __forceinline__ void block_wait(const u32* ctr, u32 target) {
     chaos_delay(target);
     while (ld_acquire_gpu(ctr) < target) {
     }
+#if !PG_LIGHT_FENCE
     __threadfence();
+#endif
   }
   __syncthreads();
+}
+
+/// A self-resetting ticket for `n` participants: returns true to exactly the last
+/// of every n calls (the counter wraps to 0), with acquire-release ordering so the
+/// last one sees what the others wrote before calling. Thread 0 only; callers
+/// synchronise the block before and broadcast the answer.
+__device__ __forceinline__ bool ticket_is_last(u32* ticket, u32 n) {
+  u32 old;
+  asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;" : "=r"(old) : "l"(ticket), "r"(n - 1) : "memory");
+  return old == n - 1;
 }

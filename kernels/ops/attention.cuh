@@ -1,13 +1,16 @@
-//! Decode attention of one query head over its KV head's cache (bf16), online
-//! softmax per lane group, then a merge of the groups' partial states in shared
-//! memory. Matches the CPU reference: softmax(q·k / sqrt(head_dim)) · v.
+//! Decode attention of one query head over a range of its KV head's cache (bf16):
+//! lane groups keep an online softmax over their positions (several positions' loads
+//! in flight per group), the groups' states are merged in parallel in shared memory,
+//! and the result is either the head's output or an unnormalised partial state that
+//! another block merges (flash-decoding split). Matches the CPU reference:
+//! softmax(q·k / sqrt(head_dim)) · v.
 #pragma once
 #include "common.cuh"
 
 /// Smallest power of two ≥ n (n ≤ 32).
 __host__ __device__ constexpr int pow2_ceil(int n) { return n <= 1 ? 1 : 2 * pow2_ceil((n + 1) / 2); }
 
-template <int HD>
+template <int THREADS, int HD>
 struct AttnShape {
   /// 16-byte words per head row.
   static constexpr int CHUNKS = HD / 8;
@@ -15,26 +18,39 @@ struct AttnShape {
   static constexpr int LANES = pow2_ceil(CHUNKS);
   /// Positions a warp scores at once.
   static constexpr int PER_WARP = WARP_SIZE / LANES;
+  /// Lane groups in the block, each with its own softmax state.
+  static constexpr int GROUPS = (THREADS / WARP_SIZE) * PER_WARP;
+  /// Positions whose loads each group issues before using them.
+  static constexpr int UNROLL = 4;
+  /// Positions the block covers per pass (one round of loads).
+  static constexpr int PER_PASS = GROUPS * UNROLL;
+  /// Threads per head dimension in the merge.
+  static constexpr int PARTS = THREADS / HD;
+  /// Merge scratch: states (m, l, acc[HD]) per group, scale per group, partial sums.
+  static constexpr int SCRATCH = GROUPS * (HD + 2) + GROUPS + 2 + PARTS * HD;
   static_assert(HD % 8 == 0 && CHUNKS <= WARP_SIZE, "head_dim must be a multiple of 8, at most 256");
+  static_assert(PARTS >= 1, "block smaller than head_dim");
 };
 
-/// Shared floats `attend_head` needs as scratch.
+/// Shared floats the attention ops need as scratch.
 template <int THREADS, int HD>
 __host__ __device__ constexpr int attn_scratch_floats() {
-  return (THREADS / WARP_SIZE) * AttnShape<HD>::PER_WARP * (HD + 2);
+  return AttnShape<THREADS, HD>::SCRATCH;
 }
 
-/// out[0..HD) = attention of q (shared, roped) over `n_prev` cached positions plus the
-/// current one (kcur/vcur in shared, already rounded to bf16 like the cache).
+/// Softmax state of q over cached positions [p0, p1) plus, when `with_current`, the
+/// current position (kcur/vcur in shared, rounded to bf16 like the cache). Writes
+/// (m, l, acc[HD]) unnormalised to `state` (any memory), or — when `out` is given —
+/// the normalised output acc/l to `out`.
 template <int THREADS, int HD>
-__device__ __forceinline__ void attend_head(const float* q_s, const float* kcur_s, const float* vcur_s,
-                                            const bf16_t* kc, const bf16_t* vc, int n_prev, float* out,
-                                            float* scratch) {
-  using S = AttnShape<HD>;
-  constexpr int WARPS = THREADS / WARP_SIZE;
-  constexpr int STRIDE = WARPS * S::PER_WARP;
+__device__ __forceinline__ void attend_range(const float* q_s, const float* kcur_s, const float* vcur_s, bool with_current,
+                                             const bf16_t* kc, const bf16_t* vc, int p0, int p1, float* state, float* out,
+                                             float* scratch) {
+  using S = AttnShape<THREADS, HD>;
+  constexpr int STRIDE = S::GROUPS;
   const int lane = lane_id(), warp = warp_id();
   const int sub = lane / S::LANES, sl = lane % S::LANES;
+  const int group = warp * S::PER_WARP + sub;
   const bool active = sl < S::CHUNKS;
   const float scale = 1.0f / sqrtf((float)HD);
 
@@ -44,44 +60,54 @@ __device__ __forceinline__ void attend_head(const float* q_s, const float* kcur_
     q[d] = active ? q_s[sl * 8 + d] : 0.f;
     acc[d] = 0.f;
   }
+  const float4 qa = make_float4(q[0], q[1], q[2], q[3]), qb = make_float4(q[4], q[5], q[6], q[7]);
   float m = NEG_INF, l = 0.f;
-  // The current position seeds the state of (warp 0, group 0).
-  {
+  if (with_current) {
+    // The current position seeds the state of group 0.
     float part = 0.f;
 #pragma unroll
     for (int d = 0; d < 8; ++d) part = fmaf(q[d], active ? kcur_s[sl * 8 + d] : 0.f, part);
     const float s = group_sum<S::LANES>(part) * scale;
-    if (warp == 0 && sub == 0) {
+    if (group == 0) {
       m = s;
       l = 1.f;
 #pragma unroll
       for (int d = 0; d < 8; ++d) acc[d] = active ? vcur_s[sl * 8 + d] : 0.f;
     }
   }
-  for (int base = warp * S::PER_WARP; base < n_prev; base += STRIDE) {
-    const int p = base + sub;
-    const bool valid = p < n_prev;
-    uint4 kw = make_uint4(0, 0, 0, 0), vw = make_uint4(0, 0, 0, 0);
-    if (valid && active) {
-      kw = ld_shared_16(kc + (size_t)p * HD + sl * 8);
-      vw = ld_shared_16(vc + (size_t)p * HD + sl * 8);
-    }
-    const float part = dot8(kw, make_float4(q[0], q[1], q[2], q[3]), make_float4(q[4], q[5], q[6], q[7]));
-    const float s = group_sum<S::LANES>(part) * scale;
-    if (valid) {
-      const float m_new = fmaxf(m, s);
-      const float corr = expf(m - m_new);
-      const float pexp = expf(s - m_new);
-      l = l * corr + pexp;
-      const float v[8] = {bf16_lo(vw.x), bf16_hi(vw.x), bf16_lo(vw.y), bf16_hi(vw.y),
-                          bf16_lo(vw.z), bf16_hi(vw.z), bf16_lo(vw.w), bf16_hi(vw.w)};
+  for (int base = p0 + group; base < p1; base += STRIDE * S::UNROLL) {
+    uint4 kw[S::UNROLL], vw[S::UNROLL];
 #pragma unroll
-      for (int d = 0; d < 8; ++d) acc[d] = fmaf(pexp, v[d], acc[d] * corr);
-      m = m_new;
+    for (int u = 0; u < S::UNROLL; ++u) {
+      const int p = base + u * STRIDE;
+      kw[u] = make_uint4(0, 0, 0, 0);
+      vw[u] = make_uint4(0, 0, 0, 0);
+      if (p < p1 && active) {
+        kw[u] = ld_shared_16(kc + (size_t)p * HD + sl * 8);
+        vw[u] = ld_shared_16(vc + (size_t)p * HD + sl * 8);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < S::UNROLL; ++u) {
+      const float s = group_sum<S::LANES>(dot8(kw[u], qa, qb)) * scale;
+      if (base + u * STRIDE < p1) {
+        const float m_new = fmaxf(m, s);
+        const float corr = expf(m - m_new);
+        const float pexp = expf(s - m_new);
+        l = l * corr + pexp;
+        const uint4 w = vw[u];
+        const float v[8] = {bf16_lo(w.x), bf16_hi(w.x), bf16_lo(w.y), bf16_hi(w.y),
+                            bf16_lo(w.z), bf16_hi(w.z), bf16_lo(w.w), bf16_hi(w.w)};
+#pragma unroll
+        for (int d = 0; d < 8; ++d) acc[d] = fmaf(pexp, v[d], acc[d] * corr);
+        m = m_new;
+      }
     }
   }
-  // Partial state of each lane group: m, l, acc[HD].
-  float* st = scratch + (warp * S::PER_WARP + sub) * (HD + 2);
+  // Merge the groups' states: scale factors by warp 0, then (dimension, part) sums.
+  float* st = scratch + group * (HD + 2);
+  float* fac = scratch + S::GROUPS * (HD + 2);  // [GROUPS] scales, then max and Σ l·scale
+  float* sums = fac + S::GROUPS + 2;            // [PARTS][HD]
   if (sl == 0) {
     st[0] = m;
     st[1] = l;
@@ -91,22 +117,72 @@ __device__ __forceinline__ void attend_head(const float* q_s, const float* kcur_
     for (int d = 0; d < 8; ++d) st[2 + sl * 8 + d] = acc[d];
   }
   __syncthreads();
-  for (int d = threadIdx.x; d < HD; d += THREADS) {
+  if (warp == 0) {
     float mx = NEG_INF;
-    for (int g = 0; g < STRIDE; ++g) {
+    for (int g = lane; g < S::GROUPS; g += WARP_SIZE) {
       const float* sg = scratch + g * (HD + 2);
       if (sg[1] > 0.f) mx = fmaxf(mx, sg[0]);
     }
-    float den = 0.f, num = 0.f;
-    for (int g = 0; g < STRIDE; ++g) {
+    mx = warp_max(mx);
+    float den = 0.f;
+    for (int g = lane; g < S::GROUPS; g += WARP_SIZE) {
       const float* sg = scratch + g * (HD + 2);
-      if (sg[1] > 0.f) {
-        const float f = expf(sg[0] - mx);
-        den = fmaf(sg[1], f, den);
-        num = fmaf(sg[2 + d], f, num);
+      const float f = sg[1] > 0.f ? expf(sg[0] - mx) : 0.f;
+      fac[g] = f;
+      den = fmaf(sg[1], f, den);
+    }
+    den = warp_sum(den);
+    if (lane == 0) {
+      fac[S::GROUPS] = mx;
+      fac[S::GROUPS + 1] = den;
+    }
+  }
+  __syncthreads();
+  {
+    const int d = threadIdx.x % HD, part = threadIdx.x / HD;
+    if (part < S::PARTS) {
+      float num = 0.f;
+      for (int g = part; g < S::GROUPS; g += S::PARTS) num = fmaf(scratch[g * (HD + 2) + 2 + d], fac[g], num);
+      sums[part * HD + d] = num;
+    }
+  }
+  __syncthreads();
+  for (int d = threadIdx.x; d < HD; d += THREADS) {
+    float num = 0.f;
+    for (int part = 0; part < S::PARTS; ++part) num += sums[part * HD + d];
+    if (out) {
+      out[d] = num / fac[S::GROUPS + 1];
+    } else {
+      state[2 + d] = num;
+    }
+  }
+  if (!out && threadIdx.x == 0) {
+    state[0] = fac[S::GROUPS];
+    state[1] = fac[S::GROUPS + 1];
+  }
+  __syncthreads();
+}
+
+/// out[d] = merge of `n` unnormalised partial states (m, l, acc[HD]) at `states`
+/// (written by other blocks: read at L2).
+template <int THREADS, int HD>
+__device__ __forceinline__ void merge_states(const float* states, int n, float* out) {
+  for (int d = threadIdx.x; d < HD; d += THREADS) {
+    float mx = NEG_INF;
+    for (int i = 0; i < n; ++i) {
+      const float* s = states + i * (HD + 2);
+      if (ld_shared_f32(s + 1) > 0.f) mx = fmaxf(mx, ld_shared_f32(s));
+    }
+    float num = 0.f, den = 0.f;
+    for (int i = 0; i < n; ++i) {
+      const float* s = states + i * (HD + 2);
+      const float li = ld_shared_f32(s + 1);
+      if (li > 0.f) {
+        const float f = expf(ld_shared_f32(s) - mx);
+        den = fmaf(li, f, den);
+        num = fmaf(ld_shared_f32(s + 2 + d), f, num);
       }
     }
     out[d] = num / den;
   }
-  __syncthreads();
 }

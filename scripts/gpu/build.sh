@@ -7,7 +7,10 @@ source scripts/env.sh
 cargo build --release -p peregrine-engine --example gpu_check
 mkdir -p .carry/cubins
 cp "$CARGO_TARGET_DIR/release/examples/gpu_check" .carry/
-nvrtc_dir=$(ls -d "${PEREGRINE_CUDA_VENV:-/tmp/cuda-venv}"/lib/python3*/site-packages/nvidia/cu13/lib /tmp/cuda-venv/lib/python3*/site-packages/nvidia/cu13/lib 2>/dev/null | head -n1 || true)
+nvrtc_dir=""
+for d in "${PEREGRINE_CUDA_VENV:-/nonexistent}"/lib/python3*/site-packages/nvidia/cu13/lib /tmp/cuda-venv/lib/python3*/site-packages/nvidia/cu13/lib; do
+  if ls "$d"/libnvrtc.so* >/dev/null 2>&1; then nvrtc_dir=$d; break; fi
+done
 if [ -n "$nvrtc_dir" ]; then
   PEREGRINE_NVRTC_DIR=$nvrtc_dir PEREGRINE_CUBIN_CACHE=$PWD/.carry/cubins .carry/gpu_check precompile "$@"
 else

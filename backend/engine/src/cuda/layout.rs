@@ -30,7 +30,10 @@ slots! {
     Arg {
         /// Device array of `num_layers × LayerSlot::COUNT` weight pointers.
         Layers, Embed, LmHead, FinalNorm, InvFreq,
-        Kv, X, Qkv, Attn, Act, Logits, Adj, Partials, Counters, Tokens, Seen,
+        Kv, X, Qkv, Attn,
+        /// Split attention's partial states: `[heads × attn_max_splits × (head_dim + 2)]` f32.
+        AttnPart,
+        Act, Logits, Adj, Partials, Counters, Tokens, Seen,
         /// `[runs × vocab]` f32 of raw logits per LM-head run, or 0 (off).
         DebugLogits,
         StopIds,
@@ -108,6 +111,8 @@ pub const DEFAULT_UNROLL: u32 = 4;
 pub const DEFAULT_RING: usize = 1024;
 /// Stop tokens the kernel checks itself (more are checked by the host).
 pub const MAX_DEVICE_STOP_TOKENS: usize = 16;
+/// Most blocks one attention head is split over (flash-decoding).
+pub const DEFAULT_ATTN_MAX_SPLITS: u32 = 16;
 /// KV-cache positions allocated when the model's context is longer.
 pub const DEFAULT_MAX_KV_POSITIONS: usize = 16_384;
 
@@ -121,6 +126,11 @@ pub struct KernelOptions {
     pub prefetch: bool,
     /// Race hunting: random delays in the dependency waits of random blocks.
     pub chaos: bool,
+    /// Counter arrive/wait with release/acquire only (CUTLASS's barrier), without a
+    /// full fence.sc.gpu on each side (v1 had it).
+    pub light_fences: bool,
+    /// Split each head's attention over up to this many blocks (1 = one block per head).
+    pub attn_max_splits: u32,
     /// KV-cache positions (prompt + generated tokens per request).
     pub kv_positions: usize,
     /// Host ring records.
@@ -135,6 +145,8 @@ impl Default for KernelOptions {
             unroll: DEFAULT_UNROLL,
             prefetch: false,
             chaos: false,
+            light_fences: true,
+            attn_max_splits: DEFAULT_ATTN_MAX_SPLITS,
             kv_positions: DEFAULT_MAX_KV_POSITIONS,
             ring: DEFAULT_RING,
         }
@@ -178,6 +190,8 @@ pub fn defines(config: &ModelConfig, options: &KernelOptions) -> Vec<(String, St
     put("NR", options.rows_per_warp.to_string());
     put("UNROLL", options.unroll.to_string());
     put("PREFETCH", u8::from(options.prefetch).to_string());
+    put("LIGHT_FENCE", u8::from(options.light_fences).to_string());
+    put("ATTN_MAX_SPLITS", options.attn_max_splits.to_string());
     if options.chaos {
         put("CHAOS", "1".into());
     }
@@ -227,6 +241,7 @@ pub fn unsupported(config: &ModelConfig, options: &KernelOptions) -> Option<Stri
         (options.threads % 32 != 0 || (options.threads as usize) < c.head_dim, format!("threads {} invalid", options.threads)),
         (options.rows_per_warp == 0 || options.rows_per_warp % 2 != 0, "rows_per_warp must be even".to_string()),
         (options.ring == 0, "ring must hold at least one record".to_string()),
+        (options.attn_max_splits == 0, "attn_max_splits must be at least 1".to_string()),
     ];
     checks.into_iter().find(|(bad, _)| *bad).map(|(_, m)| m)
 }

@@ -90,6 +90,7 @@ struct State {
     x: CudaSlice<f32>,
     qkv: CudaSlice<f32>,
     attn: CudaSlice<f32>,
+    attn_part: CudaSlice<f32>,
     act: CudaSlice<f32>,
     logits: CudaSlice<f32>,
     adj: CudaSlice<f32>,
@@ -203,7 +204,7 @@ impl CudaRuntime {
         let kernel = Self::load_kernel(&ctx, &stream, config, &options, &arch, sm_count)?;
         let weights = Self::upload_weights(&stream, config, weights)?;
         let kv_cap = layout::kv_positions(config, &options);
-        let state = Self::alloc_state(&stream, config, kv_cap, &kernel, sm_count)?;
+        let state = Self::alloc_state(&stream, config, &options, kv_cap, &kernel, sm_count)?;
         let words = ctl::WORDS + options.ring * rec::WORDS;
         // SAFETY: the buffer is zeroed below before the kernel or the host reads it.
         let mut host = unsafe { ctx.alloc_pinned_with_flags::<u32>(words, sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE) }
@@ -345,7 +346,7 @@ impl CudaRuntime {
         Ok(DeviceWeights { _bf16: bf16s, _f32: f32s, layer_table, embed, lm_head, final_norm, inv_freq, streamed_bytes: streamed })
     }
 
-    fn alloc_state(stream: &Arc<CudaStream>, c: &ModelConfig, kv_cap: usize, k: &Kernel, grid: u32) -> Result<State> {
+    fn alloc_state(stream: &Arc<CudaStream>, c: &ModelConfig, options: &KernelOptions, kv_cap: usize, k: &Kernel, grid: u32) -> Result<State> {
         let (qd, kvd) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
         let f32s = |n: usize| stream.alloc_zeros::<f32>(n.max(1)).map_err(cuda_err("cuMemAlloc"));
         Ok(State {
@@ -353,6 +354,7 @@ impl CudaRuntime {
             x: f32s(c.hidden_size)?,
             qkv: f32s(qd + 2 * kvd)?,
             attn: f32s(qd)?,
+            attn_part: f32s(c.num_heads * options.attn_max_splits as usize * (c.head_dim + 2))?,
             act: f32s(c.intermediate_size)?,
             logits: f32s(c.vocab_size)?,
             adj: f32s(c.vocab_size)?,
@@ -367,8 +369,8 @@ impl CudaRuntime {
     /// Recompiles the kernel with other variants, keeping weights and buffers
     /// (`kv_positions` and `ring` must stay as they are).
     pub fn set_options(&mut self, options: KernelOptions) -> Result<()> {
-        if options.kv_positions != self.options.kv_positions || options.ring != self.options.ring || options.threads != self.options.threads {
-            return Err(Error::Cuda("set_options cannot change kv_positions, ring or threads".into()));
+        if options.kv_positions != self.options.kv_positions || options.ring != self.options.ring || options.threads != self.options.threads || options.attn_max_splits > self.options.attn_max_splits {
+            return Err(Error::Cuda("set_options cannot change kv_positions, ring or threads, nor raise attn_max_splits".into()));
         }
         if let Some(why) = layout::unsupported(&self.config, &options) {
             return Err(Error::Cuda(format!("unsupported shape: {why}")));
@@ -462,7 +464,7 @@ impl CudaRuntime {
         a.set(Arg::LmHead, w.lm_head);
         a.set(Arg::FinalNorm, w.final_norm);
         a.set(Arg::InvFreq, w.inv_freq);
-        for (slot, buf) in [(Arg::X, &st.x), (Arg::Qkv, &st.qkv), (Arg::Attn, &st.attn), (Arg::Act, &st.act), (Arg::Logits, &st.logits), (Arg::Adj, &st.adj), (Arg::Partials, &st.partials)] {
+        for (slot, buf) in [(Arg::X, &st.x), (Arg::Qkv, &st.qkv), (Arg::Attn, &st.attn), (Arg::AttnPart, &st.attn_part), (Arg::Act, &st.act), (Arg::Logits, &st.logits), (Arg::Adj, &st.adj), (Arg::Partials, &st.partials)] {
             a.set(slot, self.dptr(buf));
         }
         a.set(Arg::Kv, self.dptr(&st.kv));
