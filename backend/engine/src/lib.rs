@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod cpu;
+pub mod cuda;
 pub mod error;
 pub mod generator;
 pub mod gguf;
