@@ -8,14 +8,14 @@ test('a busy server shows when to retry', async ({ page }, testInfo) => {
   // The real queue needs max_queue+1 slow requests to fill; answer as the server does when full.
   await page.route('**/api/generate', (route) =>
     route.fulfill({
-      status: 503,
+      status: 429,
       headers: { 'retry-after': '3' },
       contentType: 'application/json',
-      body: JSON.stringify({ code: 'busy', message: 'the queue is full' }),
+      body: JSON.stringify({ code: 'busy', message: 'the server is busy: 16 requests are waiting; try again shortly', retry_after_ms: 3000 }),
     }));
   await pg.generate.click();
   await pg.expectState('error');
-  await expect(pg.status).toContainText('Server busy: the queue is full. Try again in 3 s.');
+  await expect(pg.status).toContainText('Server busy: try again in 3 s');
   await expect(pg.retry).toBeEnabled();
   await expect(pg.generate).toBeEnabled();
   await pg.snap(testInfo, 'busy');

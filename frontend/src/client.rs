@@ -70,6 +70,10 @@ async fn send(method: &str, url: &str, body: Option<String>, signal: Option<&Abo
     let status = response.status();
     let retry_after_ms = response.headers().get("retry-after").ok().flatten().and_then(|s| s.trim().parse::<u64>().ok()).map(|s| s * 1000);
     let text = text_of(&response, signal).await.unwrap_or_default();
+    // The server adds `retry_after_ms` to busy answers; the header says the same in seconds.
+    let retry_after_ms = retry_after_ms.or_else(|| {
+        serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v.get("retry_after_ms").and_then(|m| m.as_u64()))
+    });
     let error = serde_json::from_str::<ApiError>(&text).unwrap_or_else(|_| ApiError {
         code: format!("http_{status}"),
         message: if text.trim().is_empty() { response.status_text() } else { text.trim().chars().take(200).collect() },

@@ -39,9 +39,9 @@ impl RunError {
     pub fn describe(&self) -> String {
         match self {
             RunError::Busy { message, retry_after_ms: Some(ms) } => {
-                format!("Server busy: {message}. Try again in {}.", crate::format::seconds_rounded_up(*ms))
+                format!("Server busy: try again in {} ({message}).", crate::format::seconds_rounded_up(*ms))
             }
-            RunError::Busy { message, retry_after_ms: None } => format!("Server busy: {message}. Try again shortly."),
+            RunError::Busy { message, retry_after_ms: None } => format!("Server busy: try again shortly ({message})."),
             RunError::Network { message } => format!("Connection lost: {message}. Check the server and run again."),
             RunError::Server { code, message } => format!("The server could not run this ({code}): {message}"),
         }
@@ -273,7 +273,7 @@ mod tests {
         let mut r = RunState::connecting("x", Mode::Chat);
         r.apply(StreamEvent::Error { code: "busy".into(), message: "the queue is full".into(), retry_after_ms: Some(2100) });
         let Phase::Failed(e) = &r.phase else { panic!("{:?}", r.phase) };
-        assert_eq!(e.describe(), "Server busy: the queue is full. Try again in 3 s.");
+        assert_eq!(e.describe(), "Server busy: try again in 3 s (the queue is full).");
         let mut r = RunState::connecting("x", Mode::Chat);
         r.stream_ended();
         assert!(matches!(r.phase, Phase::Failed(RunError::Network { .. })));
