@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 /// Body of `GET /health`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Health {
-    /// Always `"ok"` while the server answers.
+    /// `"ok"` when requests can be served, `"loading"` (HTTP 503) while the model loads.
     pub status: String,
     /// The server's crate version.
     pub version: String,
@@ -32,4 +32,20 @@ pub struct Info {
     pub devices: Vec<String>,
     /// Requests that may wait in the queue.
     pub max_queue: u32,
+}
+
+/// The server's other limits: `GET /api/info` also carries them under `"limits"`
+/// (a separate type so existing `Info` literals keep compiling).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct Limits {
+    /// Concurrent requests one client IP may have in flight (0 = no limit).
+    pub max_per_client: u32,
+    /// Largest playground prompt or shared prompt, in bytes.
+    pub max_prompt_bytes: u64,
+    /// Largest `max_tokens` of a playground request.
+    pub max_tokens: u32,
+    /// Largest request body, in bytes.
+    pub max_body_bytes: u64,
+    /// A request (queue wait included) is cancelled after this many seconds (0 = never).
+    pub request_timeout_s: u64,
 }

@@ -1,6 +1,7 @@
 //! Runs one request on a runtime: tokenize (or template), generate, detokenize
 //! incrementally, apply stop strings, and report events and timings.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use peregrine_api::{timing::TokenClock, FinishReason, Usage};
@@ -13,7 +14,7 @@ use crate::stop::StopMatcher;
 use crate::template::ChatTemplate;
 use crate::tokenizer::{Detokenizer, Tokenizer};
 
-/// A runtime with the text side of the model.
+/// A runtime with the text side of the model (what the loaders build).
 pub struct Generator {
     pub runtime: Box<dyn Runtime>,
     /// `None` for synthetic models: only token prompts are accepted then.
@@ -22,12 +23,31 @@ pub struct Generator {
 }
 
 impl Generator {
-    /// Turns the request's prompt into ids.
+    /// Splits the generator into what the engine thread runs and the text side that
+    /// request handlers share (they tokenize and check prompts before queueing).
+    pub fn into_runner(self) -> Runner {
+        let vocab_size = self.runtime.config().vocab_size;
+        let text = TextModel { tokenizer: self.tokenizer, template: self.template, vocab_size };
+        Runner { runtime: self.runtime, text: Arc::new(text) }
+    }
+}
+
+/// The tokenizer and chat template of a model; immutable, so shared across threads.
+pub struct TextModel {
+    /// `None` for synthetic models: only token prompts are accepted then.
+    pub tokenizer: Option<Tokenizer>,
+    pub template: Option<ChatTemplate>,
+    /// The runtime's vocabulary size (token-id prompts are checked against it).
+    pub vocab_size: usize,
+}
+
+impl TextModel {
+    /// Turns a prompt into ids.
     pub fn prompt_ids(&self, prompt: &Prompt) -> Result<Vec<u32>> {
         let need_tok = || self.tokenizer.as_ref().ok_or_else(|| Error::InvalidRequest("this model has no tokenizer; send token ids".into()));
         match prompt {
             Prompt::Tokens(ids) => {
-                let vocab = self.runtime.config().vocab_size;
+                let vocab = self.vocab_size;
                 if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab) {
                     return Err(Error::InvalidRequest(format!("token id {bad} is outside the vocabulary ({vocab})")));
                 }
@@ -41,6 +61,30 @@ impl Generator {
                 need_tok()?.encode(&text, false)
             }
         }
+    }
+
+    /// The text of one token (special tokens spelled out; a partial UTF-8 sequence
+    /// becomes U+FFFD), or "" without a tokenizer.
+    pub fn token_str(&self, id: u32) -> String {
+        self.tokenizer.as_ref().and_then(|t| t.decode(&[id]).ok()).unwrap_or_default()
+    }
+}
+
+/// What the engine thread owns: the runtime, plus a shared handle on the text side.
+pub struct Runner {
+    runtime: Box<dyn Runtime>,
+    text: Arc<TextModel>,
+}
+
+impl Runner {
+    /// The text side, for handlers that tokenize before queueing.
+    pub fn text(&self) -> &Arc<TextModel> {
+        &self.text
+    }
+
+    /// The runtime (model shape and backend).
+    pub fn runtime(&self) -> &dyn Runtime {
+        self.runtime.as_ref()
     }
 
     /// Runs `request`, sending events through `emit` (which returns false once
@@ -58,7 +102,8 @@ impl Generator {
         if request.top_logprobs > MAX_TOP_LOGPROBS {
             return Err(Error::InvalidRequest(format!("top_logprobs must be at most {MAX_TOP_LOGPROBS}")));
         }
-        let prompt = self.prompt_ids(&request.prompt)?;
+        let text = self.text.clone();
+        let prompt = text.prompt_ids(&request.prompt)?;
         crate::cpu::reference_runtime::check_fits(self.runtime.config(), prompt.len(), request.max_tokens)?;
         let prompt_n = prompt.len() as u32;
         let finish = |emit: &mut dyn FnMut(Event) -> bool, reason, clock: &TokenClock| {
@@ -81,11 +126,11 @@ impl Generator {
             finish(emit, FinishReason::Length, &clock);
             return Ok(());
         }
-        let stop_tokens: Vec<u32> = match (&self.tokenizer, request.ignore_eos) {
+        let stop_tokens: Vec<u32> = match (&text.tokenizer, request.ignore_eos) {
             (Some(t), false) => t.eos_ids().to_vec(),
             _ => Vec::new(),
         };
-        let mut detok: Option<Detokenizer<'_>> = self.tokenizer.as_ref().map(|t| t.detokenizer());
+        let mut detok: Option<Detokenizer<'_>> = text.tokenizer.as_ref().map(|t| t.detokenizer());
         let mut detok_error = None;
         let mut stops = StopMatcher::new(&request.stop);
         let mut last_stats = 0.0;
@@ -146,7 +191,7 @@ impl Generator {
     /// Log-probability of each prompt token given its prefix, with alternatives.
     fn score_prompt(&mut self, prompt: &[u32], top: usize) -> Result<Vec<PromptToken>> {
         let logits = self.runtime.score(prompt)?;
-        let text = |id: u32| self.tokenizer.as_ref().and_then(|t| t.token_text(id)).unwrap_or_default();
+        let text = |id: u32| self.text.token_str(id);
         let mut out = vec![PromptToken { id: prompt[0], text: text(prompt[0]), scored: None }];
         for (i, &id) in prompt.iter().enumerate().skip(1) {
             let lp = log_softmax(&logits[i - 1]);

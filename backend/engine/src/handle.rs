@@ -10,8 +10,8 @@ use std::sync::{mpsc, Arc, Condvar, Mutex};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::error::{Error, Result};
-use crate::generator::Generator;
-use crate::request::{Event, Request};
+use crate::generator::{Generator, Runner, TextModel};
+use crate::request::{ErrorCode, Event, Request};
 
 /// Default number of requests that may wait behind the running one.
 pub const DEFAULT_MAX_QUEUE: usize = 16;
@@ -37,6 +37,13 @@ struct Job {
     cancel: Arc<AtomicBool>,
 }
 
+impl Job {
+    /// Nobody will read this job's events (the client left or cancelled).
+    fn abandoned(&self) -> bool {
+        self.events.is_closed() || self.cancel.load(Ordering::Acquire)
+    }
+}
+
 struct Shared {
     queue: Mutex<Queue>,
     wake: Condvar,
@@ -45,8 +52,44 @@ struct Shared {
 struct Queue {
     jobs: VecDeque<Job>,
     shutdown: bool,
-    /// True while a request runs.
-    busy: bool,
+    /// The running request's cancel flag; `None` while idle.
+    running: Option<Arc<AtomicBool>>,
+}
+
+impl Queue {
+    /// Drops queued jobs whose clients left and tells the others their new position,
+    /// so a dead request never holds a queue slot or runs.
+    fn prune(&mut self) {
+        let before = self.jobs.len();
+        self.jobs.retain(|j| !j.abandoned());
+        if self.jobs.len() != before {
+            self.announce_positions();
+        }
+    }
+
+    fn announce_positions(&self) {
+        for (position, waiting) in self.jobs.iter().enumerate() {
+            let _ = waiting.events.send(Event::Queued { position });
+        }
+    }
+}
+
+/// Why a request was not queued.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejected {
+    /// The queue already holds `waiting` requests (its limit).
+    QueueFull { waiting: usize },
+    /// The engine stopped taking work (shutting down, or its thread is gone).
+    ShuttingDown,
+}
+
+impl std::fmt::Display for Rejected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Rejected::QueueFull { waiting } => write!(f, "the queue is full ({waiting} waiting)"),
+            Rejected::ShuttingDown => write!(f, "the engine is shutting down"),
+        }
+    }
 }
 
 /// Cloneable handle to the engine thread.
@@ -54,6 +97,7 @@ struct Queue {
 pub struct EngineHandle {
     shared: Arc<Shared>,
     info: Arc<EngineInfo>,
+    text: Arc<TextModel>,
     max_queue: usize,
 }
 
@@ -81,25 +125,25 @@ impl EngineHandle {
     where
         F: FnOnce() -> Result<Generator> + Send + 'static,
     {
-        let shared = Arc::new(Shared { queue: Mutex::new(Queue { jobs: VecDeque::new(), shutdown: false, busy: false }), wake: Condvar::new() });
-        let (ready_tx, ready_rx) = mpsc::channel::<Result<EngineInfo>>();
+        let shared = Arc::new(Shared { queue: Mutex::new(Queue { jobs: VecDeque::new(), shutdown: false, running: None }), wake: Condvar::new() });
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(EngineInfo, Arc<TextModel>)>>();
         let thread_shared = shared.clone();
         std::thread::Builder::new()
             .name("peregrine-engine".into())
             .spawn(move || {
-                let mut generator = match load() {
-                    Ok(g) => g,
+                let mut runner = match load() {
+                    Ok(g) => g.into_runner(),
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
                         return;
                     }
                 };
-                let _ = ready_tx.send(Ok(info_of(&generator, max_queue)));
-                serve_jobs(&thread_shared, &mut generator);
+                let _ = ready_tx.send(Ok((info_of(&runner, max_queue), runner.text().clone())));
+                serve_jobs(&thread_shared, &mut runner);
             })
             .map_err(|e| Error::Unavailable(format!("cannot start the engine thread: {e}")))?;
-        let info = ready_rx.recv().map_err(|_| Error::Unavailable("the engine thread died while loading".into()))??;
-        Ok(EngineHandle { shared, info: Arc::new(info), max_queue })
+        let (info, text) = ready_rx.recv().map_err(|_| Error::Unavailable("the engine thread died while loading".into()))??;
+        Ok(EngineHandle { shared, info: Arc::new(info), text, max_queue })
     }
 
     /// The loaded model and backend.
@@ -107,29 +151,43 @@ impl EngineHandle {
         &self.info
     }
 
-    /// Requests waiting (not counting the one running).
+    /// The tokenizer and chat template, to tokenize and check prompts before queueing.
+    pub fn text(&self) -> &Arc<TextModel> {
+        &self.text
+    }
+
+    /// Requests waiting (not counting the one running); abandoned ones are dropped first.
     pub fn queue_len(&self) -> usize {
-        self.shared.queue.lock().map(|q| q.jobs.len()).unwrap_or(0)
+        self.shared.queue.lock().map(|mut q| {
+            q.prune();
+            q.jobs.len()
+        }).unwrap_or(0)
     }
 
     /// True while a request runs.
     pub fn busy(&self) -> bool {
-        self.shared.queue.lock().map(|q| q.busy).unwrap_or(false)
+        self.shared.queue.lock().map(|q| q.running.is_some()).unwrap_or(false)
     }
 
-    /// Queues a request; a full queue is [`Error::Unavailable`].
+    /// Queues a request; a full queue or a stopping engine is [`Error::Unavailable`].
     pub fn submit(&self, request: Request) -> Result<Submission> {
+        self.try_submit(request).map_err(|r| Error::Unavailable(r.to_string()))
+    }
+
+    /// Queues a request, saying why when it cannot.
+    pub fn try_submit(&self, request: Request) -> std::result::Result<Submission, Rejected> {
         let (tx, rx) = unbounded_channel();
         let cancel = Arc::new(AtomicBool::new(false));
-        let mut q = self.shared.queue.lock().map_err(|_| Error::Unavailable("engine lock poisoned".into()))?;
+        let mut q = self.shared.queue.lock().map_err(|_| Rejected::ShuttingDown)?;
         if q.shutdown {
-            return Err(Error::Unavailable("the engine is shutting down".into()));
+            return Err(Rejected::ShuttingDown);
         }
+        q.prune();
         if q.jobs.len() >= self.max_queue {
-            return Err(Error::Unavailable(format!("the queue is full ({} waiting)", q.jobs.len())));
+            return Err(Rejected::QueueFull { waiting: q.jobs.len() });
         }
         let position = q.jobs.len();
-        if q.busy || position > 0 {
+        if q.running.is_some() || position > 0 {
             let _ = tx.send(Event::Queued { position });
         }
         q.jobs.push_back(Job { request, events: tx, cancel: cancel.clone() });
@@ -137,18 +195,31 @@ impl EngineHandle {
         Ok(Submission { events: rx, cancel: CancelHandle(cancel) })
     }
 
-    /// Stops taking requests and lets the thread end after the running one.
+    /// Stops the running request at its next token boundary (shutdown after a grace period).
+    pub fn cancel_running(&self) {
+        if let Ok(q) = self.shared.queue.lock() {
+            if let Some(flag) = &q.running {
+                flag.store(true, Ordering::Release);
+            }
+        }
+    }
+
+    /// Stops taking requests: queued ones end with an `Unavailable` error, the running
+    /// one finishes (or is cancelled with [`Self::cancel_running`]), then the thread ends.
     pub fn shutdown(&self) {
         if let Ok(mut q) = self.shared.queue.lock() {
             q.shutdown = true;
+            for job in q.jobs.drain(..) {
+                let _ = job.events.send(Event::Error { code: ErrorCode::Unavailable, message: "the server is shutting down".into() });
+            }
             self.shared.wake.notify_all();
         }
     }
 }
 
-fn info_of(g: &Generator, max_queue: usize) -> EngineInfo {
-    let c = g.runtime.config();
-    let b = g.runtime.backend();
+fn info_of(r: &Runner, max_queue: usize) -> EngineInfo {
+    let c = r.runtime().config();
+    let b = r.runtime().backend();
     EngineInfo {
         model_name: c.name.clone(),
         architecture: format!("{:?}", c.architecture).to_lowercase(),
@@ -161,31 +232,32 @@ fn info_of(g: &Generator, max_queue: usize) -> EngineInfo {
     }
 }
 
-/// The engine thread's loop: take the oldest job, tell the rest their position, run it.
-fn serve_jobs(shared: &Shared, generator: &mut Generator) {
+/// The engine thread's loop: take the oldest live job, tell the rest their position, run it.
+fn serve_jobs(shared: &Shared, runner: &mut Runner) {
     loop {
         let job = {
             let Ok(mut q) = shared.queue.lock() else { return };
-            q.busy = false;
-            while q.jobs.is_empty() && !q.shutdown {
+            q.running = None;
+            let job = loop {
+                q.prune();
+                if let Some(job) = q.jobs.pop_front() {
+                    break job;
+                }
+                if q.shutdown {
+                    return;
+                }
                 q = match shared.wake.wait(q) {
                     Ok(q) => q,
                     Err(_) => return,
                 };
-            }
-            let Some(job) = q.jobs.pop_front() else { return };
-            q.busy = true;
-            for (position, waiting) in q.jobs.iter().enumerate() {
-                let _ = waiting.events.send(Event::Queued { position });
-            }
+            };
+            q.running = Some(job.cancel.clone());
+            q.announce_positions();
             job
         };
-        if job.cancel.load(Ordering::Acquire) || job.events.is_closed() {
-            continue;
-        }
         // `false` (cancelled or receiver dropped) stops the run at the next token; the
         // terminal event is still sent to a listener that cancelled but stayed.
         let mut emit = |e: Event| job.events.send(e).is_ok() && !job.cancel.load(Ordering::Acquire);
-        generator.run(&job.request, &mut emit);
+        runner.run(&job.request, &mut emit);
     }
 }

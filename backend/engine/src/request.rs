@@ -93,6 +93,10 @@ pub enum ErrorCode {
     ContextOverflow,
     /// The engine failed (500).
     Internal,
+    /// The engine stopped taking work (shutting down) before the request ran (503).
+    Unavailable,
+    /// The server gave up waiting for the request (its time limit passed).
+    Timeout,
 }
 
 impl ErrorCode {
@@ -102,6 +106,8 @@ impl ErrorCode {
             ErrorCode::InvalidRequest => "invalid_request",
             ErrorCode::ContextOverflow => "context_overflow",
             ErrorCode::Internal => "internal_error",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Timeout => "timeout",
         }
     }
 }
@@ -111,6 +117,8 @@ impl From<&crate::Error> for ErrorCode {
         match e {
             crate::Error::InvalidRequest(_) => ErrorCode::InvalidRequest,
             crate::Error::ContextOverflow { .. } => ErrorCode::ContextOverflow,
+            crate::Error::Template(_) | crate::Error::TokenOutOfRange { .. } => ErrorCode::InvalidRequest,
+            crate::Error::Unavailable(_) => ErrorCode::Unavailable,
             _ => ErrorCode::Internal,
         }
     }

@@ -1,38 +1,108 @@
-//! The axum application: routes, static playground files with SPA fallback.
+//! The axum application: shared state, every route, and the layers around them
+//! (body limit, CORS, compression, static playground files).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use axum::{routing::get, Json, Router};
-use peregrine_api::Health;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{header, HeaderValue, Method};
+use axum::routing::{any, get, post};
+use axum::Router;
 use peregrine_engine::handle::EngineHandle;
-use tower_http::{
-    compression::CompressionLayer,
-    services::{ServeDir, ServeFile},
-};
+use tower_http::compression::CompressionLayer;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+use crate::client_limit::ClientLimiter;
+use crate::config::Settings;
+use crate::engine_slot::EngineSlot;
+use crate::metrics::Metrics;
+use crate::routes;
+use crate::share_store::ShareStore;
 
 /// What every handler can reach.
 #[derive(Clone)]
 pub struct AppState {
     /// Folder with the built playground (`index.html` and hashed assets).
     pub dist: PathBuf,
-    /// The engine; `None` serves only static files and /health (front-end tests).
-    pub engine: Option<EngineHandle>,
+    pub engine: EngineSlot,
+    /// `None`: share links are disabled (503).
+    pub shares: Option<ShareStore>,
+    pub settings: Arc<Settings>,
+    pub metrics: Arc<Metrics>,
+    pub clients: ClientLimiter,
+}
+
+impl AppState {
+    /// A server without engine or share store (static files and /health only).
+    pub fn new(dist: impl Into<PathBuf>) -> Self {
+        AppState {
+            dist: dist.into(),
+            engine: EngineSlot::absent(),
+            shares: None,
+            settings: Arc::new(Settings::default()),
+            metrics: Arc::new(Metrics::default()),
+            clients: ClientLimiter::new(0),
+        }
+    }
+
+    /// With a ready engine serving `model_id`.
+    pub fn with_engine(mut self, engine: EngineHandle, model_id: impl Into<String>) -> Self {
+        self.engine = EngineSlot::ready(engine, model_id);
+        self
+    }
+
+    /// With an engine slot filled later (loading in the background).
+    pub fn with_engine_slot(mut self, slot: EngineSlot) -> Self {
+        self.engine = slot;
+        self
+    }
+
+    /// With share links stored in `store`.
+    pub fn with_shares(mut self, store: ShareStore) -> Self {
+        self.shares = Some(store);
+        self
+    }
+
+    /// With these limits.
+    pub fn with_settings(mut self, settings: Settings) -> Self {
+        self.clients = ClientLimiter::new(settings.max_per_client);
+        self.settings = Arc::new(settings);
+        self
+    }
 }
 
 /// Builds the whole application; tests drive it in-process or on a real port.
 pub fn app(state: AppState) -> Router {
-    // Unknown paths that are not files fall back to index.html so client-side routes
-    // such as /s/{share-id} load the playground.
-    let index = state.dist.join("index.html");
-    let static_files = ServeDir::new(&state.dist).fallback(ServeFile::new(index));
-    Router::new()
-        .route("/health", get(health))
-        .route("/api/info", get(crate::routes::info::info))
-        .fallback_service(static_files)
-        .layer(CompressionLayer::new())
-        .with_state(state)
+    let mut router = Router::new()
+        .route("/health", get(routes::health::health))
+        .route("/metrics", get(routes::metrics::metrics))
+        .route("/api/info", get(routes::info::info))
+        .route("/api/generate", post(routes::generate::generate))
+        .route("/api/shares", post(routes::shares::create))
+        .route("/api/shares/{id}", get(routes::shares::get))
+        // Unknown API paths are JSON 404s, not the playground page.
+        .route("/api/{*rest}", any(routes::not_found))
+        .route("/tokenize", post(routes::tokenize::tokenize))
+        .route("/detokenize", post(routes::tokenize::detokenize))
+        .nest("/v1", crate::openai::router())
+        .fallback_service(crate::static_files::service(&state.dist))
+        .layer(DefaultBodyLimit::max(state.settings.max_body_bytes));
+    if let Some(cors) = cors_layer(&state.settings.cors_origins) {
+        router = router.layer(cors);
+    }
+    // The default predicate leaves text/event-stream uncompressed, so SSE is not buffered.
+    router.layer(CompressionLayer::new()).with_state(state)
 }
 
-async fn health() -> Json<Health> {
-    Json(Health { status: "ok".into(), version: env!("CARGO_PKG_VERSION").into() })
+/// CORS for the configured origins; none configured = same origin only (no layer).
+fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
+    };
+    Some(CorsLayer::new().allow_origin(allow).allow_methods([Method::GET, Method::POST]).allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION]))
 }

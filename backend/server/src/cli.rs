@@ -49,6 +49,24 @@ pub struct ServeArgs {
     /// Folder with the Trunk-built playground.
     #[arg(long, env = "PEREGRINE_DIST", default_value = "dist")]
     pub dist: PathBuf,
+    /// Where share links are stored (SQLite); default ${XDG_DATA_HOME:-~/.local/share}/peregrine.
+    #[arg(long, env = "PEREGRINE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Requests that may wait behind the running one; more get 429.
+    #[arg(long, default_value_t = peregrine_engine::handle::DEFAULT_MAX_QUEUE)]
+    pub max_queue: usize,
+    /// Concurrent requests per client IP (0 = no limit); more get 429.
+    #[arg(long, default_value_t = crate::config::DEFAULT_MAX_PER_CLIENT)]
+    pub max_per_client: usize,
+    /// Seconds after which a request (queue wait included) is cancelled (0 = never).
+    #[arg(long, default_value_t = crate::config::DEFAULT_REQUEST_TIMEOUT_SECS)]
+    pub request_timeout: u64,
+    /// Origin allowed to call the API cross-site (repeatable; `*` for any). Default: same origin only.
+    #[arg(long = "cors-origin")]
+    pub cors_origins: Vec<String>,
+    /// Seconds the running request may finish after Ctrl-C / SIGTERM before it is cancelled.
+    #[arg(long, default_value_t = crate::config::DEFAULT_SHUTDOWN_GRACE_SECS)]
+    pub shutdown_grace: u64,
 }
 
 /// Arguments of `peregrine generate`.

@@ -1,4 +1,12 @@
-//! The server's error type and its one mapping to HTTP responses.
+//! The server's error type: one enum, one status/code mapping (`status`, `code`), and
+//! the playground's JSON rendering; the OpenAI routes render the same values in
+//! OpenAI's shape (`openai::error`).
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use peregrine_api::playground::ApiError;
+use peregrine_engine::request::ErrorCode;
 
 /// Errors the server reports to a user (start-up) or a client (requests).
 #[derive(Debug, thiserror::Error)]
@@ -10,13 +18,157 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// A request failed inside the engine.
+    /// The data directory or the share database cannot be used.
+    #[error("share store: {0}")]
+    Store(String),
+    /// A request failed inside the engine (CLI).
     #[error("{0}")]
     Request(String),
     /// The engine reported an error.
     #[error(transparent)]
     Engine(#[from] peregrine_engine::Error),
+    /// Malformed or out-of-range input; `param` names the field when known.
+    #[error("{message}")]
+    BadRequest { message: String, param: Option<String> },
+    /// The prompt and max_tokens do not fit the model's context.
+    #[error("{0}")]
+    ContextOverflow(String),
+    /// A body, prompt or output over its documented size.
+    #[error("{0}")]
+    TooLarge(String),
+    /// No such share, route or resource.
+    #[error("{0}")]
+    NotFound(String),
+    /// A `model` name this server does not serve.
+    #[error("the model `{0}` does not exist on this server (see GET /v1/models)")]
+    ModelNotFound(String),
+    /// The engine queue is full.
+    #[error("the server is busy: {waiting} requests are waiting; try again shortly")]
+    QueueFull { waiting: usize, retry_after_secs: u64 },
+    /// This client already has its allowed number of requests in flight.
+    #[error("too many concurrent requests from this client (limit {limit})")]
+    ClientLimit { limit: usize, retry_after_secs: u64 },
+    /// No engine yet (loading), none configured, or shutting down.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The request ran past the server's time limit.
+    #[error("the request took longer than the server's limit of {0} s")]
+    Timeout(u64),
+    /// A fault on the server's side.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 /// The server's result alias.
 pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// A 400 naming the offending field.
+    pub fn bad(param: &str, message: impl Into<String>) -> Error {
+        Error::BadRequest { message: message.into(), param: Some(param.to_string()) }
+    }
+
+    /// An engine `Error` event as a server error.
+    pub fn from_event(code: ErrorCode, message: String) -> Error {
+        match code {
+            ErrorCode::InvalidRequest => Error::BadRequest { message, param: None },
+            ErrorCode::ContextOverflow => Error::ContextOverflow(message),
+            ErrorCode::Unavailable => Error::Unavailable(message),
+            ErrorCode::Timeout => Error::Unavailable(message),
+            ErrorCode::Internal => Error::Internal(message),
+        }
+    }
+
+    /// The HTTP status: client mistakes are 4xx, never 500.
+    pub fn status(&self) -> StatusCode {
+        use peregrine_engine::Error as E;
+        match self {
+            Error::BadRequest { .. } | Error::ContextOverflow(_) => StatusCode::BAD_REQUEST,
+            Error::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::NotFound(_) | Error::ModelNotFound(_) => StatusCode::NOT_FOUND,
+            Error::QueueFull { .. } | Error::ClientLimit { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Error::Unavailable(_) | Error::Timeout(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Engine(e) => match e {
+                E::InvalidRequest(_) | E::ContextOverflow { .. } | E::Template(_) | E::TokenOutOfRange { .. } => StatusCode::BAD_REQUEST,
+                E::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            },
+            Error::Bind { .. } | Error::Store(_) | Error::Request(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// Stable snake_case code for clients (`busy` is what the playground retries on).
+    pub fn code(&self) -> &'static str {
+        use peregrine_engine::Error as E;
+        match self {
+            Error::BadRequest { .. } => "invalid_request",
+            Error::ContextOverflow(_) => "context_length_exceeded",
+            Error::TooLarge(_) => "payload_too_large",
+            Error::NotFound(_) => "not_found",
+            Error::ModelNotFound(_) => "model_not_found",
+            Error::QueueFull { .. } => "busy",
+            Error::ClientLimit { .. } => "client_limit",
+            Error::Unavailable(_) => "unavailable",
+            Error::Timeout(_) => "timeout",
+            Error::Engine(e) => match e {
+                E::InvalidRequest(_) | E::Template(_) | E::TokenOutOfRange { .. } => "invalid_request",
+                E::ContextOverflow { .. } => "context_length_exceeded",
+                E::Unavailable(_) => "unavailable",
+                _ => "internal_error",
+            },
+            Error::Bind { .. } | Error::Store(_) | Error::Request(_) | Error::Internal(_) => "internal_error",
+        }
+    }
+
+    /// The field at fault, when known.
+    pub fn param(&self) -> Option<&str> {
+        match self {
+            Error::BadRequest { param, .. } => param.as_deref(),
+            Error::ModelNotFound(_) => Some("model"),
+            _ => None,
+        }
+    }
+
+    /// Seconds a client should wait before retrying (429s).
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            Error::QueueFull { retry_after_secs, .. } | Error::ClientLimit { retry_after_secs, .. } => Some(*retry_after_secs),
+            _ => None,
+        }
+    }
+
+    /// Adds `Retry-After` to a response built for this error.
+    pub fn with_retry_after(&self, mut response: Response) -> Response {
+        if let Some(secs) = self.retry_after_secs() {
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        response
+    }
+
+    /// The playground's JSON body for this error.
+    pub fn api_error(&self) -> ApiError {
+        ApiError { code: self.code().to_string(), message: self.to_string() }
+    }
+}
+
+/// The playground error body: [`ApiError`] plus `retry_after_ms` on 429s.
+#[derive(serde::Serialize)]
+struct ErrorBody {
+    #[serde(flatten)]
+    error: ApiError,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after_ms: Option<u64>,
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        if self.status().is_server_error() {
+            tracing::warn!(code = self.code(), "{self}");
+        }
+        let body = ErrorBody { error: self.api_error(), retry_after_ms: self.retry_after_secs().map(|s| s * 1000) };
+        let response = (self.status(), Json(body)).into_response();
+        self.with_retry_after(response)
+    }
+}

@@ -1,9 +1,21 @@
-//! Peregrine's server: CLI definitions, the axum application and its routes.
+//! Peregrine's server: CLI definitions, the axum application, its routes (playground
+//! API, OpenAI-compatible API, shares, metrics) and the request queue glue.
 
 pub mod app;
 pub mod cli;
+pub mod client_limit;
+pub mod config;
+pub mod engine_slot;
 pub mod engine_start;
 pub mod error;
+pub mod extract;
 pub mod generate;
+pub mod ids;
+pub mod jobs;
+pub mod metrics;
+pub mod openai;
+pub mod prompt;
 pub mod routes;
 pub mod serve;
+pub mod share_store;
+pub mod static_files;

@@ -1,5 +1,7 @@
 //! The `peregrine` binary: parses the command line and runs one subcommand.
 
+use std::io::IsTerminal;
+
 use clap::Parser;
 use peregrine_server::cli::{Cli, Command};
 
@@ -7,7 +9,11 @@ use peregrine_server::cli::{Cli, Command};
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => peregrine_server::serve::run(args).await,
+        Command::Serve(args) => {
+            // One line per request (with its timings) and warnings, on stderr.
+            tracing_subscriber::fmt().with_writer(std::io::stderr).with_target(false).with_ansi(std::io::stderr().is_terminal()).init();
+            peregrine_server::serve::run(args).await
+        }
         Command::Generate(args) => peregrine_server::generate::run(args).await,
     };
     match result {

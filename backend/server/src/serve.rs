@@ -1,33 +1,110 @@
-//! `peregrine serve`: loads the model, binds the socket and runs the application
-//! until Ctrl-C.
+//! `peregrine serve`: checks the arguments, opens the share store, binds, loads the
+//! model in the background (`/health` answers 503 until it is ready) and serves until
+//! Ctrl-C or SIGTERM; then queued requests are refused and the running one gets a
+//! grace period before it is cancelled.
 
-use crate::{
-    app::{app, AppState},
-    cli::ServeArgs,
-    engine_start::start_engine,
-    error::{Error, Result},
-};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use crate::app::{app, AppState};
+use crate::cli::ServeArgs;
+use crate::config::Settings;
+use crate::engine_slot::EngineSlot;
+use crate::engine_start::{choose_model, load_engine, model_id};
+use crate::error::{Error, Result};
+use crate::share_store::{default_data_dir, ShareStore};
 
 /// Runs the server with the given arguments.
 pub async fn run(args: ServeArgs) -> Result<()> {
-    // Load first: a bad model is reported before the port is taken.
-    let engine = start_engine(&args.model, peregrine_engine::handle::DEFAULT_MAX_QUEUE).await?;
+    // Fail fast on a bad model path or data dir, before the port is taken.
+    let choice = choose_model(&args.model)?;
+    let data_dir = args.data_dir.clone().or_else(default_data_dir).ok_or_else(|| Error::Store("neither XDG_DATA_HOME nor HOME is set; pass --data-dir".into()))?;
+    let shares = ShareStore::open(&data_dir)?;
+    let settings = Settings {
+        max_per_client: args.max_per_client,
+        request_timeout: (args.request_timeout > 0).then(|| Duration::from_secs(args.request_timeout)),
+        shutdown_grace: Duration::from_secs(args.shutdown_grace),
+        cors_origins: args.cors_origins.clone(),
+        ..Settings::default()
+    };
     let addr = format!("{}:{}", args.host, args.port);
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .map_err(|source| Error::Bind { addr: addr.clone(), source })?;
+    let listener = TcpListener::bind(&addr).await.map_err(|source| Error::Bind { addr: addr.clone(), source })?;
     if !args.dist.join("index.html").exists() {
         eprintln!("warning: {} has no index.html; build the playground with `trunk build`", args.dist.display());
     }
     let local = listener.local_addr().map_err(|source| Error::Bind { addr: addr.clone(), source })?;
-    eprintln!("peregrine listening on http://{local}");
-    let state = AppState { dist: args.dist, engine: Some(engine.clone()) };
-    let served = axum::serve(listener, app(state))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
+    eprintln!("peregrine listening on http://{local} (shares in {})", shares.path().display());
+
+    let slot = EngineSlot::loading();
+    let state = AppState::new(args.dist.clone()).with_engine_slot(slot.clone()).with_shares(shares).with_settings(settings);
+    let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<Error>();
+    let max_queue = args.max_queue;
+    tokio::spawn(async move {
+        match load_engine(&choice, max_queue).await {
+            Ok(handle) => slot.set_ready(handle, model_id(&choice.path)),
+            Err(e) => {
+                slot.set_failed(e.to_string());
+                let _ = failed_tx.send(e);
+            }
+        }
+    });
+    let (load_error_tx, load_error_rx) = tokio::sync::oneshot::channel::<Error>();
+    let stop = async move {
+        tokio::select! {
+            _ = shutdown_signal() => eprintln!("shutting down"),
+            Ok(e) = failed_rx => { let _ = load_error_tx.send(e); }
+        }
+    };
+    serve_on(listener, state, stop).await.map_err(|source| Error::Bind { addr, source })?;
+    match load_error_rx.await {
+        Ok(e) => Err(e),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Serves `state` on `listener` until `stop` resolves, then shuts down gracefully:
+/// the engine refuses new work and fails queued requests, the running request has
+/// `settings.shutdown_grace` to finish before it is cancelled, open streams end.
+pub async fn serve_on(listener: TcpListener, state: AppState, stop: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+    let slot = state.engine.clone();
+    let grace = state.settings.shutdown_grace;
+    let service = app(state).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, service)
+        .with_graceful_shutdown(async move {
+            stop.await;
+            if let Some(engine) = slot.ready_engine() {
+                engine.handle.shutdown();
+                let handle = engine.handle.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(grace).await;
+                    handle.cancel_running();
+                });
+            }
         })
         .await
-        .map_err(|source| Error::Bind { addr, source });
-    engine.shutdown();
-    served
+}
+
+/// Ctrl-C, or SIGTERM on Unix.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

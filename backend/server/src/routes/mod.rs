@@ -1,3 +1,15 @@
-//! HTTP routes, one file per area.
+//! HTTP routes of the playground API and operations, one file per area.
 
+pub mod generate;
+pub mod health;
 pub mod info;
+pub mod metrics;
+pub mod shares;
+pub mod tokenize;
+
+use crate::error::Error;
+
+/// Unknown `/api/...` paths: a JSON 404 rather than the playground page.
+pub async fn not_found() -> Error {
+    Error::NotFound("no such API route".into())
+}

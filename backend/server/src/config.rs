@@ -1,0 +1,56 @@
+//! Server settings (limits, timeouts, CORS) with their documented defaults; the CLI
+//! fills them, tests build them directly.
+
+use std::time::Duration;
+
+/// Concurrent requests one client IP may have in flight (0 = no limit).
+pub const DEFAULT_MAX_PER_CLIENT: usize = 0;
+/// A request (queue wait included) is cancelled after this many seconds (0 = never).
+pub const DEFAULT_REQUEST_TIMEOUT_SECS: u64 = 600;
+/// Largest request body; bigger ones get 413 before any parsing.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+/// SSE comment sent this often while nothing else is sent (keeps proxies from closing idle streams).
+pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(5);
+/// Live stats are sent at least this often on the playground stream.
+pub const STATS_INTERVAL: Duration = Duration::from_millis(250);
+/// After a shutdown signal, the running request may finish for this long before it is cancelled.
+pub const DEFAULT_SHUTDOWN_GRACE_SECS: u64 = 10;
+/// Most stop strings a request may carry.
+pub const MAX_STOP_STRINGS: usize = 8;
+/// Longest stop string, in bytes.
+pub const MAX_STOP_BYTES: usize = 256;
+/// Largest output text a share may carry (the prompt limit is `peregrine_api::playground::MAX_PROMPT_BYTES`).
+pub const MAX_SHARE_OUTPUT_BYTES: usize = 256 * 1024;
+/// Longest `backend` / `device` label a share may carry.
+pub const MAX_SHARE_LABEL_BYTES: usize = 256;
+/// Retry-After sent with a 429 when no request has finished yet to estimate from.
+pub const DEFAULT_RETRY_AFTER_SECS: u64 = 1;
+/// Upper bound on the Retry-After estimate.
+pub const MAX_RETRY_AFTER_SECS: u64 = 60;
+
+/// What the server enforces besides the engine's queue length.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Concurrent requests per client IP (0 = no limit).
+    pub max_per_client: usize,
+    /// Whole-request limit, queue wait included; `None` = no limit.
+    pub request_timeout: Option<Duration>,
+    pub max_body_bytes: usize,
+    pub keep_alive: Duration,
+    pub shutdown_grace: Duration,
+    /// Origins allowed to call the API from other sites; empty = same origin only.
+    pub cors_origins: Vec<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            max_per_client: DEFAULT_MAX_PER_CLIENT,
+            request_timeout: Some(Duration::from_secs(DEFAULT_REQUEST_TIMEOUT_SECS)),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            keep_alive: DEFAULT_KEEP_ALIVE,
+            shutdown_grace: Duration::from_secs(DEFAULT_SHUTDOWN_GRACE_SECS),
+            cors_origins: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! Request extractors: a JSON body whose every failure is a clear 400 (or 413), and
+//! the client's IP for per-client limits.
+
+use std::net::{IpAddr, SocketAddr};
+
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use serde::de::DeserializeOwned;
+
+use crate::error::Error;
+
+/// A JSON body, parsed whatever its `Content-Type` (as llama.cpp's server does);
+/// errors name the field at fault.
+pub struct JsonBody<T>(pub T);
+
+impl<S, T> FromRequest<S> for JsonBody<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = Error;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Error> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|r| {
+            if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                Error::TooLarge("the request body is larger than the server accepts".into())
+            } else {
+                Error::BadRequest { message: format!("cannot read the request body: {}", r.body_text()), param: None }
+            }
+        })?;
+        parse_json(&bytes).map(JsonBody)
+    }
+}
+
+/// Parses `bytes` as one JSON value of type `T`.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(Error::BadRequest { message: "the request body is empty; send a JSON object".into(), param: None });
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let kind = if inner.is_syntax() || inner.is_eof() { "malformed JSON" } else { "invalid request" };
+        if path == "." || path == "?" || kind == "malformed JSON" {
+            Error::BadRequest { message: format!("{kind}: {inner}"), param: None }
+        } else {
+            Error::BadRequest { message: format!("{kind} at `{path}`: {inner}"), param: Some(path) }
+        }
+    })?;
+    de.end().map_err(|e| Error::BadRequest { message: format!("malformed JSON: {e}"), param: None })?;
+    Ok(value)
+}
+
+/// The peer's IP address, when the server was started with connect info.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientIp(pub Option<IpAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientIp {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        Ok(ClientIp(parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip())))
+    }
+}

@@ -1,0 +1,152 @@
+//! Prometheus metrics in the text exposition format (hand-written: a few
+//! histograms and counters do not need a metrics crate). Names follow vLLM's.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Bucket bounds (seconds) of time to first token.
+const TTFT_BUCKETS: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+/// Bucket bounds (seconds) of the gap between two streamed tokens.
+const ITL_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+/// Bucket bounds (seconds) of whole requests and of queue waits.
+const LATENCY_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0];
+
+/// A fixed-bucket histogram, lock-free.
+pub struct Histogram {
+    bounds: &'static [f64],
+    /// Per-bucket (not cumulative) counts; the last entry is +Inf.
+    counts: Vec<AtomicU64>,
+    sum_micros: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Self {
+        Histogram { bounds, counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(), sum_micros: AtomicU64::new(0), count: AtomicU64::new(0) }
+    }
+
+    /// Records one value in seconds.
+    pub fn observe(&self, secs: f64) {
+        if !secs.is_finite() || secs < 0.0 {
+            return;
+        }
+        let i = self.bounds.iter().position(|&b| secs <= b).unwrap_or(self.bounds.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_micros.fetch_add((secs * 1e6) as u64, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Mean of the recorded values, if any.
+    pub fn mean(&self) -> Option<f64> {
+        let n = self.count.load(Ordering::Relaxed);
+        (n > 0).then(|| self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6 / n as f64)
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            cumulative += c.load(Ordering::Relaxed);
+            let le = self.bounds.get(i).map(|b| b.to_string()).unwrap_or_else(|| "+Inf".into());
+            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
+        }
+        let _ = writeln!(out, "{name}_sum {}", self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count {}", self.count.load(Ordering::Relaxed));
+    }
+}
+
+/// Everything `/metrics` reports besides the live gauges.
+pub struct Metrics {
+    pub time_to_first_token: Histogram,
+    pub inter_token_latency: Histogram,
+    pub e2e_latency: Histogram,
+    pub queue_time: Histogram,
+    pub prompt_tokens: AtomicU64,
+    pub generation_tokens: AtomicU64,
+    /// Finished requests by finish reason (`stop`, `length`, `cancelled`, `error`, `timeout`).
+    finished: Mutex<BTreeMap<&'static str, u64>>,
+    /// Refused requests by reason (`queue_full`, `client_limit`).
+    rejected: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            time_to_first_token: Histogram::new(TTFT_BUCKETS),
+            inter_token_latency: Histogram::new(ITL_BUCKETS),
+            e2e_latency: Histogram::new(LATENCY_BUCKETS),
+            queue_time: Histogram::new(LATENCY_BUCKETS),
+            prompt_tokens: AtomicU64::new(0),
+            generation_tokens: AtomicU64::new(0),
+            finished: Mutex::default(),
+            rejected: Mutex::default(),
+        }
+    }
+}
+
+impl Metrics {
+    /// Counts a finished request.
+    pub fn finished(&self, reason: &'static str) {
+        if let Ok(mut m) = self.finished.lock() {
+            *m.entry(reason).or_insert(0) += 1;
+        }
+    }
+
+    /// Counts a refused request.
+    pub fn rejected(&self, reason: &'static str) {
+        if let Ok(mut m) = self.rejected.lock() {
+            *m.entry(reason).or_insert(0) += 1;
+        }
+    }
+
+    /// The Prometheus text, with the engine's live gauges.
+    pub fn render(&self, running: usize, waiting: usize) -> String {
+        let mut out = String::new();
+        self.time_to_first_token.render(&mut out, "peregrine_time_to_first_token_seconds", "Time from the engine starting a request to its first token.");
+        self.inter_token_latency.render(&mut out, "peregrine_inter_token_latency_seconds", "Time between two consecutive generated tokens.");
+        self.e2e_latency.render(&mut out, "peregrine_e2e_request_latency_seconds", "Time from a request being accepted to its last event.");
+        self.queue_time.render(&mut out, "peregrine_request_queue_time_seconds", "Time a request waited in the queue before the engine started it.");
+        let counter = |out: &mut String, name: &str, help: &str, v: u64| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+        };
+        counter(&mut out, "peregrine_prompt_tokens_total", "Prompt tokens processed.", self.prompt_tokens.load(Ordering::Relaxed));
+        counter(&mut out, "peregrine_generation_tokens_total", "Tokens generated.", self.generation_tokens.load(Ordering::Relaxed));
+        let labelled = |out: &mut String, name: &str, help: &str, label: &str, known: &[&'static str], map: &Mutex<BTreeMap<&'static str, u64>>| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            let map = map.lock().map(|m| m.clone()).unwrap_or_default();
+            let mut keys: Vec<&str> = known.to_vec();
+            keys.extend(map.keys().filter(|k| !known.contains(k)));
+            for k in keys {
+                let _ = writeln!(out, "{name}{{{label}=\"{k}\"}} {}", map.get(k).copied().unwrap_or(0));
+            }
+        };
+        labelled(&mut out, "peregrine_requests_total", "Finished requests by finish reason.", "finish_reason", &["stop", "length", "cancelled", "error", "timeout"], &self.finished);
+        labelled(&mut out, "peregrine_requests_rejected_total", "Requests refused with 429.", "reason", &["queue_full", "client_limit"], &self.rejected);
+        let _ = writeln!(out, "# HELP peregrine_requests_running Requests the engine is running.\n# TYPE peregrine_requests_running gauge\nperegrine_requests_running {running}");
+        let _ = writeln!(out, "# HELP peregrine_requests_waiting Requests waiting in the queue.\n# TYPE peregrine_requests_waiting gauge\nperegrine_requests_waiting {waiting}");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let m = Metrics::default();
+        m.time_to_first_token.observe(0.02);
+        m.time_to_first_token.observe(0.3);
+        m.finished("stop");
+        let text = m.render(1, 2);
+        assert!(text.contains("peregrine_time_to_first_token_seconds_bucket{le=\"0.025\"} 1"), "{text}");
+        assert!(text.contains("peregrine_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2"));
+        assert!(text.contains("peregrine_time_to_first_token_seconds_count 2"));
+        assert!(text.contains("peregrine_requests_total{finish_reason=\"stop\"} 1"));
+        assert!(text.contains("peregrine_requests_total{finish_reason=\"length\"} 0"));
+        assert!(text.contains("peregrine_requests_running 1"));
+        assert!(text.contains("peregrine_requests_waiting 2"));
+    }
+}

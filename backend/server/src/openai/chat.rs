@@ -1,0 +1,193 @@
+//! `POST /v1/chat/completions`: messages through the model's chat template,
+//! streamed or not, with `logprobs` / `top_logprobs`.
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use peregrine_engine::request::{Prompt, Request};
+use peregrine_engine::template::ChatMessage;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::error::OpenAiError;
+use super::logprobs;
+use super::params::{check_top_logprobs, CommonParams};
+use super::steps::{finish_reason, Step, Steps, TokenLp};
+use super::stream::{sse, Render};
+use crate::app::AppState;
+use crate::error::{Error, Result};
+use crate::extract::{ClientIp, JsonBody};
+use crate::ids::{response_id, unix_now};
+use crate::jobs::{self, JobSpec};
+use crate::prompt;
+
+/// One message of the request.
+#[derive(Debug, Deserialize)]
+pub struct MessageIn {
+    pub role: String,
+    /// A string, an array of `{type: "text", text}` parts, or null.
+    #[serde(default)]
+    pub content: Value,
+}
+
+/// Body of `POST /v1/chat/completions`.
+#[derive(Debug, Deserialize)]
+pub struct ChatRequest {
+    pub messages: Vec<MessageIn>,
+    pub max_tokens: Option<u32>,
+    pub max_completion_tokens: Option<u32>,
+    #[serde(default)]
+    pub logprobs: bool,
+    pub top_logprobs: Option<u32>,
+    pub tools: Option<Vec<Value>>,
+    pub response_format: Option<Value>,
+    #[serde(flatten)]
+    pub common: CommonParams,
+}
+
+/// The messages as template input; only text content is supported.
+fn messages(req: &ChatRequest) -> Result<Vec<ChatMessage>> {
+    if req.messages.is_empty() {
+        return Err(Error::bad("messages", "messages must contain at least one message"));
+    }
+    req.messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let param = || format!("messages[{i}].content");
+            let content = match &m.content {
+                Value::Null => String::new(),
+                Value::String(s) => s.clone(),
+                Value::Array(parts) => parts
+                    .iter()
+                    .map(|p| match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
+                        (Some("text"), Some(t)) => Ok(t),
+                        _ => Err(Error::bad(&param(), "only text content parts are supported")),
+                    })
+                    .collect::<Result<Vec<_>>>()?
+                    .concat(),
+                _ => return Err(Error::bad(&param(), "content must be a string or an array of text parts")),
+            };
+            Ok(ChatMessage::new(m.role.clone(), content))
+        })
+        .collect()
+}
+
+/// Handles a chat completion request.
+pub async fn chat_completions(State(state): State<AppState>, ClientIp(client): ClientIp, body: Result<JsonBody<ChatRequest>>) -> std::result::Result<Response, OpenAiError> {
+    let JsonBody(req) = body?;
+    let engine = state.engine.get()?;
+    req.common.check_model(&engine)?;
+    if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+        return Err(Error::bad("tools", "tools are not supported").into());
+    }
+    if let Some(f) = &req.response_format {
+        if f.get("type").and_then(Value::as_str).is_some_and(|t| t != "text") {
+            return Err(Error::bad("response_format", "only the text response format is supported").into());
+        }
+    }
+    let sampling = req.common.sampling()?;
+    let stop = req.common.stops()?;
+    let top = match (req.logprobs, req.top_logprobs) {
+        (false, Some(n)) if n > 0 => return Err(Error::bad("top_logprobs", "top_logprobs needs logprobs: true").into()),
+        (false, _) => None,
+        (true, n) => Some(check_top_logprobs("top_logprobs", n.unwrap_or(0))?),
+    };
+    let ids = prompt::tokenize(&engine, Prompt::Chat(messages(&req)?), "messages").await?;
+    let max_tokens = match req.max_completion_tokens.or(req.max_tokens) {
+        Some(0) => return Err(Error::bad("max_tokens", "max_tokens must be at least 1").into()),
+        Some(n) => n as usize,
+        None => prompt::room_left(&engine, ids.len()).max(1),
+    };
+    prompt::check_fits(&engine, ids.len(), max_tokens)?;
+    let request = Request {
+        max_tokens,
+        sampling,
+        stop,
+        ignore_eos: req.common.ignore_eos.unwrap_or(false),
+        top_logprobs: top.unwrap_or(0),
+        ..Request::new(Prompt::Tokens(ids))
+    };
+    let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/v1/chat/completions", client, ticker: false })?;
+    let steps = Steps { job, text: engine.handle.text().clone(), logprobs: top.is_some() };
+    let out = Chat { id: response_id("chatcmpl"), created: unix_now(), model: engine.model_id.clone(), logprobs: top.is_some(), include_usage: req.common.include_usage() };
+    if req.common.streaming() {
+        Ok(sse(steps, out, state.settings.keep_alive))
+    } else {
+        Ok(Json(out.collect(steps).await?).into_response())
+    }
+}
+
+/// Builds chat completion objects and chunks.
+struct Chat {
+    id: String,
+    created: u64,
+    model: String,
+    logprobs: bool,
+    include_usage: bool,
+}
+
+impl Chat {
+    fn object(&self, kind: &str, choices: Value) -> Value {
+        json!({ "id": self.id, "object": kind, "created": self.created, "model": self.model, "choices": choices })
+    }
+
+    fn chunk(&self, delta: Value, logprobs: Value, finish: Option<&str>) -> Value {
+        let mut c = self.object("chat.completion.chunk", json!([{ "index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish }]));
+        if self.include_usage {
+            c["usage"] = Value::Null;
+        }
+        c
+    }
+
+    async fn collect(self, mut steps: Steps) -> Result<Value> {
+        let mut text = String::new();
+        let mut tokens: Vec<TokenLp> = Vec::new();
+        while let Some(step) = steps.next().await {
+            match step {
+                Step::Started | Step::Prompt(_) => {}
+                Step::Text { text: t, token } => {
+                    text.push_str(&t);
+                    tokens.extend(token);
+                }
+                Step::Failed(e) => return Err(e),
+                Step::Done { reason, usage, timings } => {
+                    let lp = if self.logprobs { logprobs::chat(&tokens) } else { Value::Null };
+                    let message = json!({ "role": "assistant", "content": text });
+                    let mut out = self.object("chat.completion", json!([{ "index": 0, "message": message, "logprobs": lp, "finish_reason": finish_reason(reason) }]));
+                    out["usage"] = json!(usage);
+                    out["timings"] = json!(timings);
+                    return Ok(out);
+                }
+            }
+        }
+        Err(Error::Internal("the request ended without a result".into()))
+    }
+}
+
+impl Render for Chat {
+    fn render(&mut self, step: Step) -> Vec<Value> {
+        match step {
+            Step::Started => vec![self.chunk(json!({ "role": "assistant", "content": "" }), Value::Null, None)],
+            Step::Prompt(_) | Step::Failed(_) => vec![],
+            Step::Text { text, token } => {
+                let lp = match &token {
+                    Some(t) => logprobs::chat(std::slice::from_ref(t)),
+                    None => Value::Null,
+                };
+                vec![self.chunk(json!({ "content": text }), lp, None)]
+            }
+            Step::Done { reason, usage, timings } => {
+                let mut last = self.chunk(json!({}), Value::Null, Some(finish_reason(reason)));
+                if !self.include_usage {
+                    last["timings"] = json!(timings);
+                    return vec![last];
+                }
+                let mut usage_chunk = self.object("chat.completion.chunk", json!([]));
+                usage_chunk["usage"] = json!(usage);
+                usage_chunk["timings"] = json!(timings);
+                vec![last, usage_chunk]
+            }
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! `POST /v1/completions`: a text or token-id prompt, streamed or not, with
+//! `logprobs` and `echo` (so `echo: true, max_tokens: 0` scores a prompt).
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use peregrine_engine::request::{Prompt, Request};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::error::OpenAiError;
+use super::logprobs::legacy;
+use super::params::{check_top_logprobs, CommonParams};
+use super::steps::{finish_reason, Step, Steps, TokenLp};
+use super::stream::{sse, Render};
+use crate::app::AppState;
+use crate::error::{Error, Result};
+use crate::extract::{ClientIp, JsonBody};
+use crate::ids::{response_id, unix_now};
+use crate::jobs::{self, JobSpec};
+use crate::prompt;
+
+/// OpenAI's default `max_tokens` for completions.
+pub const DEFAULT_COMPLETION_MAX_TOKENS: u32 = 16;
+
+/// Body of `POST /v1/completions`.
+#[derive(Debug, Deserialize)]
+pub struct CompletionRequest {
+    /// A string, an array of token ids, or a one-element array of either.
+    pub prompt: Option<serde_json::Value>,
+    pub max_tokens: Option<u32>,
+    /// Alternatives per token (0 = only the chosen token's log-probability).
+    pub logprobs: Option<u32>,
+    #[serde(default)]
+    pub echo: bool,
+    pub suffix: Option<String>,
+    pub best_of: Option<u32>,
+    #[serde(flatten)]
+    pub common: CommonParams,
+}
+
+/// The prompt field as an engine prompt, plus its text for `echo`.
+fn parse_prompt(v: Option<&Value>) -> Result<(Prompt, Option<String>)> {
+    let bad = || Error::bad("prompt", "prompt must be a string, an array of token ids, or a one-element array of either");
+    let ids = |items: &[Value]| -> Result<Vec<u32>> {
+        items.iter().map(|v| v.as_u64().and_then(|i| u32::try_from(i).ok()).ok_or_else(|| Error::bad("prompt", "token ids must be non-negative integers"))).collect()
+    };
+    match v {
+        None | Some(Value::Null) => Err(Error::bad("prompt", "prompt is required")),
+        Some(Value::String(s)) => Ok((Prompt::Text(s.clone()), Some(s.clone()))),
+        Some(Value::Array(items)) if items.is_empty() => Err(Error::bad("prompt", "the prompt is empty")),
+        Some(Value::Array(items)) if items[0].is_number() => Ok((Prompt::Tokens(ids(items)?), None)),
+        Some(Value::Array(items)) if items.len() > 1 => Err(Error::bad("prompt", "only one prompt per request is supported")),
+        Some(Value::Array(items)) => match &items[0] {
+            Value::String(s) => Ok((Prompt::Text(s.clone()), Some(s.clone()))),
+            Value::Array(inner) => Ok((Prompt::Tokens(ids(inner)?), None)),
+            _ => Err(bad()),
+        },
+        Some(_) => Err(bad()),
+    }
+}
+
+/// Handles a completion request.
+pub async fn completions(State(state): State<AppState>, ClientIp(client): ClientIp, body: Result<JsonBody<CompletionRequest>>) -> std::result::Result<Response, OpenAiError> {
+    let JsonBody(req) = body?;
+    let engine = state.engine.get()?;
+    req.common.check_model(&engine)?;
+    if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Err(Error::bad("suffix", "suffix is not supported").into());
+    }
+    if req.best_of.is_some_and(|b| b != 1) {
+        return Err(Error::bad("best_of", "only best_of = 1 is supported").into());
+    }
+    let sampling = req.common.sampling()?;
+    let stop = req.common.stops()?;
+    let top = req.logprobs.map(|n| check_top_logprobs("logprobs", n)).transpose()?;
+    let (input, prompt_text) = parse_prompt(req.prompt.as_ref())?;
+    let ids = prompt::tokenize(&engine, input, "prompt").await?;
+    let max_tokens = req.max_tokens.unwrap_or(DEFAULT_COMPLETION_MAX_TOKENS) as usize;
+    prompt::check_fits(&engine, ids.len(), max_tokens)?;
+    let text = engine.handle.text().clone();
+    let echo_text = req.echo.then(|| prompt_text.unwrap_or_else(|| text.tokenizer.as_ref().and_then(|t| t.decode(&ids).ok()).unwrap_or_default()));
+    let request = Request {
+        max_tokens,
+        sampling,
+        stop,
+        ignore_eos: req.common.ignore_eos.unwrap_or(false),
+        top_logprobs: top.unwrap_or(0),
+        echo_logprobs: req.echo && top.is_some(),
+        ..Request::new(Prompt::Tokens(ids))
+    };
+    let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/v1/completions", client, ticker: false })?;
+    let steps = Steps { job, text, logprobs: top.is_some() };
+    let out = Completion { id: response_id("cmpl"), created: unix_now(), model: engine.model_id.clone(), echo: echo_text, logprobs: top.is_some(), include_usage: req.common.include_usage(), offset: 0 };
+    if req.common.streaming() {
+        Ok(sse(steps, out, state.settings.keep_alive))
+    } else {
+        Ok(Json(out.collect(steps).await?).into_response())
+    }
+}
+
+/// Builds completion objects and chunks.
+struct Completion {
+    id: String,
+    created: u64,
+    model: String,
+    /// The prompt text, when echoed.
+    echo: Option<String>,
+    logprobs: bool,
+    include_usage: bool,
+    /// Characters of text so far (logprobs `text_offset`).
+    offset: usize,
+}
+
+impl Completion {
+    fn object(&self, choices: Value) -> Value {
+        json!({ "id": self.id, "object": "text_completion", "created": self.created, "model": self.model, "choices": choices })
+    }
+
+    fn chunk(&self, text: &str, logprobs: Value, finish: Option<&str>) -> Value {
+        let mut c = self.object(json!([{ "index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish }]));
+        if self.include_usage {
+            c["usage"] = Value::Null;
+        }
+        c
+    }
+
+    /// Waits for the end and builds the whole answer.
+    async fn collect(mut self, mut steps: Steps) -> Result<Value> {
+        let mut text = self.echo.clone().unwrap_or_default();
+        let mut tokens: Vec<TokenLp> = Vec::new();
+        while let Some(step) = steps.next().await {
+            match step {
+                Step::Started => {}
+                Step::Prompt(p) => tokens.extend(p),
+                Step::Text { text: t, token } => {
+                    text.push_str(&t);
+                    tokens.extend(token);
+                }
+                Step::Failed(e) => return Err(e),
+                Step::Done { reason, usage, timings } => {
+                    let logprobs = if self.logprobs { legacy(&tokens, &mut self.offset) } else { Value::Null };
+                    let mut out = self.object(json!([{ "index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason(reason) }]));
+                    out["usage"] = json!(usage);
+                    out["timings"] = json!(timings);
+                    return Ok(out);
+                }
+            }
+        }
+        Err(Error::Internal("the request ended without a result".into()))
+    }
+}
+
+impl Render for Completion {
+    fn render(&mut self, step: Step) -> Vec<Value> {
+        match step {
+            // Echo without logprobs: the prompt text is the first chunk.
+            Step::Started => match (&self.echo, self.logprobs) {
+                (Some(p), false) => vec![self.chunk(&p.clone(), Value::Null, None)],
+                _ => vec![],
+            },
+            Step::Prompt(tokens) => {
+                let lp = legacy(&tokens, &mut self.offset);
+                vec![self.chunk(&self.echo.clone().unwrap_or_default(), lp, None)]
+            }
+            Step::Text { text, token } => {
+                let lp = match &token {
+                    Some(t) => legacy(std::slice::from_ref(t), &mut self.offset),
+                    None => Value::Null,
+                };
+                vec![self.chunk(&text, lp, None)]
+            }
+            Step::Done { reason, usage, timings } => {
+                let mut last = self.chunk("", Value::Null, Some(finish_reason(reason)));
+                if !self.include_usage {
+                    last["timings"] = json!(timings);
+                    return vec![last];
+                }
+                let mut usage_chunk = self.object(json!([]));
+                usage_chunk["usage"] = json!(usage);
+                usage_chunk["timings"] = json!(timings);
+                vec![last, usage_chunk]
+            }
+            Step::Failed(_) => vec![],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompt_shapes() {
+        assert!(matches!(parse_prompt(Some(&json!("hi"))).unwrap().0, Prompt::Text(_)));
+        assert!(matches!(parse_prompt(Some(&json!([1, 2, 3]))).unwrap().0, Prompt::Tokens(ref v) if v == &[1, 2, 3]));
+        assert!(matches!(parse_prompt(Some(&json!([[4, 5]]))).unwrap().0, Prompt::Tokens(ref v) if v == &[4, 5]));
+        assert!(matches!(parse_prompt(Some(&json!(["a"]))).unwrap().0, Prompt::Text(_)));
+        assert!(parse_prompt(Some(&json!(["a", "b"]))).is_err());
+        assert!(parse_prompt(Some(&json!([-1]))).is_err());
+        assert!(parse_prompt(Some(&json!({}))).is_err());
+        assert!(parse_prompt(None).is_err());
+    }
+}

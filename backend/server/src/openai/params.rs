@@ -1,0 +1,126 @@
+//! Request fields shared by completions and chat, their validation (every bad value
+//! is a 400 naming the field) and their translation into engine sampling settings.
+
+use peregrine_engine::sampling::{SamplingParams, MAX_TOP_LOGPROBS};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::engine_slot::LoadedEngine;
+use crate::error::{Error, Result};
+use crate::routes::generate::check_stops;
+
+/// OpenAI's default temperature.
+pub const DEFAULT_TEMPERATURE: f32 = 1.0;
+/// Largest temperature OpenAI accepts.
+pub const MAX_TEMPERATURE: f32 = 2.0;
+
+/// `stream_options`.
+#[derive(Debug, Default, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// Fields both endpoints take.
+#[derive(Debug, Default, Deserialize)]
+pub struct CommonParams {
+    pub model: Option<String>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    /// llama.cpp extension (0 = no limit).
+    pub top_k: Option<u32>,
+    /// llama.cpp extension.
+    pub min_p: Option<f32>,
+    #[serde(alias = "repeat_penalty")]
+    pub repetition_penalty: Option<f32>,
+    /// Any JSON integer (negative seeds are reinterpreted as u64).
+    pub seed: Option<Value>,
+    /// A string or an array of strings.
+    pub stop: Option<Value>,
+    pub ignore_eos: Option<bool>,
+    pub n: Option<u32>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    pub logit_bias: Option<serde_json::Map<String, Value>>,
+}
+
+impl CommonParams {
+    /// 404 unless `model` is absent or names the loaded model.
+    pub fn check_model(&self, engine: &LoadedEngine) -> Result<()> {
+        match self.model.as_deref() {
+            Some(m) if !m.is_empty() && !engine.serves(m) => Err(Error::ModelNotFound(m.to_string())),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the answer streams.
+    pub fn streaming(&self) -> bool {
+        self.stream.unwrap_or(false)
+    }
+
+    /// `stream_options.include_usage`.
+    pub fn include_usage(&self) -> bool {
+        self.stream_options.as_ref().is_some_and(|o| o.include_usage)
+    }
+
+    /// The stop strings.
+    pub fn stops(&self) -> Result<Vec<String>> {
+        let stops = match &self.stop {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::String(s)) => vec![s.clone()],
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| v.as_str().map(str::to_string).ok_or_else(|| Error::bad("stop", "stop must be a string or an array of strings")))
+                .collect::<Result<_>>()?,
+            Some(_) => return Err(Error::bad("stop", "stop must be a string or an array of strings")),
+        };
+        check_stops(&stops)?;
+        Ok(stops)
+    }
+
+    /// Sampling settings; every unsupported or out-of-range value is a 400.
+    pub fn sampling(&self) -> Result<SamplingParams> {
+        if self.n.is_some_and(|n| n != 1) {
+            return Err(Error::bad("n", "only n = 1 is supported (one engine, one sequence at a time)"));
+        }
+        for (name, v) in [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)] {
+            if v.is_some_and(|v| v != 0.0) {
+                return Err(Error::bad(name, format!("{name} is not supported; use repetition_penalty")));
+            }
+        }
+        if self.logit_bias.as_ref().is_some_and(|m| !m.is_empty()) {
+            return Err(Error::bad("logit_bias", "logit_bias is not supported"));
+        }
+        let temperature = self.temperature.unwrap_or(DEFAULT_TEMPERATURE);
+        if !(temperature.is_finite() && (0.0..=MAX_TEMPERATURE).contains(&temperature)) {
+            return Err(Error::bad("temperature", format!("temperature must be between 0 and {MAX_TEMPERATURE}")));
+        }
+        let top_p = self.top_p.unwrap_or(1.0);
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return Err(Error::bad("top_p", "top_p must be greater than 0 and at most 1"));
+        }
+        let min_p = self.min_p.unwrap_or(0.0);
+        if !(0.0..=1.0).contains(&min_p) {
+            return Err(Error::bad("min_p", "min_p must be between 0 and 1"));
+        }
+        let repetition_penalty = self.repetition_penalty.unwrap_or(1.0);
+        if !(repetition_penalty.is_finite() && repetition_penalty > 0.0) {
+            return Err(Error::bad("repetition_penalty", "repetition_penalty must be a positive number"));
+        }
+        let seed = match &self.seed {
+            None | Some(Value::Null) => crate::ids::random_seed(),
+            Some(v) => v.as_u64().or_else(|| v.as_i64().map(|i| i as u64)).ok_or_else(|| Error::bad("seed", "seed must be an integer"))?,
+        };
+        Ok(SamplingParams { temperature, top_k: self.top_k.unwrap_or(0) as usize, top_p, min_p, repetition_penalty, seed })
+    }
+}
+
+/// Checks a requested number of alternatives per token.
+pub fn check_top_logprobs(param: &str, n: u32) -> Result<usize> {
+    if n as usize > MAX_TOP_LOGPROBS {
+        return Err(Error::bad(param, format!("{param} must be at most {MAX_TOP_LOGPROBS}")));
+    }
+    Ok(n as usize)
+}

@@ -1,0 +1,82 @@
+//! Engine events as the OpenAI routes see them: text pieces with their token's
+//! log-probability (token texts resolved), the scored prompt, and the end.
+
+use peregrine_api::{FinishReason, Timings, Usage};
+use peregrine_engine::generator::TextModel;
+use peregrine_engine::request::Event;
+use peregrine_engine::sampling::Sampled;
+
+use crate::error::Error;
+use crate::jobs::Job;
+
+/// One token with its log-probability and the best alternatives.
+#[derive(Debug, Clone)]
+pub struct TokenLp {
+    pub token: String,
+    /// `None` for the first prompt token (nothing conditions it).
+    pub logprob: Option<f32>,
+    pub top: Vec<(String, f32)>,
+}
+
+/// What the OpenAI renderers react to.
+#[derive(Debug)]
+pub enum Step {
+    /// The engine took the request.
+    Started,
+    /// The prompt's tokens, scored (echo + logprobs).
+    Prompt(Vec<TokenLp>),
+    /// Output text; `token` is set when log-probabilities were asked for.
+    Text { text: String, token: Option<TokenLp> },
+    /// Finished (terminal).
+    Done { reason: FinishReason, usage: Usage, timings: Timings },
+    /// Failed (terminal).
+    Failed(Error),
+}
+
+fn token_lp(text: &TextModel, s: &Sampled) -> TokenLp {
+    TokenLp { token: text.token_str(s.id), logprob: Some(s.logprob), top: s.top.iter().map(|t| (text.token_str(t.id), t.logprob)).collect() }
+}
+
+/// Reads a job as steps.
+pub struct Steps {
+    pub job: Job,
+    pub text: std::sync::Arc<TextModel>,
+    /// Attach log-probabilities to text steps.
+    pub logprobs: bool,
+}
+
+impl Steps {
+    /// The next step; `None` after a terminal one.
+    pub async fn next(&mut self) -> Option<Step> {
+        loop {
+            let step = match self.job.next().await? {
+                Event::Started { .. } => Step::Started,
+                Event::PromptLogprobs(tokens) => Step::Prompt(
+                    tokens
+                        .iter()
+                        .map(|t| match &t.scored {
+                            Some(s) => TokenLp { token: self.text.token_str(t.id), ..token_lp(&self.text, s) },
+                            None => TokenLp { token: self.text.token_str(t.id), logprob: None, top: Vec::new() },
+                        })
+                        .collect(),
+                ),
+                Event::Token { text, sampled, .. } if self.logprobs => Step::Text { text, token: Some(token_lp(&self.text, &sampled)) },
+                Event::Token { text, .. } if !text.is_empty() => Step::Text { text, token: None },
+                Event::Text(text) if !text.is_empty() => Step::Text { text, token: None },
+                Event::Done { finish_reason, usage, timings } => Step::Done { reason: finish_reason, usage, timings },
+                Event::Error { code, message } => Step::Failed(Error::from_event(code, message)),
+                Event::Token { .. } | Event::Text(_) | Event::Queued { .. } | Event::Stats(_) => continue,
+            };
+            return Some(step);
+        }
+    }
+}
+
+/// OpenAI's `finish_reason` string.
+pub fn finish_reason(r: FinishReason) -> &'static str {
+    match r {
+        FinishReason::Stop => "stop",
+        FinishReason::Length => "length",
+        FinishReason::Cancelled => "cancelled",
+    }
+}

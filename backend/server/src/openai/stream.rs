@@ -1,0 +1,60 @@
+//! Streaming answers: each step rendered to `data: {chunk}` events, then
+//! `data: [DONE]`; a failure mid-stream is one `data: {"error": …}` event instead.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream;
+use serde_json::Value;
+
+use super::error::error_body;
+use super::steps::{Step, Steps};
+
+/// Turns steps into chunk objects (one endpoint's format).
+pub trait Render: Send + 'static {
+    /// Chunks for `step`; `Failed` never reaches it.
+    fn render(&mut self, step: Step) -> Vec<Value>;
+}
+
+struct Driver<R> {
+    steps: Steps,
+    render: R,
+    pending: VecDeque<SseEvent>,
+    ended: bool,
+}
+
+/// The SSE response for `steps`.
+pub fn sse<R: Render>(steps: Steps, render: R, keep_alive: Duration) -> Response {
+    let driver = Driver { steps, render, pending: VecDeque::new(), ended: false };
+    let events = stream::unfold(driver, |mut d| async move {
+        loop {
+            if let Some(e) = d.pending.pop_front() {
+                return Some((Ok::<_, Infallible>(e), d));
+            }
+            if d.ended {
+                return None;
+            }
+            match d.steps.next().await {
+                None => d.ended = true,
+                Some(Step::Failed(e)) => {
+                    d.pending.push_back(SseEvent::default().data(error_body(&e).to_string()));
+                    d.ended = true;
+                }
+                Some(step) => {
+                    let done = matches!(step, Step::Done { .. });
+                    for chunk in d.render.render(step) {
+                        d.pending.push_back(SseEvent::default().data(chunk.to_string()));
+                    }
+                    if done {
+                        d.pending.push_back(SseEvent::default().data("[DONE]"));
+                        d.ended = true;
+                    }
+                }
+            }
+        }
+    });
+    Sse::new(events).keep_alive(KeepAlive::new().interval(keep_alive)).into_response()
+}

@@ -1,0 +1,88 @@
+//! `POST /api/generate`: the playground's run, answered with server-sent events
+//! (`queued`* → `started` → `token`/`stats`* → `done` | `error`). Bad input and a full
+//! queue are plain JSON errors (400/413/429/503) before any event is sent.
+
+use std::convert::Infallible;
+
+use axum::extract::State;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::{self, Stream};
+use peregrine_api::playground::{GenerateRequest, Mode, StreamEvent, MAX_PROMPT_BYTES};
+use peregrine_engine::request::{Event, Prompt, Request};
+use peregrine_engine::sampling::SamplingParams;
+use peregrine_engine::template::ChatMessage;
+
+use crate::app::AppState;
+use crate::config::{MAX_STOP_BYTES, MAX_STOP_STRINGS};
+use crate::error::{Error, Result};
+use crate::extract::{ClientIp, JsonBody};
+use crate::jobs::{self, Job, JobSpec};
+use crate::prompt;
+
+/// Starts a playground run.
+pub async fn generate(State(state): State<AppState>, ClientIp(client): ClientIp, body: Result<JsonBody<GenerateRequest>>) -> Result<Response> {
+    let JsonBody(req) = body?;
+    if req.prompt.len() > MAX_PROMPT_BYTES {
+        return Err(Error::TooLarge(format!("the prompt is {} bytes; the limit is {MAX_PROMPT_BYTES}", req.prompt.len())));
+    }
+    req.params.validate().map_err(|m| Error::BadRequest { message: m, param: None })?;
+    check_stops(&req.params.stop)?;
+    let engine = state.engine.get()?;
+    let input = match req.mode {
+        Mode::Complete => Prompt::Text(req.prompt),
+        Mode::Chat => Prompt::Chat(vec![ChatMessage::new("user", req.prompt)]),
+    };
+    let ids = prompt::tokenize(&engine, input, "prompt").await?;
+    let p = &req.params;
+    prompt::check_fits(&engine, ids.len(), p.max_tokens as usize)?;
+    let request = Request {
+        max_tokens: p.max_tokens as usize,
+        sampling: SamplingParams { temperature: p.temperature, top_k: p.top_k as usize, top_p: p.top_p, seed: p.seed.unwrap_or_else(crate::ids::random_seed), ..SamplingParams::default() },
+        stop: p.stop.clone(),
+        ignore_eos: p.ignore_eos,
+        ..Request::new(Prompt::Tokens(ids))
+    };
+    let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/api/generate", client, ticker: true })?;
+    Ok(Sse::new(events(job)).keep_alive(KeepAlive::new().interval(state.settings.keep_alive)).into_response())
+}
+
+/// Stop strings: a few, short, non-empty.
+pub fn check_stops(stop: &[String]) -> Result<()> {
+    if stop.len() > MAX_STOP_STRINGS {
+        return Err(Error::bad("stop", format!("at most {MAX_STOP_STRINGS} stop strings are allowed")));
+    }
+    if stop.iter().any(|s| s.is_empty() || s.len() > MAX_STOP_BYTES) {
+        return Err(Error::bad("stop", format!("stop strings must be 1 to {MAX_STOP_BYTES} bytes long")));
+    }
+    Ok(())
+}
+
+/// The job's events as SSE; the stream ends after the terminal event.
+fn events(job: Job) -> impl Stream<Item = std::result::Result<SseEvent, Infallible>> {
+    stream::unfold(Some(job), |job| async move {
+        let mut job = job?;
+        loop {
+            let event = job.next().await?;
+            let terminal = matches!(event, Event::Done { .. } | Event::Error { .. });
+            if let Some(wire) = to_wire(event) {
+                let sse = SseEvent::default().event(wire.name()).json_data(&wire).unwrap_or_default();
+                return Some((Ok(sse), (!terminal).then_some(job)));
+            }
+        }
+    })
+}
+
+/// The playground's view of an engine event (`None`: not shown).
+fn to_wire(event: Event) -> Option<StreamEvent> {
+    Some(match event {
+        Event::Queued { position } => StreamEvent::Queued { position: position as u32 },
+        Event::Started { prompt_tokens } => StreamEvent::Started { prompt_tokens: prompt_tokens as u32 },
+        Event::Token { text, .. } => StreamEvent::Token { text, tokens: 1 },
+        Event::Text(text) => StreamEvent::Token { text, tokens: 0 },
+        Event::Stats(s) => StreamEvent::Stats(s),
+        Event::Done { finish_reason, usage, timings } => StreamEvent::Done { finish_reason, usage, timings },
+        Event::Error { code, message } => StreamEvent::Error { code: code.as_str().into(), message, retry_after_ms: None },
+        Event::PromptLogprobs(_) => return None,
+    })
+}

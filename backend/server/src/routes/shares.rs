@@ -1,0 +1,56 @@
+//! `POST /api/shares` → 201 `{id, url}` and `GET /api/shares/{id}` → the stored share.
+
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use peregrine_api::playground::{Share, ShareCreated, ShareRequest, MAX_PROMPT_BYTES};
+
+use crate::app::AppState;
+use crate::config::{MAX_SHARE_LABEL_BYTES, MAX_SHARE_OUTPUT_BYTES};
+use crate::error::{Error, Result};
+use crate::extract::JsonBody;
+use crate::ids::is_share_id;
+use crate::routes::generate::check_stops;
+use crate::share_store::ShareStore;
+
+fn store(state: &AppState) -> Result<&ShareStore> {
+    state.shares.as_ref().ok_or_else(|| Error::Unavailable("share links are disabled on this server".into()))
+}
+
+/// Checks sizes (413) and settings (400) of a share.
+fn validate(share: &ShareRequest) -> Result<()> {
+    if share.prompt.len() > MAX_PROMPT_BYTES {
+        return Err(Error::TooLarge(format!("the prompt is {} bytes; the limit is {MAX_PROMPT_BYTES}", share.prompt.len())));
+    }
+    share.params.validate().map_err(|m| Error::bad("params", m))?;
+    check_stops(&share.params.stop)?;
+    if let Some(run) = &share.run {
+        if run.output.len() > MAX_SHARE_OUTPUT_BYTES {
+            return Err(Error::TooLarge(format!("the output is {} bytes; the limit is {MAX_SHARE_OUTPUT_BYTES}", run.output.len())));
+        }
+        if run.backend.len() > MAX_SHARE_LABEL_BYTES || run.device.len() > MAX_SHARE_LABEL_BYTES {
+            return Err(Error::bad("run", format!("backend and device must be at most {MAX_SHARE_LABEL_BYTES} bytes")));
+        }
+    }
+    Ok(())
+}
+
+/// Stores a share.
+pub async fn create(State(state): State<AppState>, body: Result<JsonBody<ShareRequest>>) -> Result<Response> {
+    let JsonBody(share) = body?;
+    validate(&share)?;
+    let stored = store(&state)?.insert(share).await?;
+    let url = format!("/s/{}", stored.id);
+    let created = ShareCreated { id: stored.id, url: url.clone() };
+    Ok((StatusCode::CREATED, [(header::LOCATION, url)], Json(created)).into_response())
+}
+
+/// Returns a stored share; unknown or malformed ids are 404.
+pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Share>> {
+    let not_found = || Error::NotFound(format!("no share with id `{}`", id.chars().take(64).collect::<String>()));
+    if !is_share_id(&id) {
+        return Err(not_found());
+    }
+    store(&state)?.get(id.clone()).await?.map(Json).ok_or_else(not_found)
+}
