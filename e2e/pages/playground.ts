@@ -135,7 +135,7 @@ export class Playground {
   }
 
   /** Saves a screenshot under the test's output folder and attaches it to the report. */
-  async snap(testInfo: TestInfo, name: string, fullPage = false) {
+  async snap(testInfo: TestInfo, name: string, fullPage = true) {
     const path = testInfo.outputPath(`${name}.png`);
     await this.page.screenshot({ path, fullPage });
     await testInfo.attach(name, { path, contentType: 'image/png' });

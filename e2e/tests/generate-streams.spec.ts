@@ -7,7 +7,7 @@ test('output streams in and the counters end on the done event figures', async (
   test.setTimeout(2 * RUN_TIMEOUT);
   const pg = new Playground(page);
   await pg.open();
-  await pg.setSettings({ maxTokens: 12, ignoreEos: true, temperature: 0 });
+  await pg.setSettings({ maxTokens: 24, ignoreEos: true, temperature: 0 });
   // Record every distinct output length the page shows while it streams.
   await page.evaluate(() => {
     const out = document.querySelector('[data-testid="output"]')!;
@@ -36,7 +36,7 @@ test('output streams in and the counters end on the done event figures', async (
   expect(lengths.length, `output lengths seen: ${lengths}`).toBeGreaterThanOrEqual(3);
   expect([...lengths].sort((a, b) => a - b)).toEqual(lengths);
 
-  expect(done.timings.predicted_n).toBe(12);
+  expect(done.timings.predicted_n).toBe(24);
   const shown = await pg.number(pg.tokPerS);
   expect(Math.abs(shown - done.timings.predicted_per_second)).toBeLessThanOrEqual(0.05 + 1e-9);
   await expect(pg.tokPerS).toHaveText(/^\d+\.\d$/);

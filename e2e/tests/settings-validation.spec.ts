@@ -29,5 +29,10 @@ test('invalid settings are caught in the form, not by the server', async ({ page
   await expect(page.getByTestId('temperature-error')).toBeEmpty();
   await expect(pg.maxTokens).toHaveAttribute('aria-invalid', 'false');
   await expect(pg.settingsError).toHaveCount(0);
+  // An empty prompt is caught too.
+  await pg.setPrompt('   ');
+  await pg.generate.click();
+  await expect(page.getByTestId('prompt-error')).toHaveText('Write a prompt first.');
+  await expect(pg.prompt).toBeFocused();
   expect(sent).toEqual([]);
 });

@@ -10,7 +10,7 @@ use crate::highlight;
 /// A link target safe to put in `href`.
 pub fn safe_url(url: &str) -> CowStr<'static> {
     let u = url.trim();
-    let scheme_end = u.find(|c: char| matches!(c, ':' | '/' | '?' | '#'));
+    let scheme_end = u.find([':', '/', '?', '#']);
     let safe = match scheme_end {
         Some(i) if u.as_bytes()[i] == b':' => {
             let scheme = u[..i].to_ascii_lowercase();

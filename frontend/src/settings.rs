@@ -3,7 +3,7 @@
 //! localStorage. Ranges come from `peregrine_api`, so the form rejects exactly what
 //! the server would.
 
-use peregrine_api::playground::{GenerationParams, Mode, DEFAULT_MAX_TOKENS, MAX_MAX_TOKENS};
+use peregrine_api::playground::{GenerationParams, Mode, DEFAULT_MAX_TOKENS, MAX_MAX_TOKENS, MAX_PROMPT_BYTES};
 use serde::{Deserialize, Serialize};
 
 /// localStorage key of the remembered settings.
@@ -97,6 +97,17 @@ impl SettingsForm {
     }
 }
 
+/// The prompt's problem, if any (the server's limits, checked before sending).
+pub fn prompt_error(prompt: &str) -> Option<String> {
+    if prompt.trim().is_empty() {
+        Some("Write a prompt first.".into())
+    } else if prompt.len() > MAX_PROMPT_BYTES {
+        Some(format!("The prompt is {} KiB; the limit is {} KiB.", prompt.len().div_ceil(1024), MAX_PROMPT_BYTES / 1024))
+    } else {
+        None
+    }
+}
+
 /// What localStorage remembers between visits.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default)]
@@ -148,6 +159,13 @@ mod tests {
         }
         let f = SettingsForm { temperature: "NaN".into(), top_p: " 0.5 ".into(), seed: " ".into(), ..SettingsForm::default() };
         assert_eq!(f.errors().len(), 1);
+    }
+
+    #[test]
+    fn prompts_must_be_non_empty_and_fit() {
+        assert_eq!(prompt_error("  \n"), Some("Write a prompt first.".into()));
+        assert_eq!(prompt_error("x"), None);
+        assert!(prompt_error(&"x".repeat(MAX_PROMPT_BYTES + 1)).unwrap().contains("limit is 64 KiB"));
     }
 
     #[test]

@@ -44,6 +44,8 @@ pub struct Playground {
     /// "auto" or a syntax name from `highlight::LANGUAGES`.
     pub language: RwSignal<String>,
     pub form: RwSignal<SettingsForm>,
+    /// Why the prompt cannot run, set when the user tries to run it.
+    pub prompt_error: RwSignal<Option<String>>,
     /// Whether the user asked to run with invalid settings (errors then show even untouched).
     pub show_errors: RwSignal<bool>,
     pub run: RwSignal<RunState>,
@@ -63,6 +65,7 @@ pub struct Playground {
 /// Elements that actions move focus to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FocusTarget {
+    Prompt,
     Stop,
     Generate,
     Field(Field),
@@ -78,6 +81,7 @@ impl Playground {
             mode: RwSignal::new(remembered.mode),
             language: RwSignal::new(if remembered.language.is_empty() { "auto".into() } else { remembered.language.clone() }),
             form: RwSignal::new(SettingsForm::from_params(&remembered.params)),
+            prompt_error: RwSignal::new(None),
             show_errors: RwSignal::new(false),
             run: RwSignal::new(RunState::default()),
             info: RwSignal::new(None),
@@ -158,6 +162,11 @@ impl Playground {
             }
         };
         let prompt = self.prompt.get_untracked();
+        if let Some(message) = peregrine_frontend::settings::prompt_error(&prompt) {
+            self.prompt_error.set(Some(message));
+            self.focus.set(Some(FocusTarget::Prompt));
+            return;
+        }
         let request = GenerateRequest { prompt: prompt.clone(), mode: self.mode.get_untracked(), params };
         let controller = AbortController::new().ok();
         let signal = controller.as_ref().map(|c| c.signal());
@@ -272,6 +281,11 @@ impl Playground {
             }
         };
         let prompt = self.prompt.get_untracked();
+        if let Some(message) = peregrine_frontend::settings::prompt_error(&prompt) {
+            self.prompt_error.set(Some(message));
+            self.focus.set(Some(FocusTarget::Prompt));
+            return;
+        }
         let run = self.run.with_untracked(|r| match (&r.phase, r.timings) {
             (Phase::Done { finish_reason }, Some(timings)) if r.prompt == prompt => Some(SharedRun {
                 output: r.output.clone(),

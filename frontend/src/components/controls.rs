@@ -45,6 +45,11 @@ pub fn Controls() -> impl IntoView {
                     }
                 }
             }
+            FocusTarget::Prompt => {
+                if let Some(el) = document().get_element_by_id("prompt") {
+                    let _ = el.unchecked_into::<web_sys::HtmlElement>().focus();
+                }
+            }
             FocusTarget::Field(field) => {
                 if let Some(el) = document().get_element_by_id(super::settings::field_id(field)) {
                     let _ = el.unchecked_into::<web_sys::HtmlElement>().focus();

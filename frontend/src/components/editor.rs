@@ -39,6 +39,7 @@ pub fn Editor() -> impl IntoView {
         let label = event_target_value(&e);
         if let Some(ex) = EXAMPLES.iter().find(|x| x.label == label) {
             pg.prompt.set(ex.prompt.to_string());
+            pg.prompt_error.set(None);
             pg.mode.set(ex.mode);
             pg.language.set("auto".into());
         }
@@ -101,11 +102,18 @@ pub fn Editor() -> impl IntoView {
                 autocapitalize="off"
                 autocomplete="off"
                 rows="12"
-                aria-describedby="editor-help"
+                aria-describedby="editor-help prompt-error"
+                aria-invalid=move || pg.prompt_error.with(Option::is_some).to_string()
                 prop:value=move || pg.prompt.get()
-                on:input=move |e| pg.prompt.set(event_target_value(&e))
+                on:input=move |e| {
+                    pg.prompt.set(event_target_value(&e));
+                    pg.prompt_error.set(None);
+                }
                 on:keydown=on_keydown
             ></textarea>
+            <span class="field-error" id="prompt-error" data-testid="prompt-error" aria-live="polite">
+                {move || pg.prompt_error.get().unwrap_or_default()}
+            </span>
             <p id="editor-help" class="hint">
                 <kbd>"Tab"</kbd> " indents · " <kbd>"Esc"</kbd> " then " <kbd>"Tab"</kbd> " leaves the editor · "
                 <kbd>"Ctrl/⌘+Enter"</kbd> " runs · " <kbd>"Esc"</kbd> " stops"
