@@ -1,0 +1,267 @@
+//! The application driven in-process (`tower::ServiceExt::oneshot`): validation and
+//! error shapes on every route. Bad input is always a clear 4xx, never a 500.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::connect_info::MockConnectInfo;
+use axum::http::{header, Request, StatusCode};
+use axum::Router;
+use common::{scripted_engine, Pace, Scripted};
+use http_body_util::BodyExt;
+use peregrine_server::app::{app, AppState};
+use peregrine_server::config::Settings;
+use peregrine_server::engine_slot::EngineSlot;
+use serde_json::{json, Value};
+
+/// Model id the tests' engine is registered under.
+const MODEL_ID: &str = "test-model";
+
+fn scripted() -> &'static Scripted {
+    static S: OnceLock<Scripted> = OnceLock::new();
+    S.get_or_init(|| scripted_engine(Pace::Every(Duration::from_millis(1)), 8))
+}
+
+fn test_app(settings: Settings) -> Router {
+    let state = AppState::new(common::dist_with_index()).with_engine(scripted().engine.clone(), MODEL_ID).with_settings(settings);
+    app(state).layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 4000))))
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: axum::http::HeaderMap,
+    text: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text))
+    }
+}
+
+async fn call(app: &Router, method: &str, uri: &str, body: &str) -> Answer {
+    let req = Request::builder().method(method).uri(uri).header(header::CONTENT_TYPE, "application/json").body(Body::from(body.to_string())).unwrap();
+    let res = tower::ServiceExt::oneshot(app.clone(), req).await.unwrap();
+    let status = res.status();
+    let headers = res.headers().clone();
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    Answer { status, headers, text: String::from_utf8_lossy(&bytes).into_owned() }
+}
+
+/// Asserts a playground error: status, `code`, and a message.
+fn playground_error(a: &Answer, status: u16, code: &str) {
+    assert_eq!(a.status.as_u16(), status, "{}", a.text);
+    let v = a.json();
+    assert_eq!(v["code"], code, "{v}");
+    assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+}
+
+/// Asserts an OpenAI error: status and `{"error": {message, type, param, code}}`.
+fn openai_error(a: &Answer, status: u16, code: &str) -> Value {
+    assert_eq!(a.status.as_u16(), status, "{}", a.text);
+    let v = a.json();
+    let e = &v["error"];
+    assert_eq!(e["code"], code, "{v}");
+    assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+    assert!(e["type"].is_string() && e.get("param").is_some(), "{v}");
+    e.clone()
+}
+
+#[tokio::test]
+async fn playground_generate_rejects_bad_input_with_clear_400s() {
+    let app = test_app(Settings::default());
+    playground_error(&call(&app, "POST", "/api/generate", "{not json").await, 400, "invalid_request");
+    playground_error(&call(&app, "POST", "/api/generate", "").await, 400, "invalid_request");
+    playground_error(&call(&app, "POST", "/api/generate", r#"{"prompt": 5}"#).await, 400, "invalid_request");
+    playground_error(&call(&app, "POST", "/api/generate", r#"{"max_tokens": 5}"#).await, 400, "invalid_request");
+    playground_error(&call(&app, "POST", "/api/generate", r#"{"prompt": "x", "mode": "poem"}"#).await, 400, "invalid_request");
+    playground_error(&call(&app, "POST", "/api/generate", r#"{"prompt": "x", "max_tokens": -1}"#).await, 400, "invalid_request");
+    playground_error(&call(&app, "POST", "/api/generate", r#"{"prompt": "x", "max_tokens": 0}"#).await, 400, "invalid_request");
+    playground_error(&call(&app, "POST", "/api/generate", r#"{"prompt": "x", "temperature": 3}"#).await, 400, "invalid_request");
+    playground_error(&call(&app, "POST", "/api/generate", r#"{"prompt": "x", "top_p": 0}"#).await, 400, "invalid_request");
+    playground_error(&call(&app, "POST", "/api/generate", r#"{"prompt": "x", "stop": [""]}"#).await, 400, "invalid_request");
+    playground_error(&call(&app, "POST", "/api/generate", r#"{"prompt": "x", "stop": ["a","b","c","d","e","f","g","h","i"]}"#).await, 400, "invalid_request");
+    // An empty completion prompt has no tokens for this model (no BOS).
+    playground_error(&call(&app, "POST", "/api/generate", r#"{"prompt": ""}"#).await, 400, "invalid_request");
+    // Prompt longer than the context (8192 tokens) with a 64 KiB-safe body.
+    let long = "hello ".repeat(9000);
+    playground_error(&call(&app, "POST", "/api/generate", &json!({ "prompt": long, "max_tokens": 8 }).to_string()).await, 400, "context_length_exceeded");
+}
+
+#[tokio::test]
+async fn oversized_prompts_and_bodies_are_413() {
+    let app = test_app(Settings { max_body_bytes: 200 * 1024, ..Settings::default() });
+    let big = "x".repeat(peregrine_api::playground::MAX_PROMPT_BYTES + 1);
+    playground_error(&call(&app, "POST", "/api/generate", &json!({ "prompt": big }).to_string()).await, 413, "payload_too_large");
+    let huge = "x".repeat(300 * 1024);
+    playground_error(&call(&app, "POST", "/api/generate", &json!({ "prompt": huge }).to_string()).await, 413, "payload_too_large");
+    openai_error(&call(&app, "POST", "/v1/completions", &json!({ "prompt": huge }).to_string()).await, 413, "payload_too_large");
+    playground_error(&call(&app, "POST", "/api/shares", &json!({ "prompt": big }).to_string()).await, 413, "payload_too_large");
+}
+
+#[tokio::test]
+async fn playground_generate_streams_events_in_process() {
+    let app = test_app(Settings::default());
+    let a = call(&app, "POST", "/api/generate", r#"{"prompt": "Hello", "max_tokens": 3}"#).await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert!(a.headers[header::CONTENT_TYPE].to_str().unwrap().starts_with("text/event-stream"));
+    let names: Vec<&str> = a.text.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
+    assert_eq!(names.first(), Some(&"started"), "{}", a.text);
+    assert_eq!(names.last(), Some(&"done"), "{}", a.text);
+    assert_eq!(names.iter().filter(|n| **n == "token").count(), 3, "{}", a.text);
+    let done = a.text.lines().filter_map(|l| l.strip_prefix("data: ")).last().unwrap();
+    let done: Value = serde_json::from_str(done).unwrap();
+    assert_eq!(done["type"], "done");
+    assert_eq!(done["finish_reason"], "length");
+    assert_eq!(done["usage"]["completion_tokens"], 3);
+}
+
+#[tokio::test]
+async fn openai_errors_have_openai_shape_and_status() {
+    let app = test_app(Settings::default());
+    openai_error(&call(&app, "POST", "/v1/completions", "{oops").await, 400, "invalid_request");
+    let e = openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": "x", "max_tokens": "many"}"#).await, 400, "invalid_request");
+    assert_eq!(e["param"], "max_tokens");
+    openai_error(&call(&app, "POST", "/v1/completions", r#"{"max_tokens": 1}"#).await, 400, "invalid_request");
+    let e = openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": "x", "n": 2}"#).await, 400, "invalid_request");
+    assert_eq!(e["param"], "n");
+    openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": "x", "temperature": -1}"#).await, 400, "invalid_request");
+    openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": "x", "logprobs": 50}"#).await, 400, "invalid_request");
+    openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": "x", "frequency_penalty": 0.5}"#).await, 400, "invalid_request");
+    openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": "x", "stop": 7}"#).await, 400, "invalid_request");
+    openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": [1, -2]}"#).await, 400, "invalid_request");
+    openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": ["a", "b"]}"#).await, 400, "invalid_request");
+    openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": [99999999]}"#).await, 400, "invalid_request");
+    openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": "x", "max_tokens": 100000}"#).await, 400, "context_length_exceeded");
+    let e = openai_error(&call(&app, "POST", "/v1/completions", r#"{"model": "gpt-4o", "prompt": "x"}"#).await, 404, "model_not_found");
+    assert_eq!(e["param"], "model");
+    openai_error(&call(&app, "POST", "/v1/chat/completions", r#"{"messages": []}"#).await, 400, "invalid_request");
+    openai_error(&call(&app, "POST", "/v1/chat/completions", r#"{"messages": "hi"}"#).await, 400, "invalid_request");
+    openai_error(&call(&app, "POST", "/v1/chat/completions", r#"{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}"#).await, 400, "invalid_request");
+    openai_error(&call(&app, "POST", "/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}"#).await, 400, "invalid_request");
+    openai_error(&call(&app, "POST", "/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}"#).await, 400, "invalid_request");
+    openai_error(&call(&app, "POST", "/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "x"}], "n": 3}"#).await, 400, "invalid_request");
+    openai_error(&call(&app, "POST", "/v1/chat/completions", r#"{"model": "nope", "messages": [{"role": "user", "content": "x"}]}"#).await, 404, "model_not_found");
+    openai_error(&call(&app, "GET", "/v1/models/nope", "").await, 404, "model_not_found");
+    openai_error(&call(&app, "GET", "/v1/engines", "").await, 404, "not_found");
+}
+
+#[tokio::test]
+async fn openai_completion_and_chat_answer_with_usage_and_timings() {
+    let app = test_app(Settings::default());
+    let a = call(&app, "GET", "/v1/models", "").await;
+    assert_eq!(a.status, 200);
+    assert_eq!(a.json()["data"][0]["id"], MODEL_ID);
+    assert_eq!(call(&app, "GET", &format!("/v1/models/{MODEL_ID}"), "").await.status, 200);
+
+    let a = call(&app, "POST", "/v1/completions", &json!({ "model": MODEL_ID, "prompt": [19556], "max_tokens": 2, "logprobs": 1 }).to_string()).await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let v = a.json();
+    assert_eq!(v["object"], "text_completion");
+    assert_eq!(v["choices"][0]["text"], " hello world");
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["choices"][0]["logprobs"]["tokens"], json!([" hello", " world"]));
+    assert_eq!(v["usage"], json!({ "prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3 }));
+    assert_eq!(v["timings"]["predicted_n"], 2);
+
+    let a = call(&app, "POST", "/v1/chat/completions", &json!({ "messages": [{ "role": "user", "content": [{ "type": "text", "text": "Hi" }] }], "max_completion_tokens": 1, "logprobs": true, "top_logprobs": 2 }).to_string()).await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let v = a.json();
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"], json!({ "role": "assistant", "content": " hello" }));
+    let lp = &v["choices"][0]["logprobs"]["content"][0];
+    assert_eq!(lp["token"], " hello");
+    assert_eq!(lp["top_logprobs"].as_array().unwrap().len(), 2);
+    assert_eq!(v["usage"]["completion_tokens"], 1);
+}
+
+#[tokio::test]
+async fn tokenize_and_detokenize_follow_llama_cpp() {
+    let app = test_app(Settings::default());
+    let a = call(&app, "POST", "/tokenize", r#"{"content": "Hello world"}"#).await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let tokens = a.json()["tokens"].clone();
+    assert!(tokens.as_array().is_some_and(|t| !t.is_empty()));
+    let a = call(&app, "POST", "/tokenize", r#"{"content": "Hello", "with_pieces": true}"#).await;
+    assert_eq!(a.json()["tokens"][0]["piece"], "Hello");
+    let a = call(&app, "POST", "/detokenize", &json!({ "tokens": tokens }).to_string()).await;
+    assert_eq!(a.json()["content"], "Hello world");
+    playground_error(&call(&app, "POST", "/detokenize", r#"{"tokens": [4000000000]}"#).await, 400, "invalid_request");
+    playground_error(&call(&app, "POST", "/tokenize", r#"{"text": "x"}"#).await, 400, "invalid_request");
+}
+
+#[tokio::test]
+async fn info_metrics_and_unknown_routes() {
+    let app = test_app(Settings { max_per_client: 3, ..Settings::default() });
+    let a = call(&app, "GET", "/api/info", "").await;
+    assert_eq!(a.status, 200);
+    let info: peregrine_api::Info = serde_json::from_str(&a.text).expect("Info still parses");
+    assert_eq!(info.backend, "cpu");
+    assert_eq!(info.max_queue, 8);
+    assert_eq!(a.json()["limits"]["max_per_client"], 3);
+    let a = call(&app, "GET", "/metrics", "").await;
+    assert_eq!(a.status, 200);
+    assert!(a.headers[header::CONTENT_TYPE].to_str().unwrap().starts_with("text/plain"));
+    for name in ["peregrine_time_to_first_token_seconds_bucket", "peregrine_inter_token_latency_seconds_count", "peregrine_e2e_request_latency_seconds_sum", "peregrine_request_queue_time_seconds_count", "peregrine_prompt_tokens_total", "peregrine_generation_tokens_total", "peregrine_requests_total{finish_reason=\"stop\"}", "peregrine_requests_running", "peregrine_requests_waiting"] {
+        assert!(a.text.contains(name), "{name} missing from\n{}", a.text);
+    }
+    playground_error(&call(&app, "GET", "/api/nothing-here", "").await, 404, "not_found");
+    playground_error(&call(&app, "GET", "/api/shares/short", "").await, 404, "not_found");
+    // This server has no share store.
+    playground_error(&call(&app, "GET", "/api/shares/AAAAAAAAAAAA", "").await, 503, "unavailable");
+    assert_eq!(call(&app, "GET", "/api/generate", "").await.status, 405);
+}
+
+#[tokio::test]
+async fn without_an_engine_api_routes_are_503_and_health_reflects_loading() {
+    let none = app(AppState::new(common::dist_with_index()));
+    assert_eq!(call(&none, "GET", "/health", "").await.status, 200);
+    playground_error(&call(&none, "POST", "/api/generate", r#"{"prompt": "x"}"#).await, 503, "unavailable");
+    playground_error(&call(&none, "GET", "/api/info", "").await, 503, "unavailable");
+    openai_error(&call(&none, "GET", "/v1/models", "").await, 503, "unavailable");
+    openai_error(&call(&none, "POST", "/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "x"}]}"#).await, 503, "unavailable");
+
+    let loading = app(AppState::new(common::dist_with_index()).with_engine_slot(EngineSlot::loading()));
+    let a = call(&loading, "GET", "/health", "").await;
+    assert_eq!(a.status, 503);
+    assert_eq!(a.json()["status"], "loading");
+}
+
+#[tokio::test]
+async fn static_files_are_cached_by_hash_and_never_escape_dist() {
+    let dist = common::dist_with_index();
+    std::fs::write(dist.parent().unwrap().join("peregrine-secret.txt"), "top secret").unwrap();
+    let app = app(AppState::new(dist));
+    let a = call(&app, "GET", "/frontend-0123456789abcdef_bg.wasm", "").await;
+    assert_eq!(a.status, 200);
+    assert!(a.headers[header::CACHE_CONTROL].to_str().unwrap().contains("immutable"));
+    let a = call(&app, "GET", "/", "").await;
+    assert!(a.text.contains("Peregrine test page"));
+    assert_eq!(a.headers[header::CACHE_CONTROL], "no-cache");
+    for path in ["/../peregrine-secret.txt", "/%2e%2e/peregrine-secret.txt", "/..%2fperegrine-secret.txt", "/%2e%2e%2fperegrine-secret.txt"] {
+        let a = call(&app, "GET", path, "").await;
+        assert!(!a.text.contains("top secret"), "{path} escaped dist/");
+    }
+}
+
+#[tokio::test]
+async fn cors_is_closed_by_default_and_opens_for_configured_origins() {
+    let preflight = |app: Router| async move {
+        let req = Request::builder()
+            .method("OPTIONS")
+            .uri("/v1/models")
+            .header(header::ORIGIN, "https://example.com")
+            .header(header::ACCESS_CONTROL_REQUEST_METHOD, "GET")
+            .body(Body::empty())
+            .unwrap();
+        tower::ServiceExt::oneshot(app, req).await.unwrap()
+    };
+    let closed = preflight(test_app(Settings::default())).await;
+    assert!(closed.headers().get(header::ACCESS_CONTROL_ALLOW_ORIGIN).is_none());
+    let open = preflight(test_app(Settings { cors_origins: vec!["https://example.com".into()], ..Settings::default() })).await;
+    assert_eq!(open.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN], "https://example.com");
+}

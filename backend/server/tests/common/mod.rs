@@ -1,0 +1,273 @@
+//! Test support: the default model (real engine, started once per test binary), a
+//! scripted runtime with the real tokenizer (for queue, timing and load tests), a
+//! server on an ephemeral port, and an SSE reader over reqwest's byte stream.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use peregrine_engine::config::ModelConfig;
+use peregrine_engine::generator::Generator;
+use peregrine_engine::gguf::GgufFile;
+use peregrine_engine::handle::EngineHandle;
+use peregrine_engine::runtime::{BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
+use peregrine_engine::sampling::{Sampled, TokenLogprob};
+use peregrine_engine::template::ChatTemplate;
+use peregrine_engine::tokenizer::Tokenizer;
+use peregrine_server::app::AppState;
+use serde_json::Value;
+
+/// The default model: `$PEREGRINE_DEFAULT_MODEL`, else the cached download.
+pub fn model_path() -> PathBuf {
+    let path = std::env::var_os("PEREGRINE_DEFAULT_MODEL")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache/peregrine/models/SmolLM2-135M-Instruct.Q4_1.gguf"));
+    assert!(path.exists(), "the default model is missing at {}; run scripts/fetch-model.sh", path.display());
+    path
+}
+
+/// Queue length of the shared real engine.
+pub const REAL_MAX_QUEUE: usize = 4;
+
+/// The real engine on the default model, loaded once per test binary.
+pub fn real_engine() -> EngineHandle {
+    static ENGINE: OnceLock<EngineHandle> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            let path = model_path();
+            EngineHandle::start(
+                move || peregrine_engine::model::build_generator(peregrine_engine::model::load_model(&path)?, peregrine_engine::model::Device::Cpu),
+                REAL_MAX_QUEUE,
+            )
+            .expect("the default model loads")
+        })
+        .clone()
+}
+
+/// Serialises tests that share the real engine (it runs one request at a time, and
+/// timing assertions need it to themselves).
+pub async fn engine_lock() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: OnceLock<tokio::sync::Mutex<()>> = OnceLock::new();
+    LOCK.get_or_init(|| tokio::sync::Mutex::new(())).lock().await
+}
+
+/// How the scripted runtime produces tokens.
+#[derive(Clone)]
+pub enum Pace {
+    /// One token each time the test sends on the gate.
+    Gated(Arc<Mutex<mpsc::Receiver<()>>>),
+    /// One token every so often.
+    Every(Duration),
+}
+
+/// A runtime that emits real token ids of the default model on a script, and records
+/// the prompts it ran.
+pub struct ScriptedRuntime {
+    config: ModelConfig,
+    pace: Pace,
+    /// Token ids it cycles through.
+    output: Vec<u32>,
+    pub ran: Arc<Mutex<Vec<Vec<u32>>>>,
+}
+
+impl Runtime for ScriptedRuntime {
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+    fn backend(&self) -> BackendInfo {
+        BackendInfo { kind: "cpu".into(), devices: vec!["scripted test runtime".into()] }
+    }
+    fn generate(&mut self, job: &DecodeJob<'_>, on_token: &mut dyn FnMut(&Sampled) -> Flow) -> peregrine_engine::Result<RunEnd> {
+        self.ran.lock().unwrap().push(job.prompt.to_vec());
+        for i in 0..job.max_tokens {
+            match &self.pace {
+                Pace::Gated(gate) => {
+                    if gate.lock().unwrap().recv().is_err() {
+                        return Ok(RunEnd::Stopped);
+                    }
+                }
+                Pace::Every(d) => std::thread::sleep(*d),
+            }
+            let id = self.output[i % self.output.len()];
+            let s = Sampled { id, logprob: -0.25, top: (0..job.top_logprobs as u32).map(|k| TokenLogprob { id: self.output[k as usize % self.output.len()], logprob: -1.0 - k as f32 }).collect() };
+            if on_token(&s) == Flow::Stop {
+                return Ok(RunEnd::Stopped);
+            }
+        }
+        Ok(RunEnd::Length)
+    }
+    fn score(&mut self, tokens: &[u32]) -> peregrine_engine::Result<Vec<Vec<f32>>> {
+        Ok(vec![vec![0.0; self.config.vocab_size]; tokens.len()])
+    }
+}
+
+/// A scripted engine: the default model's tokenizer, template and shape, no weights.
+pub struct Scripted {
+    pub engine: EngineHandle,
+    pub ran: Arc<Mutex<Vec<Vec<u32>>>>,
+}
+
+/// Starts a scripted engine with `pace` and a queue of `max_queue`.
+pub fn scripted_engine(pace: Pace, max_queue: usize) -> Scripted {
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let thread_ran = ran.clone();
+    let engine = EngineHandle::start(
+        move || {
+            let file = GgufFile::open(&model_path())?;
+            let config = peregrine_engine::gguf::model_config(&file)?;
+            let tokenizer = Tokenizer::from_gguf(&file)?;
+            let text = |id: Option<u32>| id.and_then(|i| tokenizer.token_text(i)).unwrap_or_default();
+            let template = tokenizer.chat_template().map(|src| ChatTemplate::new(src, &text(tokenizer.bos_id()), &text(tokenizer.eos_id()))).transpose()?;
+            // " hello world" repeated: ordinary text tokens.
+            let output = tokenizer.encode(" hello world", false)?;
+            let runtime = ScriptedRuntime { config, pace, output, ran: thread_ran };
+            Ok(Generator { runtime: Box::new(runtime), tokenizer: Some(tokenizer), template })
+        },
+        max_queue,
+    )
+    .expect("scripted engine starts");
+    Scripted { engine, ran }
+}
+
+/// A gated scripted engine and the gate's sender.
+pub fn gated_engine(max_queue: usize) -> (Scripted, mpsc::Sender<()>) {
+    let (tx, rx) = mpsc::channel();
+    (scripted_engine(Pace::Gated(Arc::new(Mutex::new(rx))), max_queue), tx)
+}
+
+/// A server on a free loopback port; dropping it does not stop it (call `stop`).
+pub struct Server {
+    pub base: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    /// Triggers graceful shutdown and waits for the server to finish.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        tokio::time::timeout(Duration::from_secs(30), &mut self.task).await.expect("server stops in time").expect("join").expect("serve");
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+/// Serves `state` on an ephemeral loopback port, as `peregrine serve` does.
+pub async fn start(state: AppState) -> Server {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(peregrine_server::serve::serve_on(listener, state, async move {
+        let _ = rx.await;
+    }));
+    Server { base: format!("http://{addr}"), stop: Some(tx), task }
+}
+
+/// A fresh empty folder under the system temp dir.
+pub fn temp_dir(name: &str) -> PathBuf {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("peregrine-test-{name}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A dist folder with an index page and one hashed asset.
+pub fn dist_with_index() -> PathBuf {
+    let dir = temp_dir("dist");
+    std::fs::write(dir.join("index.html"), "<title>Peregrine test page</title>").unwrap();
+    std::fs::write(dir.join("app-abc123.js"), "console.log('asset')").unwrap();
+    std::fs::write(dir.join("frontend-0123456789abcdef_bg.wasm"), "wasm").unwrap();
+    dir
+}
+
+/// One server-sent event: its `event:` name (empty if none) and `data:` text.
+#[derive(Debug, Clone)]
+pub struct Sse {
+    pub event: String,
+    pub data: String,
+}
+
+impl Sse {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.data).unwrap_or_else(|e| panic!("event data is not JSON ({e}): {}", self.data))
+    }
+}
+
+/// Reads server-sent events from a streaming response (comments skipped).
+pub struct SseReader {
+    stream: futures_util::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    buf: String,
+    /// Keep-alive comments seen.
+    pub comments: usize,
+}
+
+impl SseReader {
+    pub fn new(response: reqwest::Response) -> Self {
+        let ct = response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        assert!(ct.starts_with("text/event-stream"), "expected an event stream, got {ct:?} ({})", response.status());
+        SseReader { stream: response.bytes_stream().boxed(), buf: String::new(), comments: 0 }
+    }
+
+    /// The next event, or `None` when the stream ends. Panics after 60 s of silence.
+    pub async fn next(&mut self) -> Option<Sse> {
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..end + 2).collect();
+                let (mut event, mut data) = (String::new(), Vec::new());
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event:") {
+                        event = v.trim_start().to_string();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push(v.strip_prefix(' ').unwrap_or(v).to_string());
+                    } else if line.starts_with(':') {
+                        self.comments += 1;
+                    }
+                }
+                if data.is_empty() {
+                    continue;
+                }
+                return Some(Sse { event, data: data.join("\n") });
+            }
+            match tokio::time::timeout(Duration::from_secs(60), self.stream.next()).await.expect("stream silent for 60 s") {
+                Some(Ok(chunk)) => self.buf.push_str(&String::from_utf8_lossy(&chunk)),
+                Some(Err(e)) => panic!("stream failed: {e}"),
+                None => return None,
+            }
+        }
+    }
+
+    /// Every remaining event.
+    pub async fn collect(mut self) -> Vec<Sse> {
+        let mut out = Vec::new();
+        while let Some(e) = self.next().await {
+            out.push(e);
+        }
+        out
+    }
+}
+
+/// Waits until `f` is true, polling every 20 ms, for at most `within`.
+pub async fn wait_for(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < within {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    f()
+}
+
+/// A `peregrine_*` value from the /metrics text.
+pub fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with(' ')).and_then(|l| l[name.len()..].trim().parse().ok())
+}
