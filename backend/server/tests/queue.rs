@@ -1,0 +1,200 @@
+//! The queue, limits and timers over real HTTP with a scripted engine whose tokens the
+//! test releases one by one: queue positions on the stream, 429 with Retry-After
+//! (full queue, per-client limit), a queued request whose client left never runs,
+//! stats ticks while tokens are slow, the request timeout, graceful shutdown.
+
+mod common;
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{dist_with_index, gated_engine, metric, start, wait_for, Scripted, Server, SseReader};
+use peregrine_server::app::AppState;
+use peregrine_server::config::Settings;
+use serde_json::{json, Value};
+
+async fn serve(s: &Scripted, settings: Settings) -> Server {
+    start(AppState::new(dist_with_index()).with_engine(s.engine.clone(), "scripted").with_settings(settings)).await
+}
+
+async fn generate(client: &reqwest::Client, server: &Server, prompt: &str, max_tokens: u32) -> reqwest::Response {
+    client.post(server.url("/api/generate")).json(&json!({ "prompt": prompt, "max_tokens": max_tokens })).send().await.unwrap()
+}
+
+/// The next event that is not `stats`.
+async fn next_non_stats(r: &mut SseReader) -> (String, Value) {
+    loop {
+        let e = r.next().await.expect("stream open");
+        if e.event != "stats" {
+            return (e.event.clone(), e.json());
+        }
+    }
+}
+
+/// Lets `n` tokens through the gate.
+fn release(gate: &mpsc::Sender<()>, n: usize) {
+    for _ in 0..n {
+        gate.send(()).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn queued_requests_see_their_position_and_a_full_queue_is_429() {
+    let (s, gate) = gated_engine(2);
+    let server = serve(&s, Settings::default()).await;
+    let client = reqwest::Client::new();
+    let mut a = SseReader::new(generate(&client, &server, "first", 50).await);
+    assert_eq!(next_non_stats(&mut a).await.0, "started");
+    let mut b = SseReader::new(generate(&client, &server, "second", 2).await);
+    assert_eq!(next_non_stats(&mut b).await, ("queued".into(), json!({ "type": "queued", "position": 0 })));
+    let mut c = SseReader::new(generate(&client, &server, "third", 2).await);
+    assert_eq!(next_non_stats(&mut c).await, ("queued".into(), json!({ "type": "queued", "position": 1 })));
+
+    let full = generate(&client, &server, "fourth", 2).await;
+    assert_eq!(full.status(), 429);
+    let retry: u64 = full.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(retry >= 1);
+    let body: Value = full.json().await.unwrap();
+    assert_eq!(body["code"], "busy");
+    assert_eq!(body["retry_after_ms"], retry * 1000);
+    let openai = client.post(server.url("/v1/completions")).json(&json!({ "prompt": "x" })).send().await.unwrap();
+    assert_eq!(openai.status(), 429);
+    assert!(openai.headers().contains_key("retry-after"));
+    let body: Value = openai.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "rate_limit_error");
+
+    // The first finishes: the second starts, the third moves up.
+    release(&gate, 50);
+    loop {
+        if next_non_stats(&mut a).await.0 == "done" {
+            break;
+        }
+    }
+    assert_eq!(next_non_stats(&mut b).await.0, "started");
+    assert_eq!(next_non_stats(&mut c).await, ("queued".into(), json!({ "type": "queued", "position": 0 })));
+    release(&gate, 4);
+    assert_eq!(b.collect().await.last().unwrap().event, "done");
+    assert_eq!(c.collect().await.last().unwrap().event, "done");
+    let m = client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert_eq!(metric(&m, "peregrine_requests_rejected_total{reason=\"queue_full\"}"), Some(2.0));
+    assert_eq!(metric(&m, "peregrine_requests_total{finish_reason=\"length\"}"), Some(3.0));
+}
+
+#[tokio::test]
+async fn a_client_over_its_limit_gets_429_until_a_request_ends() {
+    let (s, gate) = gated_engine(4);
+    let server = serve(&s, Settings { max_per_client: 1, ..Settings::default() }).await;
+    let client = reqwest::Client::new();
+    let mut a = SseReader::new(generate(&client, &server, "mine", 1).await);
+    assert_eq!(next_non_stats(&mut a).await.0, "started");
+    let second = generate(&client, &server, "again", 1).await;
+    assert_eq!(second.status(), 429);
+    assert!(second.headers().contains_key("retry-after"));
+    let body: Value = second.json().await.unwrap();
+    assert_eq!(body["code"], "client_limit");
+    release(&gate, 1);
+    assert_eq!(a.collect().await.last().unwrap().event, "done");
+    let mut again = SseReader::new(generate(&client, &server, "again", 1).await);
+    assert_eq!(next_non_stats(&mut again).await.0, "started");
+    release(&gate, 1);
+    assert_eq!(again.collect().await.last().unwrap().event, "done");
+}
+
+#[tokio::test]
+async fn a_queued_request_whose_client_left_never_runs() {
+    let (s, gate) = gated_engine(4);
+    let server = serve(&s, Settings::default()).await;
+    let client = reqwest::Client::new();
+    let mut a = SseReader::new(generate(&client, &server, "running", 3).await);
+    assert_eq!(next_non_stats(&mut a).await.0, "started");
+    let mut b = SseReader::new(generate(&client, &server, "zebra quokka", 3).await);
+    assert_eq!(next_non_stats(&mut b).await.0, "queued");
+    drop(b); // the client goes away while queued
+    let engine = s.engine.clone();
+    assert!(wait_for(Duration::from_secs(5), || engine.queue_len() == 0).await, "the abandoned request left the queue");
+    release(&gate, 3);
+    assert_eq!(a.collect().await.last().unwrap().event, "done");
+    let mut c = SseReader::new(generate(&client, &server, "after", 1).await);
+    assert_eq!(next_non_stats(&mut c).await.0, "started");
+    release(&gate, 1);
+    assert_eq!(c.collect().await.last().unwrap().event, "done");
+    let ran = s.ran.lock().unwrap().clone();
+    assert_eq!(ran.len(), 2, "only the first and the third ran: {ran:?}");
+    let m = client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert_eq!(metric(&m, "peregrine_requests_total{finish_reason=\"cancelled\"}"), Some(1.0));
+}
+
+#[tokio::test]
+async fn stats_arrive_every_250_ms_while_tokens_are_slow() {
+    let (s, gate) = gated_engine(4);
+    let server = serve(&s, Settings::default()).await;
+    let client = reqwest::Client::new();
+    let mut a = SseReader::new(generate(&client, &server, "slow", 2).await);
+    assert_eq!(a.next().await.unwrap().event, "started");
+    let t0 = Instant::now();
+    let mut elapsed = Vec::new();
+    while elapsed.len() < 4 {
+        let e = a.next().await.unwrap();
+        assert_eq!(e.event, "stats", "no tokens yet, only ticks");
+        let v = e.json();
+        assert_eq!(v["tokens"], 0);
+        assert!(v["ttft_ms"].is_null());
+        elapsed.push(v["elapsed_ms"].as_f64().unwrap());
+    }
+    let took = t0.elapsed();
+    assert!(took >= Duration::from_millis(900) && took < Duration::from_millis(2500), "4 ticks took {took:?}");
+    assert!(elapsed.windows(2).all(|w| w[1] > w[0] + 150.0), "{elapsed:?}");
+    release(&gate, 2);
+    let events = a.collect().await;
+    assert_eq!(events.iter().filter(|e| e.event == "token").count(), 2);
+    assert_eq!(events.last().unwrap().event, "done");
+}
+
+#[tokio::test]
+async fn the_request_timeout_ends_the_stream_and_frees_the_engine() {
+    let (s, gate) = gated_engine(4);
+    let server = serve(&s, Settings { request_timeout: Some(Duration::from_millis(800)), ..Settings::default() }).await;
+    let client = reqwest::Client::new();
+    let mut a = SseReader::new(generate(&client, &server, "stuck", 5).await);
+    assert_eq!(next_non_stats(&mut a).await.0, "started");
+    let (name, v) = next_non_stats(&mut a).await;
+    assert_eq!((name.as_str(), v["code"].as_str()), ("error", Some("timeout")), "{v}");
+    assert!(a.next().await.is_none(), "the error is terminal");
+    // The engine sees the cancellation at its next token and takes the next request.
+    release(&gate, 1);
+    let mut b = SseReader::new(generate(&client, &server, "next", 1).await);
+    let mut first = next_non_stats(&mut b).await.0;
+    if first == "queued" {
+        // Submitted before the engine had noticed; it starts right after.
+        first = next_non_stats(&mut b).await.0;
+    }
+    assert_eq!(first, "started");
+    release(&gate, 1);
+    assert_eq!(b.collect().await.last().unwrap().event, "done");
+    let m = client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert_eq!(metric(&m, "peregrine_requests_total{finish_reason=\"timeout\"}"), Some(1.0));
+}
+
+#[tokio::test]
+async fn shutdown_fails_queued_requests_and_cancels_the_running_one_after_the_grace() {
+    let (s, gate) = gated_engine(4);
+    let server = serve(&s, Settings { shutdown_grace: Duration::from_millis(300), ..Settings::default() }).await;
+    let client = reqwest::Client::new();
+    let mut a = SseReader::new(generate(&client, &server, "running", 50).await);
+    assert_eq!(next_non_stats(&mut a).await.0, "started");
+    release(&gate, 1);
+    assert_eq!(next_non_stats(&mut a).await.0, "token");
+    let mut b = SseReader::new(generate(&client, &server, "queued", 5).await);
+    assert_eq!(next_non_stats(&mut b).await.0, "queued");
+    let stopping = tokio::spawn(server.stop());
+    let (name, v) = next_non_stats(&mut b).await;
+    assert_eq!((name.as_str(), v["code"].as_str()), ("error", Some("unavailable")), "{v}");
+    // After the grace period the running request is cancelled at its next token.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    release(&gate, 1);
+    let rest = a.collect().await;
+    let done = rest.last().unwrap();
+    assert_eq!(done.event, "done");
+    assert_eq!(done.json()["finish_reason"], "cancelled");
+    tokio::time::timeout(Duration::from_secs(10), stopping).await.expect("the server stops").unwrap();
+}
