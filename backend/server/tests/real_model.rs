@@ -1,0 +1,194 @@
+//! The real engine on the default model over real HTTP: playground SSE framing and
+//! stats, OpenAI completions and chat (streamed and not, usage, timings, logprobs,
+//! token-id prompts, echo scoring), and cancellation on disconnect (the next request's
+//! first token within 2 s, the running gauge back to 0). Tests share one engine and
+//! take turns on it.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{dist_with_index, engine_lock, metric, real_engine, start, wait_for, Server, SseReader};
+use peregrine_server::app::AppState;
+use serde_json::{json, Value};
+
+/// Seconds the next request's first token may take after a disconnect (the brief's bound).
+const FIRST_TOKEN_AFTER_CANCEL_S: f64 = 2.0;
+/// A short code prompt (few tokens: the CPU reference path is slow in debug builds).
+const PROMPT: &str = "def fib(n):";
+
+async fn serve() -> Server {
+    start(AppState::new(dist_with_index()).with_engine(real_engine(), "SmolLM2-135M-Instruct.Q4_1")).await
+}
+
+async fn post(server: &Server, path: &str, body: Value) -> reqwest::Response {
+    reqwest::Client::new().post(server.url(path)).json(&body).send().await.unwrap()
+}
+
+async fn metrics(server: &Server) -> String {
+    reqwest::get(server.url("/metrics")).await.unwrap().text().await.unwrap()
+}
+
+#[tokio::test]
+async fn playground_stream_is_framed_json_with_stats_and_one_terminal_done() {
+    let _turn = engine_lock().await;
+    let server = serve().await;
+    let res = post(&server, "/api/generate", json!({ "prompt": PROMPT, "max_tokens": 6, "temperature": 0 })).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["cache-control"], "no-cache");
+    let events = SseReader::new(res).collect().await;
+    for e in &events {
+        assert_eq!(e.json()["type"], e.event.as_str(), "the event name matches the payload type");
+    }
+    let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
+    assert_eq!(names.first(), Some(&"started"), "{names:?}");
+    assert_eq!(names.iter().filter(|n| **n == "done" || **n == "error").count(), 1);
+    assert_eq!(names.last(), Some(&"done"));
+    assert!(names.contains(&"stats"), "{names:?}");
+    let text: String = events.iter().filter(|e| e.event == "token").map(|e| e.json()["text"].as_str().unwrap().to_string()).collect();
+    let counted: u64 = events.iter().filter(|e| e.event == "token").map(|e| e.json()["tokens"].as_u64().unwrap()).sum();
+    let done = events.last().unwrap().json();
+    assert!(!text.is_empty());
+    assert_eq!(done["usage"]["completion_tokens"].as_u64(), Some(counted));
+    assert_eq!(done["usage"]["prompt_tokens"], events[0].json()["prompt_tokens"]);
+    assert!(done["timings"]["ttft_ms"].as_f64().unwrap() > 0.0);
+    let last_stats = events.iter().rev().find(|e| e.event == "stats").unwrap().json();
+    assert_eq!(last_stats["tokens"].as_u64(), Some(counted));
+}
+
+#[tokio::test]
+async fn openai_completions_streamed_and_not_agree() {
+    let _turn = engine_lock().await;
+    let server = serve().await;
+    let body = json!({ "model": "SmolLM2-135M-Instruct.Q4_1", "prompt": PROMPT, "max_tokens": 5, "temperature": 0, "logprobs": 2 });
+    let full: Value = post(&server, "/v1/completions", body.clone()).await.json().await.unwrap();
+    let choice = &full["choices"][0];
+    let text = choice["text"].as_str().unwrap().to_string();
+    assert!(!text.is_empty(), "{full}");
+    assert_eq!(full["usage"]["total_tokens"].as_u64().unwrap(), full["usage"]["prompt_tokens"].as_u64().unwrap() + full["usage"]["completion_tokens"].as_u64().unwrap());
+    assert_eq!(choice["logprobs"]["tokens"].as_array().unwrap().len() as u64, full["usage"]["completion_tokens"].as_u64().unwrap());
+    assert!(choice["logprobs"]["token_logprobs"].as_array().unwrap().iter().all(|l| l.as_f64().unwrap() <= 0.0));
+    assert!(full["timings"]["predicted_n"].as_u64().unwrap() > 0);
+
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    streamed["stream_options"] = json!({ "include_usage": true });
+    let events = SseReader::new(post(&server, "/v1/completions", streamed).await).collect().await;
+    assert_eq!(events.last().unwrap().data, "[DONE]");
+    let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| e.json()).collect();
+    let usage_chunk = chunks.last().unwrap();
+    assert_eq!(usage_chunk["choices"], json!([]));
+    assert_eq!(usage_chunk["usage"], full["usage"]);
+    assert!(usage_chunk["timings"]["predicted_per_second"].is_number());
+    assert!(chunks[..chunks.len() - 1].iter().all(|c| c["usage"].is_null() && c["object"] == "text_completion"));
+    let finishes: Vec<&Value> = chunks.iter().filter_map(|c| c["choices"][0].get("finish_reason")).filter(|f| !f.is_null()).collect();
+    assert_eq!(finishes, vec![&choice["finish_reason"]]);
+    let streamed_text: String = chunks.iter().filter_map(|c| c["choices"][0]["text"].as_str()).collect();
+    assert_eq!(streamed_text, text, "greedy output is the same streamed or not");
+
+    // The same prompt as token ids gives the same completion.
+    let ids: Value = post(&server, "/tokenize", json!({ "content": PROMPT, "add_special": true })).await.json().await.unwrap();
+    let by_ids: Value = post(&server, "/v1/completions", json!({ "prompt": ids["tokens"], "max_tokens": 5, "temperature": 0 })).await.json().await.unwrap();
+    assert_eq!(by_ids["choices"][0]["text"].as_str(), Some(text.as_str()));
+}
+
+#[tokio::test]
+async fn echo_with_max_tokens_zero_scores_the_prompt() {
+    let _turn = engine_lock().await;
+    let server = serve().await;
+    let prompt = "The capital of France is Paris";
+    let v: Value = post(&server, "/v1/completions", json!({ "prompt": prompt, "max_tokens": 0, "echo": true, "logprobs": 3 })).await.json().await.unwrap();
+    let choice = &v["choices"][0];
+    assert_eq!(choice["text"], prompt, "{v}");
+    assert_eq!(choice["finish_reason"], "length");
+    assert_eq!(v["usage"]["completion_tokens"], 0);
+    let lp = &choice["logprobs"];
+    let tokens: Vec<&str> = lp["tokens"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    assert_eq!(tokens.len() as u64, v["usage"]["prompt_tokens"].as_u64().unwrap());
+    assert_eq!(tokens.concat(), prompt);
+    assert!(lp["token_logprobs"][0].is_null() && lp["top_logprobs"][0].is_null());
+    for i in 1..tokens.len() {
+        let l = lp["token_logprobs"][i].as_f64().unwrap();
+        assert!(l < 0.0, "{l}");
+        let top = lp["top_logprobs"][i].as_object().unwrap();
+        assert!((1..=3).contains(&top.len()));
+        let best = top.values().map(|v| v.as_f64().unwrap()).fold(f64::MIN, f64::max);
+        assert!(best >= l - 1e-4, "the top alternative is at least as likely as the actual token");
+    }
+    assert_eq!(lp["text_offset"][1].as_u64().unwrap() as usize, tokens[0].chars().count());
+}
+
+#[tokio::test]
+async fn chat_completions_streamed_and_not() {
+    let _turn = engine_lock().await;
+    let server = serve().await;
+    let messages = json!([{ "role": "system", "content": "Be brief." }, { "role": "user", "content": "Hi" }]);
+    let v: Value = post(&server, "/v1/chat/completions", json!({ "messages": messages, "max_tokens": 3, "temperature": 0, "logprobs": true, "top_logprobs": 2 })).await.json().await.unwrap();
+    let choice = &v["choices"][0];
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(choice["message"]["role"], "assistant");
+    let content = choice["message"]["content"].as_str().unwrap().to_string();
+    assert!(!content.is_empty(), "{v}");
+    let lp = choice["logprobs"]["content"].as_array().unwrap();
+    assert_eq!(lp.len() as u64, v["usage"]["completion_tokens"].as_u64().unwrap());
+    assert!(lp.iter().all(|t| t["top_logprobs"].as_array().unwrap().len() == 2 && t["bytes"].is_array()));
+
+    let events = SseReader::new(post(&server, "/v1/chat/completions", json!({ "messages": messages, "max_tokens": 3, "temperature": 0, "stream": true, "stream_options": { "include_usage": true } })).await).collect().await;
+    assert_eq!(events.last().unwrap().data, "[DONE]");
+    let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| e.json()).collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let streamed: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    assert_eq!(streamed, content);
+    assert_eq!(chunks.last().unwrap()["usage"], v["usage"]);
+    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk"));
+}
+
+/// Drops a stream after its first token, then checks the engine is free at once.
+async fn check_disconnect_frees_the_engine(server: &Server, path: &str, body: Value, first_token: impl Fn(&common::Sse) -> bool) {
+    let mut reader = SseReader::new(post(server, path, body).await);
+    loop {
+        let e = reader.next().await.expect("a token before the end");
+        if first_token(&e) {
+            break;
+        }
+    }
+    drop(reader); // the client disconnects mid-stream
+    let t0 = Instant::now();
+    let mut next = SseReader::new(post(server, "/api/generate", json!({ "prompt": "Hi", "max_tokens": 2 })).await);
+    loop {
+        let e = next.next().await.expect("the next request streams");
+        assert_ne!(e.event, "error", "{}", e.data);
+        if e.event == "token" {
+            break;
+        }
+    }
+    let waited = t0.elapsed().as_secs_f64();
+    assert!(waited <= FIRST_TOKEN_AFTER_CANCEL_S, "the next request's first token took {waited:.2} s after the disconnect");
+    eprintln!("{path}: first token of the next request {waited:.2} s after the disconnect");
+    assert_eq!(next.collect().await.last().unwrap().event, "done");
+    let engine = real_engine();
+    assert!(wait_for(Duration::from_secs(2), || !engine.busy()).await);
+    let m = metrics(server).await;
+    assert_eq!(metric(&m, "peregrine_requests_running"), Some(0.0), "{m}");
+}
+
+#[tokio::test]
+async fn disconnecting_mid_stream_cancels_and_frees_the_engine() {
+    let _turn = engine_lock().await;
+    let server = serve().await;
+    let before = metric(&metrics(&server).await, "peregrine_requests_total{finish_reason=\"cancelled\"}").unwrap();
+    check_disconnect_frees_the_engine(&server, "/api/generate", json!({ "prompt": PROMPT, "max_tokens": 400, "ignore_eos": true }), |e| e.event == "token").await;
+    check_disconnect_frees_the_engine(&server, "/v1/completions", json!({ "prompt": PROMPT, "max_tokens": 400, "ignore_eos": true, "stream": true }), |e| {
+        e.json()["choices"][0]["text"].as_str().is_some_and(|t| !t.is_empty())
+    })
+    .await;
+    let after = metric(&metrics(&server).await, "peregrine_requests_total{finish_reason=\"cancelled\"}").unwrap();
+    assert_eq!(after - before, 2.0);
+
+    // A non-streaming request whose client gives up is cancelled too.
+    let client = reqwest::Client::builder().timeout(Duration::from_millis(700)).build().unwrap();
+    let gave_up = client.post(server.url("/v1/completions")).json(&json!({ "prompt": PROMPT, "max_tokens": 400, "ignore_eos": true })).send().await;
+    assert!(gave_up.is_err(), "the client timed out");
+    let engine = real_engine();
+    assert!(wait_for(Duration::from_secs(2), || !engine.busy()).await, "the engine stopped the abandoned request");
+}
