@@ -116,6 +116,24 @@ export class Playground {
     await expect(this.status).toHaveAttribute('data-state', state, { timeout });
   }
 
+  /** Starts recording every state the status line passes through (see `states`). */
+  async recordStates() {
+    await this.page.evaluate(() => {
+      const status = document.querySelector('[data-testid="status"]')!;
+      const w = window as unknown as { states: string[] };
+      w.states = [status.getAttribute('data-state')!];
+      new MutationObserver(() => {
+        const s = status.getAttribute('data-state')!;
+        if (w.states[w.states.length - 1] !== s) w.states.push(s);
+      }).observe(status, { attributes: true, attributeFilter: ['data-state'] });
+    });
+  }
+
+  /** The states seen since `recordStates`, in order. */
+  async states(): Promise<string[]> {
+    return this.page.evaluate(() => (window as unknown as { states: string[] }).states);
+  }
+
   /** The next /api/generate response (its body is complete once the run ended). */
   nextGenerate(): Promise<Response> {
     return this.page.waitForResponse((r) => r.url().endsWith('/api/generate') && r.request().method() === 'POST', { timeout: RUN_TIMEOUT });

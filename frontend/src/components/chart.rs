@@ -17,18 +17,23 @@ pub fn Chart() -> impl IntoView {
     let geometry = Memo::new(move |_| {
         pg.run.with(|r| {
             let s = &r.samples;
-            let t_max = s.iter().map(|p| p.0).fold(0.0_f64, f64::max).max(1.0);
+            // The time axis spans the samples (decode starts after the first token).
+            let t_min = s.first().map_or(0.0, |p| p.0);
+            let span = (s.iter().map(|p| p.0).fold(t_min, f64::max) - t_min).max(1.0);
             let v_max = s.iter().map(|p| p.1).fold(0.0_f64, f64::max);
             let y_max = (v_max * HEADROOM).max(1.0);
-            let points: Vec<String> =
-                s.iter().map(|(t, v)| format!("{:.1},{:.1}", t / t_max * WIDTH, HEIGHT - v / y_max * HEIGHT)).collect();
-            let line = points.join(" ");
-            let area = if points.is_empty() {
-                String::new()
-            } else {
-                let first_x = s[0].0 / t_max * WIDTH;
-                let last_x = s[s.len() - 1].0 / t_max * WIDTH;
-                format!("M{first_x:.1},{HEIGHT} L{} L{last_x:.1},{HEIGHT} Z", points.join(" L"))
+            let y = |v: f64| HEIGHT - v / y_max * HEIGHT;
+            let mut points: Vec<(f64, f64)> = s.iter().map(|(t, v)| ((t - t_min) / span * WIDTH, y(*v))).collect();
+            if let [only] = points[..] {
+                points.push((WIDTH, only.1));
+            }
+            let line = points.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect::<Vec<_>>().join(" ");
+            let area = match (points.first(), points.last()) {
+                (Some(first), Some(last)) => {
+                    let path = points.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect::<Vec<_>>().join(" L");
+                    format!("M{:.1},{HEIGHT} L{path} L{:.1},{HEIGHT} Z", first.0, last.0)
+                }
+                _ => String::new(),
             };
             (line, area, v_max, s.len())
         })
