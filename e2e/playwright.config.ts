@@ -9,6 +9,8 @@ const bin = process.env.PEREGRINE_BIN ?? path.join(os.homedir(), '.cache/peregri
 const model = process.env.PEREGRINE_DEFAULT_MODEL ?? path.join(os.homedir(), '.cache/peregrine/models/SmolLM2-135M-Instruct.Q4_1.gguf');
 // Chromium keeps its profile and caches out of $HOME.
 const browserHome = path.join(os.tmpdir(), 'peregrine-e2e-chromium');
+// Share links made by the tests go to a temporary store, not the user's.
+const dataDir = path.join(os.tmpdir(), 'peregrine-e2e-data');
 
 export default defineConfig({
   testDir: './tests',
@@ -29,7 +31,7 @@ export default defineConfig({
     },
   },
   webServer: {
-    command: `${bin} serve --port ${port} --dist ../dist --model ${model}`,
+    command: `${bin} serve --port ${port} --dist ../dist --model ${model} --data-dir ${dataDir}`,
     url: `http://127.0.0.1:${port}/health`,
     reuseExistingServer: false,
     timeout: 120_000,
