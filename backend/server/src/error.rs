@@ -52,8 +52,8 @@ pub enum Error {
     #[error("{0}")]
     Unavailable(String),
     /// The request ran past the server's time limit.
-    #[error("the request took longer than the server's limit of {0} s")]
-    Timeout(u64),
+    #[error("{0}")]
+    Timeout(String),
     /// A fault on the server's side.
     #[error("internal error: {0}")]
     Internal(String),
@@ -74,7 +74,7 @@ impl Error {
             ErrorCode::InvalidRequest => Error::BadRequest { message, param: None },
             ErrorCode::ContextOverflow => Error::ContextOverflow(message),
             ErrorCode::Unavailable => Error::Unavailable(message),
-            ErrorCode::Timeout => Error::Unavailable(message),
+            ErrorCode::Timeout => Error::Timeout(message),
             ErrorCode::Internal => Error::Internal(message),
         }
     }

@@ -135,9 +135,9 @@ impl Job {
             }
             _ = sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)), if deadline.is_some() => {
                 self.cancel.cancel();
-                let secs = self.state.settings.request_timeout.map(|t| t.as_secs()).unwrap_or(0);
+                let limit = self.state.settings.request_timeout.map(|t| t.as_secs_f64()).unwrap_or(0.0);
                 self.finish(Outcome::TimedOut, None, None);
-                Some(Event::Error { code: ErrorCode::Timeout, message: Error::Timeout(secs).to_string() })
+                Some(Event::Error { code: ErrorCode::Timeout, message: format!("the request took longer than the server's limit of {limit} s") })
             }
         }
     }

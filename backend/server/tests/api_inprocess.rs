@@ -106,9 +106,18 @@ async fn oversized_prompts_and_bodies_are_413() {
 #[tokio::test]
 async fn playground_generate_streams_events_in_process() {
     let app = test_app(Settings::default());
-    let a = call(&app, "POST", "/api/generate", r#"{"prompt": "Hello", "max_tokens": 3}"#).await;
-    assert_eq!(a.status, 200, "{}", a.text);
-    assert!(a.headers[header::CONTENT_TYPE].to_str().unwrap().starts_with("text/event-stream"));
+    let req = Request::builder()
+        .method("POST")
+        .uri("/api/generate")
+        .header(header::ACCEPT_ENCODING, "gzip")
+        .body(Body::from(r#"{"prompt": "Hello", "max_tokens": 3}"#))
+        .unwrap();
+    let res = tower::ServiceExt::oneshot(app.clone(), req).await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert!(res.headers()[header::CONTENT_TYPE].to_str().unwrap().starts_with("text/event-stream"));
+    assert!(res.headers().get(header::CONTENT_ENCODING).is_none(), "event streams are never compressed (they would be buffered)");
+    let text = String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+    let a = Answer { status: StatusCode::OK, headers: Default::default(), text };
     let names: Vec<&str> = a.text.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
     assert_eq!(names.first(), Some(&"started"), "{}", a.text);
     assert_eq!(names.last(), Some(&"done"), "{}", a.text);

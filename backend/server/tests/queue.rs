@@ -198,3 +198,36 @@ async fn shutdown_fails_queued_requests_and_cancels_the_running_one_after_the_gr
     assert_eq!(done.json()["finish_reason"], "cancelled");
     tokio::time::timeout(Duration::from_secs(10), stopping).await.expect("the server stops").unwrap();
 }
+
+#[tokio::test]
+async fn waiting_streams_get_keep_alive_comments() {
+    let (s, gate) = gated_engine(4);
+    let server = serve(&s, Settings { keep_alive: Duration::from_millis(100), ..Settings::default() }).await;
+    let client = reqwest::Client::new();
+    let mut a = SseReader::new(generate(&client, &server, "running", 1).await);
+    assert_eq!(next_non_stats(&mut a).await.0, "started");
+    let mut b = SseReader::new(generate(&client, &server, "waiting", 1).await);
+    assert_eq!(next_non_stats(&mut b).await.0, "queued");
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    release(&gate, 2);
+    assert_eq!(next_non_stats(&mut b).await.0, "started");
+    assert!(b.comments >= 2, "keep-alive comments while queued: {}", b.comments);
+    assert_eq!(a.collect().await.last().unwrap().event, "done");
+    assert_eq!(b.collect().await.last().unwrap().event, "done");
+}
+
+#[tokio::test]
+async fn an_openai_stream_that_fails_ends_with_a_data_error_object() {
+    let (s, gate) = gated_engine(4);
+    let server = serve(&s, Settings { request_timeout: Some(Duration::from_millis(500)), ..Settings::default() }).await;
+    let client = reqwest::Client::new();
+    let res = client.post(server.url("/v1/chat/completions")).json(&json!({ "messages": [{ "role": "user", "content": "Hi" }], "max_tokens": 5, "stream": true })).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    let events = SseReader::new(res).collect().await;
+    let last = events.last().unwrap();
+    assert_ne!(last.data, "[DONE]");
+    let err = last.json();
+    assert_eq!(err["error"]["code"], "timeout", "{err}");
+    assert_eq!(err["error"]["type"], "server_error");
+    release(&gate, 1);
+}
