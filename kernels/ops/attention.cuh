@@ -75,7 +75,10 @@ __device__ __forceinline__ void attend_range(const float* q_s, const float* kcur
       for (int d = 0; d < 8; ++d) acc[d] = active ? vcur_s[sl * 8 + d] : 0.f;
     }
   }
-  for (int base = p0 + group; base < p1; base += STRIDE * S::UNROLL) {
+  // The loop bound is uniform per warp (shuffles below need every lane); each lane
+  // group takes position base + sub (+ u · STRIDE).
+  for (int wbase = p0 + warp * S::PER_WARP; wbase < p1; wbase += STRIDE * S::UNROLL) {
+    const int base = wbase + sub;
     uint4 kw[S::UNROLL], vw[S::UNROLL];
 #pragma unroll
     for (int u = 0; u < S::UNROLL; ++u) {

@@ -11,10 +11,10 @@ bin=.carry/gpu_check
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
 san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 echo "== compute-sanitizer memcheck (small shape)"
-timeout 180 "$san" --tool memcheck --error-exitcode 9 "$bin" sanitize > "$out/sanitize.log" 2>&1
+timeout -s KILL "${SAN_TIMEOUT:-180}" "$san" --tool memcheck --error-exitcode 9 "$bin" sanitize > "$out/sanitize.log" 2>&1
 echo "sanitizer exit: $? ($(grep -c 'Invalid\|ERROR SUMMARY' "$out/sanitize.log") report lines)"; tail -3 "$out/sanitize.log"
 echo "== correctness + benchmark"
-timeout "${CHECK_TIMEOUT:-420}" "$bin" all "$@" > "$out/check.log" 2>&1
+timeout -s KILL "${CHECK_TIMEOUT:-420}" "$bin" all "$@" > "$out/check.log" 2>&1
 rc=$?
 grep -E "^(  )?(PASS|FAIL)|tok/s|TB/s|error|skipped" "$out/check.log" | grep -v "^  " | head -5
 sed -n '/==== summary ====/,$p' "$out/check.log"

@@ -3,6 +3,7 @@
 //! request. The host thread only polls the token ring in host-mapped memory, calls
 //! `on_token`, and raises the stop flag when asked to stop.
 
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,6 +24,8 @@ use crate::weights::Weights;
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// Polls of the ring between yields of the host thread.
 const SPINS_PER_YIELD: u32 = 256;
+/// Sleep between stream-status polls while scoring (no tokens to stream).
+const KERNEL_POLL_US: u64 = 50;
 /// Polls of the ring between checks that the kernel is still running.
 const STATUS_EVERY_SPINS: u32 = 4096;
 
@@ -121,10 +124,12 @@ pub struct CudaRuntime {
     sm_count: u32,
     kv_cap: usize,
     kernel: Kernel,
-    weights: DeviceWeights,
-    state: State,
+    // ManuallyDrop: after a hung run, freeing would block behind the kernel forever,
+    // so a poisoned runtime leaks its device memory instead (see Drop).
+    weights: ManuallyDrop<DeviceWeights>,
+    state: ManuallyDrop<State>,
     /// Host-mapped control words then the token ring (owns what `host_ptr` points into).
-    _host: PinnedHostSlice<u32>,
+    host: ManuallyDrop<PinnedHostSlice<u32>>,
     host_ptr: *mut u32,
     host_dev: u64,
     debug_logits: bool,
@@ -230,9 +235,9 @@ impl CudaRuntime {
             sm_count,
             kv_cap,
             kernel,
-            weights,
-            state,
-            _host: host,
+            weights: ManuallyDrop::new(weights),
+            state: ManuallyDrop::new(state),
+            host: ManuallyDrop::new(host),
             host_ptr,
             host_dev,
             debug_logits: false,
@@ -492,7 +497,33 @@ impl CudaRuntime {
         Ok(())
     }
 
+    /// Waits for the kernel to end without blocking in the driver, so a hung kernel
+    /// becomes an error after [`DEFAULT_STALL_TIMEOUT`] instead of a hung thread.
+    fn wait_kernel(&mut self) -> Result<()> {
+        let started = Instant::now();
+        loop {
+            // SAFETY: querying a live stream of this context has no other preconditions.
+            let status = unsafe { sys::cuStreamQuery(self.stream.cu_stream()) };
+            match status {
+                sys::CUresult::CUDA_SUCCESS => return Ok(()),
+                sys::CUresult::CUDA_ERROR_NOT_READY => {}
+                other => {
+                    let why = format!("the decode kernel failed: {other:?}");
+                    self.poisoned = Some(why.clone());
+                    return Err(Error::Cuda(why));
+                }
+            }
+            if started.elapsed() > DEFAULT_STALL_TIMEOUT {
+                let why = format!("the decode kernel did not finish within {DEFAULT_STALL_TIMEOUT:?}");
+                self.poisoned = Some(why.clone());
+                return Err(Error::Cuda(why));
+            }
+            std::thread::sleep(Duration::from_micros(KERNEL_POLL_US));
+        }
+    }
+
     fn finish(&mut self, dbg: Option<CudaSlice<f32>>, rows: usize) -> Result<()> {
+        self.wait_kernel()?;
         self.stream.synchronize().map_err(cuda_err("decode kernel"))?;
         self.last_logits.clear();
         if let Some(buf) = dbg {
@@ -635,6 +666,19 @@ impl Runtime for CudaRuntime {
         self.launch(&args)?;
         self.finish(dbg, tokens.len())?;
         Ok(std::mem::take(&mut self.last_logits))
+    }
+}
+
+impl Drop for CudaRuntime {
+    fn drop(&mut self) {
+        if self.poisoned.is_none() {
+            // SAFETY: dropped exactly once, here; nothing uses them afterwards.
+            unsafe {
+                ManuallyDrop::drop(&mut self.state);
+                ManuallyDrop::drop(&mut self.weights);
+                ManuallyDrop::drop(&mut self.host);
+            }
+        }
     }
 }
 
