@@ -1,7 +1,9 @@
 //! The engine thread and its handle: a bounded FIFO queue of requests, each with its
 //! own event channel. The engine owns its thread; load errors come back through a
 //! ready channel; dropping the receiver or calling cancel stops a request at the
-//! next token boundary.
+//! next token boundary, and a queued request whose receiver is gone leaves the queue
+//! without running. The tokenizer and template are shared with the handle so callers
+//! can tokenize and check prompts before queueing.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
