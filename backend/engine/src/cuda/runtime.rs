@@ -123,6 +123,8 @@ pub struct CudaRuntime {
     arch: String,
     sm_count: u32,
     kv_cap: usize,
+    /// Splits per head the partial-state buffer was sized for.
+    alloc_splits: u32,
     kernel: Kernel,
     // ManuallyDrop: after a hung run, freeing would block behind the kernel forever,
     // so a poisoned runtime leaks its device memory instead (see Drop).
@@ -225,7 +227,9 @@ impl CudaRuntime {
             return Err(Error::Cuda(format!("cuMemHostGetDevicePointer: {r:?}")));
         }
         let device_name = names[ordinal].clone();
+        let alloc_splits = options.attn_max_splits;
         Ok(CudaRuntime {
+            alloc_splits,
             config: config.clone(),
             options,
             ctx,
@@ -374,7 +378,7 @@ impl CudaRuntime {
     /// Recompiles the kernel with other variants, keeping weights and buffers
     /// (`kv_positions` and `ring` must stay as they are).
     pub fn set_options(&mut self, options: KernelOptions) -> Result<()> {
-        if options.kv_positions != self.options.kv_positions || options.ring != self.options.ring || options.threads != self.options.threads || options.attn_max_splits > self.options.attn_max_splits {
+        if options.kv_positions != self.options.kv_positions || options.ring != self.options.ring || options.threads != self.options.threads || options.attn_max_splits > self.alloc_splits {
             return Err(Error::Cuda("set_options cannot change kv_positions, ring or threads, nor raise attn_max_splits".into()));
         }
         if let Some(why) = layout::unsupported(&self.config, &options) {
