@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::config::ModelConfig;
-use crate::cpu::reference_runtime::ReferenceRuntime;
+use crate::cpu::{build_cpu_runtime, CpuRuntimeKind};
 use crate::error::{Error, Result};
 use crate::generator::Generator;
 use crate::template::ChatTemplate;
@@ -96,8 +96,8 @@ pub fn build_generator(files: ModelFiles, device: Device) -> Result<Generator> {
             if device == Device::Auto {
                 eprintln!("no CUDA runtime in this build, using CPU");
             }
-            let runtime = ReferenceRuntime::new(&files.config, &files.weights)?;
-            Ok(Generator { runtime: Box::new(runtime), tokenizer: Some(files.tokenizer), template: files.template })
+            let runtime = build_cpu_runtime(CpuRuntimeKind::from_env()?, &files.config, &files.weights)?;
+            Ok(Generator { runtime, tokenizer: Some(files.tokenizer), template: files.template })
         }
     }
 }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use half::f16;
-use peregrine_engine::cpu::act_quant::{QuantActs, QBLOCK};
+use peregrine_engine::cpu::act_quant::{ActPrecision, QuantActs, HI_SCALE, QBLOCK};
 use peregrine_engine::cpu::isa::Isa;
 use peregrine_engine::cpu::kernels::{matmul, MatmulIo};
 use peregrine_engine::cpu::packed::PackedMatrix;
@@ -62,9 +62,12 @@ fn activations(tokens: usize, rng: &mut Rng) -> Vec<Vec<f32>> {
     (0..tokens).map(|_| (0..COLS).map(|i| rng.signed() * if i % 97 == 0 { 8.0 } else { 1.0 }).collect()).collect()
 }
 
+/// Both activation precisions.
+const PRECISIONS: [ActPrecision; 2] = [ActPrecision::Int8, ActPrecision::Int16];
+
 /// Runs the matmul with `isa` and returns `[token][row]`.
-fn run(isa: Isa, w: &PackedMatrix, x: &[Vec<f32>]) -> Vec<Vec<f32>> {
-    let mut q = QuantActs::new(COLS, x.len());
+fn run(isa: Isa, precision: ActPrecision, w: &PackedMatrix, x: &[Vec<f32>]) -> Vec<Vec<f32>> {
+    let mut q = QuantActs::new(COLS, x.len(), precision);
     let view = q.view();
     for (t, row) in x.iter().enumerate() {
         // SAFETY: single-threaded; nothing else touches the buffers.
@@ -75,7 +78,7 @@ fn run(isa: Isa, w: &PackedMatrix, x: &[Vec<f32>]) -> Vec<Vec<f32>> {
     let mut out = vec![vec![f32::NAN; w.padded_rows()]; x.len()];
     let out_ptrs: Vec<*mut f32> = out.iter_mut().map(|r| r.as_mut_ptr()).collect();
     // SAFETY: isa is supported; buffers have cols inputs and padded_rows outputs.
-    unsafe { matmul(isa, w, 0..w.groups(), MatmulIo { quant: &acts, float: &float, out: &out_ptrs }) };
+    unsafe { matmul(isa, w, 0..w.groups(), MatmulIo { quant: &acts, precision, float: &float, out: &out_ptrs }) };
     out.iter_mut().for_each(|r| r.truncate(w.rows));
     out
 }
@@ -104,9 +107,9 @@ fn simd_activation_quantization_equals_portable() {
     let x = activations(3, &mut rng);
     let mut zeros = vec![0.0; COLS];
     zeros[5] = -0.0;
-    for isa in Isa::available() {
+    for (isa, precision) in Isa::available().into_iter().flat_map(|i| PRECISIONS.map(|p| (i, p))) {
         for row in x.iter().chain([&zeros]) {
-            let (mut a, mut b) = (QuantActs::new(COLS, 1), QuantActs::new(COLS, 1));
+            let (mut a, mut b) = (QuantActs::new(COLS, 1, precision), QuantActs::new(COLS, 1, precision));
             let (va, vb) = (a.view(), b.view());
             // SAFETY: single-threaded.
             unsafe {
@@ -117,7 +120,11 @@ fn simd_activation_quantization_equals_portable() {
             // SAFETY: each buffer holds COLS codes and COLS/32 (/16) block values.
             unsafe {
                 for i in 0..COLS {
-                    assert_eq!(*ta.qs.add(i), *tb.qs.add(i), "{isa:?}: code {i}");
+                    assert_eq!(*ta.hi.add(i), *tb.hi.add(i), "{isa:?} {precision:?}: code {i}");
+                    if precision == ActPrecision::Int16 {
+                        assert_eq!(*ta.lo.add(i), *tb.lo.add(i), "{isa:?}: low code {i}");
+                        assert!((-64..64).contains(&*tb.lo.add(i)) && *tb.hi.add(i) != i8::MIN);
+                    }
                 }
                 for b in 0..COLS / QBLOCK {
                     assert_eq!((*ta.d.add(b)).to_bits(), (*tb.d.add(b)).to_bits(), "{isa:?}: scale {b}");
@@ -138,14 +145,14 @@ fn simd_matmul_equals_portable_for_every_type() {
     eprintln!("instruction sets on this CPU: {:?}", Isa::available());
     for dtype in ALL_TYPES {
         let w = PackedMatrix::from_tensor(&random_tensor(dtype, ROWS, COLS, &mut rng)).unwrap();
-        for tokens in 1..=MAX_TOKENS {
+        for (tokens, precision) in (1..=MAX_TOKENS).flat_map(|t| PRECISIONS.map(|p| (t, p))) {
             let x = activations(tokens, &mut rng);
-            let reference = run(Isa::Portable, &w, &x);
+            let reference = run(Isa::Portable, precision, &w, &x);
             for isa in Isa::available() {
-                let got = run(isa, &w, &x);
+                let got = run(isa, precision, &w, &x);
                 for (t, (g, r)) in got.iter().zip(&reference).enumerate() {
                     for (row, (a, b)) in g.iter().zip(r).enumerate() {
-                        assert_eq!(a.to_bits(), b.to_bits(), "{dtype:?} {isa:?} {tokens} tokens: token {t} row {row}: {a} vs portable {b}");
+                        assert_eq!(a.to_bits(), b.to_bits(), "{dtype:?} {isa:?} {precision:?} {tokens} tokens: token {t} row {row}: {a} vs portable {b}");
                     }
                 }
             }
@@ -156,14 +163,15 @@ fn simd_matmul_equals_portable_for_every_type() {
 #[test]
 fn portable_matmul_is_the_dot_of_dequantized_operands() {
     let mut rng = Rng(4);
-    for dtype in ALL_TYPES {
+    for (dtype, precision) in ALL_TYPES.into_iter().flat_map(|d| PRECISIONS.map(|p| (d, p))) {
         let t = random_tensor(dtype, ROWS, COLS, &mut rng);
         let w = PackedMatrix::from_tensor(&t).unwrap();
         let x = activations(2, &mut rng);
-        let got = run(Isa::Portable, &w, &x);
-        // Float weights see f32 activations; quantized ones their 8-bit dequantization.
-        let mut q = QuantActs::new(COLS, x.len());
+        let got = run(Isa::Portable, precision, &w, &x);
+        // Float weights see f32 activations; quantized ones the dequantized codes.
+        let mut q = QuantActs::new(COLS, x.len(), precision);
         let view = q.view();
+        let mut worst_act_err = 0.0f64;
         for (tok, row) in x.iter().enumerate() {
             // SAFETY: single-threaded.
             unsafe { view.quantize(Isa::Portable, tok, 0, row) };
@@ -171,17 +179,33 @@ fn portable_matmul_is_the_dot_of_dequantized_operands() {
             let xa: Vec<f64> = if matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
                 row.iter().map(|&v| v as f64).collect()
             } else {
-                // SAFETY: COLS codes and COLS/32 scales.
-                (0..COLS).map(|i| unsafe { *a.qs.add(i) as f64 * *a.d.add(i / QBLOCK) as f64 }).collect()
+                // SAFETY: COLS codes per plane and COLS/32 scales.
+                (0..COLS)
+                    .map(|i| unsafe {
+                        let code = match precision {
+                            ActPrecision::Int8 => *a.hi.add(i) as i32,
+                            ActPrecision::Int16 => HI_SCALE * *a.hi.add(i) as i32 + *a.lo.add(i) as i32,
+                        };
+                        code as f64 * *a.d.add(i / QBLOCK) as f64
+                    })
+                    .collect()
             };
+            let err = xa.iter().zip(row).map(|(a, &b)| (a - b as f64).powi(2)).sum::<f64>().sqrt() / row.iter().map(|&b| (b as f64).powi(2)).sum::<f64>().sqrt();
+            worst_act_err = worst_act_err.max(err);
             let mut wr = vec![0.0; COLS];
             for r in 0..ROWS {
                 t.row_to_f32(r, &mut wr).unwrap();
                 let exact: f64 = wr.iter().zip(&xa).map(|(&w, &x)| w as f64 * x).sum();
                 let norm: f64 = wr.iter().zip(&xa).map(|(&w, &x)| (w as f64 * x).abs()).sum();
                 let err = (got[tok][r] as f64 - exact).abs();
-                assert!(err <= 1e-5 * norm.max(1e-30), "{dtype:?} token {tok} row {r}: {} vs exact {exact} (scale {norm})", got[tok][r]);
+                assert!(err <= 1e-5 * norm.max(1e-30), "{dtype:?} {precision:?} token {tok} row {r}: {} vs exact {exact} (scale {norm})", got[tok][r]);
             }
         }
+        // The activations themselves: 8 bits ≈ 1 %, 15 bits ≈ 0.01 % relative error.
+        let bound = match precision {
+            ActPrecision::Int8 => 2e-2,
+            ActPrecision::Int16 => 2e-4,
+        };
+        assert!(worst_act_err < bound, "{dtype:?} {precision:?}: activation error {worst_act_err:.2e}");
     }
 }

@@ -1,5 +1,11 @@
-//! Activations quantized to 8 bits per 32-element block, as llama.cpp's `q8_1`
-//! (`d = amax/127`, `q = round(x/d)`, plus block sums for the weights' offsets).
+//! Activations quantized per 32-element block for the integer kernels, in one of
+//! two precisions:
+//! - [`ActPrecision::Int8`]: llama.cpp's `q8_1` (`d = amax/127`, `q = round(x/d)`).
+//! - [`ActPrecision::Int16`]: a 15-bit code `q = round(x/d)`, `d = amax/(127·128)`,
+//!   stored as two signed byte planes `q = 128·hi + lo` (`hi` ∈ ±127, `lo` ∈ [-64, 63])
+//!   so the same `vpdpbusd` kernels run it with one extra dot per weight vector.
+//!   8-bit activations alone put the default model's logits ~2 % off float32.
+//!
 //! Rounding is to nearest-even on every instruction set, so all give the same bytes.
 
 use crate::cpu::isa::Isa;
@@ -8,14 +14,41 @@ use crate::cpu::isa::Isa;
 pub const QBLOCK: usize = 32;
 /// Elements per half block: the finest sub-block a weight format uses (Q6_K).
 pub const HALF_BLOCK: usize = 16;
-/// Largest code magnitude (symmetric, so the AVX2 sign trick never sees -128).
+/// Largest 8-bit code magnitude (symmetric, so the AVX2 sign trick never sees -128).
 const QMAX: f32 = 127.0;
+/// Weight of the high plane in a 15-bit code.
+pub const HI_SCALE: i32 = 128;
+/// log2 of [`HI_SCALE`] (the kernels shift instead of multiplying).
+pub const HI_SHIFT: u32 = 7;
+
+/// How finely activations are quantized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActPrecision {
+    /// One byte per element (llama.cpp's choice).
+    Int8,
+    /// A 15-bit code in two byte planes (the default: float32 fidelity).
+    Int16,
+}
+
+impl ActPrecision {
+    /// Largest code magnitude.
+    fn qmax(self) -> f32 {
+        match self {
+            ActPrecision::Int8 => QMAX,
+            ActPrecision::Int16 => QMAX * HI_SCALE as f32,
+        }
+    }
+}
 
 /// Quantized activations of up to `capacity` tokens of `cols` elements each.
 pub struct QuantActs {
     cols: usize,
     capacity: usize,
-    qs: Vec<i8>,
+    precision: ActPrecision,
+    /// The codes (Int8) or their high plane (Int16).
+    hi: Vec<i8>,
+    /// The low plane (Int16 only).
+    lo: Vec<i8>,
     d: Vec<f32>,
     /// `d · Σq` per 32-block and per 16-half (what offset terms multiply).
     s32: Vec<f32>,
@@ -26,13 +59,16 @@ pub struct QuantActs {
 
 impl QuantActs {
     /// Buffers for `capacity` tokens; `cols` must be a multiple of [`QBLOCK`].
-    pub fn new(cols: usize, capacity: usize) -> QuantActs {
+    pub fn new(cols: usize, capacity: usize, precision: ActPrecision) -> QuantActs {
         assert_eq!(cols % QBLOCK, 0, "activation length {cols} is not whole blocks");
         let (b32, b16) = (cols / QBLOCK, cols / HALF_BLOCK);
+        let lo = if precision == ActPrecision::Int16 { capacity * cols } else { 0 };
         QuantActs {
             cols,
             capacity,
-            qs: vec![0; capacity * cols],
+            precision,
+            hi: vec![0; capacity * cols],
+            lo: vec![0; lo],
             d: vec![0.0; capacity * b32],
             s32: vec![0.0; capacity * b32],
             s16: vec![0.0; capacity * b16],
@@ -55,7 +91,9 @@ impl QuantActs {
         QuantView {
             cols: self.cols,
             capacity: self.capacity,
-            qs: self.qs.as_mut_ptr(),
+            precision: self.precision,
+            hi: self.hi.as_mut_ptr(),
+            lo: if self.precision == ActPrecision::Int16 { self.lo.as_mut_ptr() } else { std::ptr::null_mut() },
             d: self.d.as_mut_ptr(),
             s32: self.s32.as_mut_ptr(),
             s16: self.s16.as_mut_ptr(),
@@ -69,7 +107,9 @@ impl QuantActs {
 pub struct QuantView {
     cols: usize,
     capacity: usize,
-    qs: *mut i8,
+    precision: ActPrecision,
+    hi: *mut i8,
+    lo: *mut i8,
     d: *mut f32,
     s32: *mut f32,
     s16: *mut f32,
@@ -85,7 +125,10 @@ unsafe impl Sync for QuantView {}
 /// One token's quantized activations, as the matmul kernels read them.
 #[derive(Debug, Clone, Copy)]
 pub struct TokenActs {
-    pub qs: *const i8,
+    /// Codes (Int8) or high plane (Int16).
+    pub hi: *const i8,
+    /// Low plane; null for Int8.
+    pub lo: *const i8,
     /// Per 32-block.
     pub d: *const f32,
     pub s32: *const f32,
@@ -95,14 +138,21 @@ pub struct TokenActs {
 }
 
 impl QuantView {
+    /// The precision the buffers hold.
+    pub fn precision(&self) -> ActPrecision {
+        self.precision
+    }
+
     /// Token `t`'s pointers.
     pub fn token(&self, t: usize) -> TokenActs {
         assert!(t < self.capacity);
         let (b32, b16) = (self.cols / QBLOCK, self.cols / HALF_BLOCK);
-        // SAFETY: t < capacity, so every offset is inside its buffer.
+        // SAFETY: t < capacity, so every offset is inside its buffer (`lo` only when
+        // it exists).
         unsafe {
             TokenActs {
-                qs: self.qs.add(t * self.cols),
+                hi: self.hi.add(t * self.cols),
+                lo: if self.lo.is_null() { std::ptr::null() } else { self.lo.add(t * self.cols) },
                 d: self.d.add(t * b32),
                 s32: self.s32.add(t * b32),
                 s16: self.s16.add(t * b16),
@@ -123,20 +173,22 @@ impl QuantView {
         // guarantees exclusive access to them.
         let out = unsafe {
             BlocksMut {
-                qs: std::slice::from_raw_parts_mut(tok.qs.cast_mut().add(at), x.len()),
+                hi: std::slice::from_raw_parts_mut(tok.hi.cast_mut().add(at), x.len()),
+                lo: if tok.lo.is_null() { &mut [] } else { std::slice::from_raw_parts_mut(tok.lo.cast_mut().add(at), x.len()) },
                 d: std::slice::from_raw_parts_mut(tok.d.cast_mut().add(b0), n),
                 s32: std::slice::from_raw_parts_mut(tok.s32.cast_mut().add(b0), n),
                 s16: std::slice::from_raw_parts_mut(tok.s16.cast_mut().add(2 * b0), 2 * n),
                 isum16: std::slice::from_raw_parts_mut(tok.isum16.cast_mut().add(2 * b0), 2 * n),
             }
         };
-        quantize_blocks(isa, x, out);
+        quantize_blocks(isa, self.precision, x, out);
     }
 }
 
-/// Destination of [`quantize_blocks`].
+/// Destination of [`quantize_blocks`] (`lo` empty for Int8).
 pub struct BlocksMut<'a> {
-    pub qs: &'a mut [i8],
+    pub hi: &'a mut [i8],
+    pub lo: &'a mut [i8],
     pub d: &'a mut [f32],
     pub s32: &'a mut [f32],
     pub s16: &'a mut [f32],
@@ -144,91 +196,120 @@ pub struct BlocksMut<'a> {
 }
 
 /// Quantizes whole blocks of `x` with the given instruction set.
-pub fn quantize_blocks(isa: Isa, x: &[f32], out: BlocksMut<'_>) {
+pub fn quantize_blocks(isa: Isa, precision: ActPrecision, x: &[f32], out: BlocksMut<'_>) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni => {
             // SAFETY: the caller picked an Isa that `is_supported` on this CPU.
-            unsafe { quantize_avx512(x, out) }
+            unsafe { quantize_avx512(precision, x, out) }
         }
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => {
             // SAFETY: as above.
-            unsafe { quantize_avx2(x, out) }
+            unsafe { quantize_avx2(precision, x, out) }
         }
-        _ => quantize_portable(x, out),
+        _ => quantize_portable(precision, x, out),
     }
 }
 
 /// The scale of a block and its reciprocal (0 for an all-zero block, as ggml).
 #[inline(always)]
-fn block_scale(amax: f32) -> (f32, f32) {
-    let d = amax / QMAX;
+fn block_scale(amax: f32, precision: ActPrecision) -> (f32, f32) {
+    let d = amax / precision.qmax();
     (d, if d != 0.0 { 1.0 / d } else { 0.0 })
 }
 
+/// Splits a 15-bit code into its planes: `hi = round(q / 128)` (halves up), `lo = q − 128·hi`.
 #[inline(always)]
-fn quantize_portable(x: &[f32], out: BlocksMut<'_>) {
-    let mut rest = BlocksMutRef { d: out.d, s32: out.s32, s16: out.s16, isum16: out.isum16 };
+fn split_code(q: i32) -> (i8, i8) {
+    let hi = (q + HI_SCALE / 2) >> HI_SHIFT;
+    (hi as i8, (q - HI_SCALE * hi) as i8)
+}
+
+#[inline(always)]
+fn quantize_portable(precision: ActPrecision, x: &[f32], out: BlocksMut<'_>) {
+    let mut rest = BlockSums { d: out.d, s32: out.s32, s16: out.s16, isum16: out.isum16 };
     for (b, xb) in x.chunks_exact(QBLOCK).enumerate() {
         let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
-        let (d, id) = block_scale(amax);
-        let q = &mut out.qs[b * QBLOCK..(b + 1) * QBLOCK];
+        let (d, id) = block_scale(amax, precision);
+        let mut q = [0i32; QBLOCK];
         for (q, &v) in q.iter_mut().zip(xb) {
-            *q = (v * id).round_ties_even() as i8;
+            *q = (v * id).round_ties_even() as i32;
         }
-        let sums = [0, 1].map(|h| q[h * HALF_BLOCK..(h + 1) * HALF_BLOCK].iter().map(|&v| v as i32).sum::<i32>());
-        finish_block(b, d, sums, &mut rest);
+        let hi = &mut out.hi[b * QBLOCK..(b + 1) * QBLOCK];
+        match precision {
+            ActPrecision::Int8 => hi.iter_mut().zip(&q).for_each(|(h, &q)| *h = q as i8),
+            ActPrecision::Int16 => {
+                let lo = &mut out.lo[b * QBLOCK..(b + 1) * QBLOCK];
+                for ((h, l), &q) in hi.iter_mut().zip(lo.iter_mut()).zip(&q) {
+                    (*h, *l) = split_code(q);
+                }
+            }
+        }
+        let sums = [0, 1].map(|h| q[h * HALF_BLOCK..(h + 1) * HALF_BLOCK].iter().sum::<i32>());
+        rest.finish(b, d, sums);
     }
 }
 
 /// The per-block outputs besides the codes.
-struct BlocksMutRef<'a> {
+struct BlockSums<'a> {
     d: &'a mut [f32],
     s32: &'a mut [f32],
     s16: &'a mut [f32],
     isum16: &'a mut [i32],
 }
 
-#[inline(always)]
-fn finish_block(b: usize, d: f32, sums: [i32; 2], out: &mut BlocksMutRef<'_>) {
-    out.d[b] = d;
-    out.s32[b] = d * (sums[0] + sums[1]) as f32;
-    for (h, &s) in sums.iter().enumerate() {
-        out.s16[2 * b + h] = d * s as f32;
-        out.isum16[2 * b + h] = s;
+impl BlockSums<'_> {
+    #[inline(always)]
+    fn finish(&mut self, b: usize, d: f32, sums: [i32; 2]) {
+        self.d[b] = d;
+        self.s32[b] = d * (sums[0] + sums[1]) as f32;
+        for (h, &s) in sums.iter().enumerate() {
+            self.s16[2 * b + h] = d * s as f32;
+            self.isum16[2 * b + h] = s;
+        }
     }
 }
 
 /// The portable code compiled for AVX2 (the compiler vectorises its loops).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn quantize_avx2(x: &[f32], out: BlocksMut<'_>) {
-    quantize_portable(x, out)
+fn quantize_avx2(precision: ActPrecision, x: &[f32], out: BlocksMut<'_>) {
+    quantize_portable(precision, x, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-fn quantize_avx512(x: &[f32], out: BlocksMut<'_>) {
+fn quantize_avx512(precision: ActPrecision, x: &[f32], out: BlocksMut<'_>) {
     use std::arch::x86_64::*;
-    let mut rest = BlocksMutRef { d: out.d, s32: out.s32, s16: out.s16, isum16: out.isum16 };
+    let mut rest = BlockSums { d: out.d, s32: out.s32, s16: out.s16, isum16: out.isum16 };
+    let half = _mm512_set1_epi32(HI_SCALE / 2);
     for (b, xb) in x.chunks_exact(QBLOCK).enumerate() {
-        // SAFETY: xb has 32 floats (two unaligned 16-float loads) and the code slice
-        // 32 bytes (two 16-byte stores); AVX-512 F/BW is enabled on this function.
+        // SAFETY: xb has 32 floats (two unaligned 16-float loads) and each plane 32
+        // bytes at b·32 (16-byte stores); AVX-512 F/BW is enabled on this function.
         unsafe {
-            let v0 = _mm512_loadu_ps(xb.as_ptr());
-            let v1 = _mm512_loadu_ps(xb.as_ptr().add(HALF_BLOCK));
-            let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-            let (d, id) = block_scale(amax);
+            let v = [_mm512_loadu_ps(xb.as_ptr()), _mm512_loadu_ps(xb.as_ptr().add(HALF_BLOCK))];
+            let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
+            let (d, id) = block_scale(amax, precision);
             let idv = _mm512_set1_ps(id);
-            // Default MXCSR rounding: nearest-even, as `round_ties_even`.
-            let q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, idv));
-            let q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, idv));
-            let dst = out.qs.as_mut_ptr().add(b * QBLOCK);
-            _mm_storeu_si128(dst.cast(), _mm512_cvtepi32_epi8(q0));
-            _mm_storeu_si128(dst.add(HALF_BLOCK).cast(), _mm512_cvtepi32_epi8(q1));
-            let sums = [_mm512_reduce_add_epi32(q0), _mm512_reduce_add_epi32(q1)];
-            finish_block(b, d, sums, &mut rest);
+            let mut sums = [0i32; 2];
+            for h in 0..2 {
+                // Default MXCSR rounding: nearest-even, as `round_ties_even`.
+                let q = _mm512_cvtps_epi32(_mm512_mul_ps(v[h], idv));
+                sums[h] = _mm512_reduce_add_epi32(q);
+                let at = b * QBLOCK + h * HALF_BLOCK;
+                let hi = match precision {
+                    ActPrecision::Int8 => q,
+                    ActPrecision::Int16 => {
+                        let hi = _mm512_srai_epi32::<{ HI_SHIFT }>(_mm512_add_epi32(q, half));
+                        let lo = _mm512_sub_epi32(q, _mm512_slli_epi32::<{ HI_SHIFT }>(hi));
+                        _mm_storeu_si128(out.lo.as_mut_ptr().add(at).cast(), _mm512_cvtepi32_epi8(lo));
+                        hi
+                    }
+                };
+                _mm_storeu_si128(out.hi.as_mut_ptr().add(at).cast(), _mm512_cvtepi32_epi8(hi));
+            }
+            rest.finish(b, d, sums);
         }
     }
 }

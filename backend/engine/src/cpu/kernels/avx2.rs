@@ -8,7 +8,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use super::{FKind, QKind, FLOAT_CHAINS, MAX_TILE};
-use crate::cpu::act_quant::{TokenActs, QBLOCK};
+use crate::cpu::act_quant::{TokenActs, HI_SHIFT, QBLOCK};
 use crate::cpu::packed::{Codes, FloatType, PackedMatrix, ScaleType, GROUP_ROWS, VECTOR_BYTES};
 
 /// Rows per 256-bit register.
@@ -21,7 +21,7 @@ const BYTE_BIAS: i32 = 128;
 /// # Safety
 /// As [`super::matmul`], and the CPU has AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn quant_matmul<K: QKind>(w: &PackedMatrix, groups: Range<usize>, acts: &[TokenActs], out: &[*mut f32]) {
+pub unsafe fn quant_matmul<K: QKind, const DUAL: bool>(w: &PackedMatrix, groups: Range<usize>, acts: &[TokenActs], out: &[*mut f32]) {
     let steps = w.steps();
     for g in groups {
         let panel = w.panel(g);
@@ -30,10 +30,10 @@ pub unsafe fn quant_matmul<K: QKind>(w: &PackedMatrix, groups: Range<usize>, act
             // SAFETY: forwarded contract; the tile size matches the slice lengths.
             unsafe {
                 match a.len() {
-                    4 => quant_tile::<K, 4>(panel, steps, a, o, row0),
-                    3 => quant_tile::<K, 3>(panel, steps, a, o, row0),
-                    2 => quant_tile::<K, 2>(panel, steps, a, o, row0),
-                    _ => quant_tile::<K, 1>(panel, steps, a, o, row0),
+                    4 => quant_tile::<K, 4, DUAL>(panel, steps, a, o, row0),
+                    3 => quant_tile::<K, 3, DUAL>(panel, steps, a, o, row0),
+                    2 => quant_tile::<K, 2, DUAL>(panel, steps, a, o, row0),
+                    _ => quant_tile::<K, 1, DUAL>(panel, steps, a, o, row0),
                 }
             }
         }
@@ -42,7 +42,7 @@ pub unsafe fn quant_matmul<K: QKind>(w: &PackedMatrix, groups: Range<usize>, act
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn quant_tile<K: QKind, const TT: usize>(panel: *const u8, steps: usize, acts: &[TokenActs], out: &[*mut f32], row0: usize) {
+unsafe fn quant_tile<K: QKind, const TT: usize, const DUAL: bool>(panel: *const u8, steps: usize, acts: &[TokenActs], out: &[*mut f32], row0: usize) {
     let q = K::FMT;
     let nv = q.vectors();
     // SAFETY: as the AVX-512 tile: the panel has `steps` chunks, each token `steps·sub`
@@ -58,19 +58,22 @@ unsafe fn quant_tile<K: QKind, const TT: usize>(panel: *const u8, steps: usize, 
             let sp = p.add(q.code_bytes());
             let e0 = st * q.sub;
             for h in 0..2 {
-                let mut isum = [_mm256_setzero_si256(); TT];
+                let mut isum = [[_mm256_setzero_si256(); 2]; TT];
                 for k in 0..nv {
                     for t in 0..TT {
-                        let a = _mm256_set1_epi32(acts[t].qs.add(e0 + 4 * k).cast::<i32>().read_unaligned());
-                        let pairs = match q.codes {
-                            Codes::Nibble if k < nv / 2 => _mm256_maddubs_epi16(_mm256_and_si256(load_half(p, k, h), mask), a),
-                            Codes::Nibble => _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16::<4>(load_half(p, k - nv / 2, h)), mask), a),
-                            Codes::Byte => {
-                                let s = _mm256_xor_si256(load_half(p, k, h), bias);
-                                _mm256_maddubs_epi16(_mm256_abs_epi8(s), _mm256_sign_epi8(a, s))
-                            }
-                        };
-                        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(pairs, ones));
+                        for plane in 0..if DUAL { 2 } else { 1 } {
+                            let base = if plane == 0 { acts[t].hi } else { acts[t].lo };
+                            let a = _mm256_set1_epi32(base.add(e0 + 4 * k).cast::<i32>().read_unaligned());
+                            let pairs = match q.codes {
+                                Codes::Nibble if k < nv / 2 => _mm256_maddubs_epi16(_mm256_and_si256(load_half(p, k, h), mask), a),
+                                Codes::Nibble => _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16::<4>(load_half(p, k - nv / 2, h)), mask), a),
+                                Codes::Byte => {
+                                    let s = _mm256_xor_si256(load_half(p, k, h), bias);
+                                    _mm256_maddubs_epi16(_mm256_abs_epi8(s), _mm256_sign_epi8(a, s))
+                                }
+                            };
+                            isum[t][plane] = _mm256_add_epi32(isum[t][plane], _mm256_madd_epi16(pairs, ones));
+                        }
                     }
                 }
                 let dv = match q.scale {
@@ -84,7 +87,7 @@ unsafe fn quant_tile<K: QKind, const TT: usize>(panel: *const u8, steps: usize, 
                 };
                 for t in 0..TT {
                     let a = &acts[t];
-                    let mut isum = isum[t];
+                    let mut isum = if DUAL { _mm256_add_epi32(_mm256_slli_epi32::<{ HI_SHIFT as i32 }>(isum[t][0]), isum[t][1]) } else { isum[t][0] };
                     if q.codes == Codes::Byte {
                         let asum = if q.sub == QBLOCK { *a.isum16.add(2 * st) + *a.isum16.add(2 * st + 1) } else { *a.isum16.add(st) };
                         isum = _mm256_add_epi32(isum, _mm256_set1_epi32(BYTE_BIAS * asum));

@@ -3,14 +3,15 @@
 //! tokens (prompt processing as matrix-matrix; decode is the one-token case).
 //!
 //! Every instruction set computes, per row and token, the same exact integer dot per
-//! sub-block and the same float operations in the same order:
+//! sub-block (Int16 activations: `128·dot(hi) + dot(lo)`, still exact in i32) and
+//! the same float operations in the same order:
 //! `acc_d = fma(isum, d·d_act, acc_d)`, `acc_m = fma(m, s_act, acc_m)`, result
 //! `acc_d + acc_m` (float weights: four interleaved FMA chains over columns, summed
 //! pairwise). So SIMD and portable outputs are equal bit for bit.
 
 use std::ops::Range;
 
-use crate::cpu::act_quant::TokenActs;
+use crate::cpu::act_quant::{ActPrecision, TokenActs};
 use crate::cpu::isa::Isa;
 use crate::cpu::packed::{quant_format, FloatType, Format, PackedMatrix, QuantFormat};
 use crate::tensor::DType;
@@ -69,6 +70,8 @@ fkind!(KBF16, FloatType::BF16);
 pub struct MatmulIo<'a> {
     /// Quantized activations per token (read when the weights are quantized).
     pub quant: &'a [TokenActs],
+    /// Their precision (Int16 tokens have a low plane).
+    pub precision: ActPrecision,
     /// f32 activations per token, `cols` each (read when the weights are float).
     pub float: &'a [*const f32],
     /// Start of each token's output row, with room for `padded_rows` floats.
@@ -113,14 +116,21 @@ pub unsafe fn matmul(isa: Isa, w: &PackedMatrix, groups: Range<usize>, io: Matmu
 }
 
 unsafe fn quant<K: QKind>(isa: Isa, w: &PackedMatrix, groups: Range<usize>, io: MatmulIo<'_>) {
+    let dual = io.precision == ActPrecision::Int16;
+    assert!(!dual || io.quant.iter().all(|a| !a.lo.is_null()), "Int16 activations without a low plane");
     // SAFETY: forwarded contract of `matmul`.
     unsafe {
-        match isa {
+        match (isa, dual) {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512Vnni => avx512::quant_matmul::<K>(w, groups, io.quant, io.out),
+            (Isa::Avx512Vnni, false) => avx512::quant_matmul::<K, false>(w, groups, io.quant, io.out),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => avx2::quant_matmul::<K>(w, groups, io.quant, io.out),
-            _ => portable::quant_matmul::<K>(w, groups, io.quant, io.out),
+            (Isa::Avx512Vnni, true) => avx512::quant_matmul::<K, true>(w, groups, io.quant, io.out),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx2, false) => avx2::quant_matmul::<K, false>(w, groups, io.quant, io.out),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx2, true) => avx2::quant_matmul::<K, true>(w, groups, io.quant, io.out),
+            (_, false) => portable::quant_matmul::<K, false>(w, groups, io.quant, io.out),
+            (_, true) => portable::quant_matmul::<K, true>(w, groups, io.quant, io.out),
         }
     }
 }

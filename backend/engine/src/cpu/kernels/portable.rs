@@ -5,14 +5,14 @@
 use std::ops::Range;
 
 use super::{FKind, QKind, FLOAT_CHAINS};
-use crate::cpu::act_quant::{TokenActs, QBLOCK};
+use crate::cpu::act_quant::{TokenActs, HI_SCALE, QBLOCK};
 use crate::cpu::packed::{chunk_scales, code, float_at, PackedMatrix, GROUP_ROWS};
 
 /// See [`super::matmul`].
 ///
 /// # Safety
 /// As [`super::matmul`].
-pub unsafe fn quant_matmul<K: QKind>(w: &PackedMatrix, groups: Range<usize>, acts: &[TokenActs], out: &[*mut f32]) {
+pub unsafe fn quant_matmul<K: QKind, const DUAL: bool>(w: &PackedMatrix, groups: Range<usize>, acts: &[TokenActs], out: &[*mut f32]) {
     let q = K::FMT;
     let (chunk, steps) = (q.chunk_bytes(), w.steps());
     for g in groups {
@@ -20,10 +20,11 @@ pub unsafe fn quant_matmul<K: QKind>(w: &PackedMatrix, groups: Range<usize>, act
         let panel = unsafe { std::slice::from_raw_parts(w.panel(g), steps * chunk) };
         for (a, &o) in acts.iter().zip(out) {
             // SAFETY: the caller guarantees `cols` codes and per-block values per token.
-            let (qs, d, s) = unsafe {
+            let (hi, lo, d, s) = unsafe {
                 let s = if q.sub == QBLOCK { a.s32 } else { a.s16 };
                 (
-                    std::slice::from_raw_parts(a.qs, w.cols),
+                    std::slice::from_raw_parts(a.hi, w.cols),
+                    if DUAL { std::slice::from_raw_parts(a.lo, w.cols) } else { &[][..] },
                     std::slice::from_raw_parts(a.d, w.cols / QBLOCK),
                     std::slice::from_raw_parts(s, steps),
                 )
@@ -32,7 +33,8 @@ pub unsafe fn quant_matmul<K: QKind>(w: &PackedMatrix, groups: Range<usize>, act
                 let (mut acc_d, mut acc_m) = (0.0f32, 0.0f32);
                 for (st, c) in panel.chunks_exact(chunk).enumerate() {
                     let e0 = st * q.sub;
-                    let isum: i32 = (0..q.sub).map(|e| code(q, c, lane, e) as i32 * qs[e0 + e] as i32).sum();
+                    let act = |i: usize| if DUAL { HI_SCALE * hi[i] as i32 + lo[i] as i32 } else { hi[i] as i32 };
+                    let isum: i32 = (0..q.sub).map(|e| code(q, c, lane, e) as i32 * act(e0 + e)).sum();
                     let (dw, mw) = chunk_scales(q, c, lane);
                     acc_d = (isum as f32).mul_add(dw * d[e0 / QBLOCK], acc_d);
                     acc_m = mw.mul_add(s[st], acc_m);

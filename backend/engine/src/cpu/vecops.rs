@@ -1,0 +1,186 @@
+//! Vector operations of the fast forward pass (RMSNorm, SiLU·up, RoPE, softmax and
+//! one attention head), written once over 16-float lanes and compiled three
+//! times: for AVX-512, for AVX2 and plain, chosen by [`Isa`] at run time. The
+//! compiler vectorises the lane loops; `exp` is a polynomial so it vectorises too.
+
+use crate::cpu::isa::Isa;
+
+/// Floats per lane group (one 512-bit register).
+const LANES: usize = 16;
+/// log2(e).
+const LOG2_E: f32 = std::f32::consts::LOG2_E;
+/// ln 2 split Cody–Waite style: `n·LN2_HI` is exact for the exponents used, so the
+/// reduced argument keeps full precision even for large |x|.
+const LN2_HI: f32 = 0.693_359_4;
+const LN2_LO: f32 = -2.121_944_4e-4;
+/// Inputs below this make `exp` return ~0 (keeps the exponent bits in range).
+const EXP_MIN: f32 = -87.0;
+/// Inputs above this would overflow f32.
+const EXP_MAX: f32 = 88.0;
+/// Taylor coefficients 1/k! of e^r, k = 2..7, for |r| ≤ ln2/2 (error below 1e-8).
+const EXP_COEFFS: [f32; 6] = [0.5, 1.0 / 6.0, 1.0 / 24.0, 1.0 / 120.0, 1.0 / 720.0, 1.0 / 5040.0];
+
+/// Generates `pub fn $name(isa, args…)` that runs `$generic` compiled for the
+/// instruction set `isa` names.
+macro_rules! isa_variants {
+    ($(#[$doc:meta])* pub fn $name:ident($($p:ident: $t:ty),*) $(-> $r:ty)? = $generic:ident;) => {
+        $(#[$doc])*
+        pub fn $name(isa: Isa, $($p: $t),*) $(-> $r)? {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+                fn wide($($p: $t),*) $(-> $r)? {
+                    $generic($($p),*)
+                }
+                #[target_feature(enable = "avx2,fma,f16c")]
+                fn narrow($($p: $t),*) $(-> $r)? {
+                    $generic($($p),*)
+                }
+                match isa {
+                    // SAFETY: callers take `isa` from `Isa::detect`, which only returns supported sets.
+                    Isa::Avx512Vnni => return unsafe { wide($($p),*) },
+                    // SAFETY: as above.
+                    Isa::Avx2 => return unsafe { narrow($($p),*) },
+                    Isa::Portable => {}
+                }
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = isa;
+            $generic($($p),*)
+        }
+    };
+}
+
+isa_variants! {
+    /// `out = x / sqrt(mean(x²) + eps) · w` (transformers' LlamaRMSNorm).
+    pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) = rms_norm_generic;
+}
+
+isa_variants! {
+    /// `out = silu(gate) · up`, SiLU(x) = x / (1 + e^-x).
+    pub fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) = silu_mul_generic;
+}
+
+isa_variants! {
+    /// One query against `n` cached positions of one head: softmax(q·K/√d)·V into
+    /// `out`; `keys`/`values` hold `n` rows of `q.len()`; `scores` has room for `n`.
+    pub fn attend(q: &[f32], keys: &[f32], values: &[f32], scale: f32, scores: &mut [f32], out: &mut [f32]) = attend_generic;
+}
+
+#[inline(always)]
+fn sum_lanes(acc: [f32; LANES]) -> f32 {
+    // Pairwise, as a vector reduction would.
+    let mut v = acc;
+    let mut w = LANES / 2;
+    while w > 0 {
+        for i in 0..w {
+            v[i] += v[i + w];
+        }
+        w /= 2;
+    }
+    v[0]
+}
+
+#[inline(always)]
+fn dot_generic(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let (ac, bc) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail: f32 = ac.remainder().iter().zip(bc.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ac.zip(bc) {
+        for i in 0..LANES {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    sum_lanes(acc) + tail
+}
+
+#[inline(always)]
+fn rms_norm_generic(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let ms = dot_generic(x, x) / x.len() as f32;
+    let scale = 1.0 / (ms + eps).sqrt();
+    for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
+        *o = v * scale * g;
+    }
+}
+
+/// e^x to a few ulp, vectorisable (no libm call): e^x = 2^n · e^r.
+#[inline(always)]
+pub fn exp_fast(x: f32) -> f32 {
+    let x = x.clamp(EXP_MIN, EXP_MAX);
+    let n = (x * LOG2_E).round_ties_even();
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let mut p = EXP_COEFFS[5];
+    for &c in EXP_COEFFS[..5].iter().rev() {
+        p = p * r + c;
+    }
+    p = (p * r + 1.0) * r + 1.0;
+    // 2^n through the exponent bits; n ∈ [-126, 127] by the clamp.
+    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+#[inline(always)]
+fn silu_mul_generic(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = g / (1.0 + exp_fast(-g)) * u;
+    }
+}
+
+#[inline(always)]
+fn attend_generic(q: &[f32], keys: &[f32], values: &[f32], scale: f32, scores: &mut [f32], out: &mut [f32]) {
+    let hd = q.len();
+    let n = keys.len() / hd;
+    let scores = &mut scores[..n];
+    for (s, k) in scores.iter_mut().zip(keys.chunks_exact(hd)) {
+        *s = dot_generic(q, k) * scale;
+    }
+    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0f32;
+    for s in scores.iter_mut() {
+        *s = exp_fast(*s - max);
+        sum += *s;
+    }
+    let inv = 1.0 / sum;
+    out.fill(0.0);
+    for (&s, v) in scores.iter().zip(values.chunks_exact(hd)) {
+        let p = s * inv;
+        for (o, &vv) in out.iter_mut().zip(v) {
+            *o += p * vv;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_fast_is_close_to_exp() {
+        let mut worst = 0.0f32;
+        for i in -8000..8000 {
+            let x = i as f32 * 0.01;
+            let rel = ((exp_fast(x) - x.exp()) / x.exp()).abs();
+            worst = worst.max(rel);
+        }
+        assert!(worst < 1e-6, "worst relative error {worst}");
+        assert!(exp_fast(-1e9) < 1e-37 && exp_fast(-f32::INFINITY) < 1e-37);
+    }
+
+    #[test]
+    fn every_isa_agrees_closely() {
+        let x: Vec<f32> = (0..96).map(|i| ((i * 37 % 17) as f32 - 8.0) * 0.3).collect();
+        let w: Vec<f32> = (0..96).map(|i| 1.0 + (i % 5) as f32 * 0.01).collect();
+        let mut base = vec![0.0; 96];
+        rms_norm(Isa::Portable, &x, &w, 1e-5, &mut base);
+        for isa in Isa::available() {
+            let mut out = vec![0.0; 96];
+            rms_norm(isa, &x, &w, 1e-5, &mut out);
+            for (a, b) in out.iter().zip(&base) {
+                assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0));
+            }
+            // Equal values: any convex combination of them is that value.
+            let (mut s, mut o) = (vec![0.0; 6], vec![0.0; 16]);
+            attend(isa, &x[..16], &x[..96], &[2.0; 96], 0.25, &mut s, &mut o);
+            assert!(o.iter().all(|v| (v - 2.0).abs() < 1e-5), "{o:?}");
+        }
+    }
+}

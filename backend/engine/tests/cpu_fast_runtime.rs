@@ -1,0 +1,109 @@
+//! The fast CPU runtime on the tiny transformers fixtures (float weights: Llama with
+//! GQA, llama3 rope scaling, Qwen2 biases, tied and untied heads) against the
+//! transformers logits, and its invariances: batch size, thread count and
+//! instruction set change nothing, decode equals batched scoring bit for bit.
+
+use std::path::{Path, PathBuf};
+
+use peregrine_engine::cpu::act_quant::ActPrecision;
+use peregrine_engine::cpu::fast_runtime::{FastOptions, FastRuntime};
+use peregrine_engine::cpu::isa::Isa;
+use peregrine_engine::hf::load_hf_dir;
+use peregrine_engine::runtime::{DecodeJob, Flow, Runtime};
+use peregrine_engine::sampling::SamplingParams;
+use serde::Deserialize;
+
+/// Largest allowed ‖Δ‖/‖ref‖ against transformers (float weights, f32 activations;
+/// only the polynomial exp differs from libm).
+const MAX_REL_ERR: f64 = 1e-4;
+const FIXTURES: [&str; 4] = ["llama-gqa-untied", "llama3-scaled-tied", "qwen2-bias-untied", "qwen2-tied"];
+
+#[derive(Deserialize)]
+struct Reference {
+    prompt_ids: Vec<u32>,
+    greedy_prompt_len: usize,
+    greedy_ids: Vec<u32>,
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf").join(name)
+}
+
+fn read_f32(path: &Path) -> Vec<f32> {
+    std::fs::read(path).unwrap().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+}
+
+fn runtime(name: &str, threads: usize, isa: Isa, prefill_batch: usize) -> FastRuntime {
+    let (config, weights) = load_hf_dir(&fixture(name)).unwrap();
+    FastRuntime::new(&config, &weights, FastOptions { threads, isa, prefill_batch, act_precision: ActPrecision::Int16 }).unwrap()
+}
+
+fn greedy(rt: &mut FastRuntime, prompt: &[u32], n: usize) -> Vec<u32> {
+    let sampling = SamplingParams::default();
+    let job = DecodeJob { prompt, max_tokens: n, sampling: &sampling, stop_tokens: &[], top_logprobs: 0 };
+    let mut ids = Vec::new();
+    rt.generate(&job, &mut |s| {
+        ids.push(s.id);
+        Flow::Continue
+    })
+    .unwrap();
+    ids
+}
+
+#[test]
+fn float_models_match_transformers() {
+    for name in FIXTURES {
+        let reference: Reference = serde_json::from_str(&std::fs::read_to_string(fixture(name).join("reference.json")).unwrap()).unwrap();
+        let expected = read_f32(&fixture(name).join("ref_logits.f32"));
+        let mut rt = runtime(name, 2, Isa::detect(), 5);
+        let got: Vec<f32> = rt.score(&reference.prompt_ids).unwrap().concat();
+        assert_eq!(got.len(), expected.len());
+        let diff: f64 = got.iter().zip(&expected).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>().sqrt();
+        let norm: f64 = expected.iter().map(|b| (*b as f64).powi(2)).sum::<f64>().sqrt();
+        eprintln!("{name}: ‖Δ‖/‖ref‖ = {:.2e}", diff / norm);
+        assert!(diff / norm <= MAX_REL_ERR, "{name}: relative error {:.3e}", diff / norm);
+        let prompt = &reference.prompt_ids[..reference.greedy_prompt_len];
+        assert_eq!(greedy(&mut rt, prompt, reference.greedy_ids.len()), reference.greedy_ids, "{name}: greedy tokens");
+    }
+}
+
+#[test]
+fn batch_size_threads_and_isa_change_nothing() {
+    let name = "qwen2-bias-untied";
+    let reference: Reference = serde_json::from_str(&std::fs::read_to_string(fixture(name).join("reference.json")).unwrap()).unwrap();
+    let tokens = &reference.prompt_ids;
+    let base = runtime(name, 1, Isa::Portable, 64).score(tokens).unwrap();
+    for isa in Isa::available() {
+        for (threads, batch) in [(1, 1), (2, 3), (3, 64)] {
+            let got = runtime(name, threads, isa, batch).score(tokens).unwrap();
+            assert!(got == base, "{isa:?}, {threads} threads, batches of {batch}: logits differ");
+        }
+    }
+}
+
+#[test]
+fn decoding_token_by_token_equals_scoring_the_sequence() {
+    let name = "llama-gqa-untied";
+    let mut rt = runtime(name, 2, Isa::detect(), 16);
+    let prompt = [3u32, 17, 42, 9];
+    let ids = greedy(&mut rt, &prompt, 12);
+    let mut all = prompt.to_vec();
+    all.extend(&ids[..ids.len() - 1]);
+    let scored = rt.score(&all).unwrap();
+    for (i, &id) in ids.iter().enumerate() {
+        let row = &scored[prompt.len() - 1 + i];
+        let argmax = row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u32;
+        assert_eq!(argmax, id, "step {i}");
+    }
+}
+
+#[test]
+fn bad_tokens_and_overlong_prompts_are_errors() {
+    let mut rt = runtime("qwen2-tied", 2, Isa::detect(), 8);
+    assert!(rt.score(&[5, 100_000]).is_err());
+    assert!(rt.score(&[]).is_err());
+    let long = vec![1u32; rt.config().max_context + 1];
+    assert!(rt.score(&long).is_err());
+    // Still usable afterwards.
+    assert_eq!(rt.score(&[5, 6]).unwrap().len(), 2);
+}
