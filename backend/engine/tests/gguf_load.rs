@@ -22,6 +22,7 @@ fn model_path() -> PathBuf {
 #[test]
 fn smollm2_config_and_weights() {
     let (file, config, weights) = load_gguf(&model_path()).unwrap();
+    assert_eq!(config.name, "SmolLM2-135M-Instruct", "display name comes from the file name");
     assert_eq!(config.architecture, Architecture::Llama);
     assert_eq!(config.rope_layout, RopeLayout::Interleaved);
     assert_eq!(

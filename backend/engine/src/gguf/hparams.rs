@@ -99,7 +99,7 @@ pub fn model_config(g: &GgufFile) -> Result<ModelConfig> {
     };
     let first_bias = g.tensor_info("blk.0.attn_q.bias").is_some();
     let config = ModelConfig {
-        name: h.name.clone().unwrap_or_else(|| file_stem(g)),
+        name: display_name(g, h.name.as_deref()),
         architecture,
         vocab_size,
         hidden_size,
@@ -135,8 +135,38 @@ fn rope_scaling(g: &GgufFile, h: &GgufHparams, head_dim: usize) -> Result<RopeSc
         .map_err(|reason| bad(g, format!("{ROPE_FREQS_TENSOR}: {reason}")))
 }
 
-fn file_stem(g: &GgufFile) -> String {
-    g.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+/// The name people know a GGUF by: its file name without the quantization suffix
+/// (`SmolLM2-135M-Instruct.Q4_1.gguf` → `SmolLM2-135M-Instruct`). `general.name` is
+/// often a training-run label ("Smollm2 135M 8k Lc100K Mix1 Ep2"), so it is only the
+/// fallback.
+fn display_name(g: &GgufFile, general_name: Option<&str>) -> String {
+    let stem = g.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let base = match stem.rsplit_once(['.', '-']) {
+        Some((base, suffix)) if is_quant_label(suffix) && !base.is_empty() => base.to_string(),
+        _ => stem,
+    };
+    if base.is_empty() { general_name.unwrap_or("model").to_string() } else { base }
+}
+
+/// `Q4_1`, `Q4_K_M`, `IQ2_XS`, `F16`, `BF16`, `F32`...
+fn is_quant_label(s: &str) -> bool {
+    let u = s.to_ascii_uppercase();
+    matches!(u.as_str(), "F16" | "BF16" | "F32") || ((u.starts_with('Q') || u.starts_with("IQ")) && u.chars().any(|c| c.is_ascii_digit()) && u.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::is_quant_label;
+
+    #[test]
+    fn quant_suffixes_are_recognised() {
+        for s in ["Q4_1", "q8_0", "Q4_K_M", "IQ2_XS", "F16", "bf16"] {
+            assert!(is_quant_label(s), "{s}");
+        }
+        for s in ["Instruct", "135M", "v2", ""] {
+            assert!(!is_quant_label(s), "{s}");
+        }
+    }
 }
 
 fn bad(g: &GgufFile, reason: String) -> Error {
