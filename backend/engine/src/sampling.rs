@@ -86,11 +86,27 @@ pub fn log_softmax(logits: &[f32]) -> Vec<f32> {
     logits.iter().map(|&l| l - log_z).collect()
 }
 
+/// Up to this k, top-k is one insertion pass; above it, a selection and a sort.
+const SMALL_TOP_K: usize = 64;
+
 /// The `k` best (index, value) pairs, best first; ties go to the lower index.
 pub fn top_k_indices(values: &[f32], k: usize) -> Vec<(u32, f32)> {
+    if k == 0 {
+        return Vec::new();
+    }
+    let best_first = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    if k > SMALL_TOP_K {
+        let mut all: Vec<(u32, f32)> = values.iter().enumerate().map(|(i, &v)| (i as u32, v)).collect();
+        if k < all.len() {
+            all.select_nth_unstable_by(k - 1, best_first);
+            all.truncate(k);
+        }
+        all.sort_unstable_by(best_first);
+        return all;
+    }
     let mut best: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
     for (i, &v) in values.iter().enumerate() {
-        if best.len() == k && k > 0 && v <= best[k - 1].1 {
+        if best.len() == k && v <= best[k - 1].1 {
             continue;
         }
         let pos = best.partition_point(|&(_, b)| b >= v);
@@ -135,24 +151,26 @@ fn choose(logits: &[f32], params: &SamplingParams, seen: &[u32], step: u64) -> u
     let k = if params.top_k == 0 { adjusted.len() } else { params.top_k.min(adjusted.len()) };
     let candidates = top_k_indices(&adjusted, k);
     let max = candidates[0].1;
-    let mut probs: Vec<f32> = candidates.iter().map(|&(_, l)| ((l - max) / params.temperature).exp()).collect();
-    let total: f32 = probs.iter().sum();
+    // Sums in f64: over a flat 50k-token distribution f32 running sums drift enough
+    // to move the top-p cut; the GPU sampler sums exactly and matches this.
+    let mut probs: Vec<f64> = candidates.iter().map(|&(_, l)| (((l - max) / params.temperature) as f64).exp()).collect();
+    let total: f64 = probs.iter().sum();
     probs.iter_mut().for_each(|p| *p /= total);
     // min-p relative to the best candidate, then the top-p nucleus.
-    let floor = params.min_p * probs[0];
+    let floor = params.min_p as f64 * probs[0];
     let mut keep = probs.iter().take_while(|&&p| p >= floor).count().max(1);
     if params.top_p < 1.0 {
         let mut mass = 0.0;
         for (i, &p) in probs[..keep].iter().enumerate() {
             mass += p;
-            if mass >= params.top_p {
+            if mass >= params.top_p as f64 {
                 keep = i + 1;
                 break;
             }
         }
     }
-    let kept_mass: f32 = probs[..keep].iter().sum();
-    let target = uniform(params.seed, step) * kept_mass;
+    let kept_mass: f64 = probs[..keep].iter().sum();
+    let target = uniform(params.seed, step) as f64 * kept_mass;
     let mut acc = 0.0;
     for (i, &p) in probs[..keep].iter().enumerate() {
         acc += p;
@@ -220,6 +238,16 @@ mod tests {
         let ones = (0..n).filter(|&s| sample(&logits, &params(1.0), &[], s, 0).id == 1).count();
         let frac = ones as f64 / n as f64;
         assert!((frac - 0.75).abs() < 0.02, "got {frac}");
+    }
+
+    #[test]
+    fn large_top_k_agrees_with_a_full_sort() {
+        let values: Vec<f32> = (0..5000).map(|i| ((i * 7919) % 1000) as f32 * 0.01).collect();
+        let mut sorted: Vec<(u32, f32)> = values.iter().enumerate().map(|(i, &v)| (i as u32, v)).collect();
+        sorted.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        for k in [1, 5, 64, 65, 1000, 5000, 9000] {
+            assert_eq!(top_k_indices(&values, k), sorted[..k.min(5000)].to_vec(), "k = {k}");
+        }
     }
 
     #[test]
