@@ -10,7 +10,8 @@ MODE="${1:-run}"
 TRUNK_VERSION="0.21.14"
 # TOOLCHAIN.md: every CUDA wheel pinned, or pip mixes 13.5 headers with 13.0 nvcc.
 CUDA_WHEELS=(nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88
-             nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85)
+             nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85
+             nvidia-cuda-nvrtc==13.0.88)
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 apt_install() {
@@ -64,11 +65,15 @@ ensure_browser() {
 }
 
 ensure_nvcc() {
-  if [ -x "$(nvcc_path)" ]; then return; fi
+  if [ -x "$(nvcc_path)" ] && [ -n "$(nvrtc_dir)" ]; then return; fi
   step "Installing the pinned CUDA 13.0 compiler wheels into $PEREGRINE_CUDA_VENV"
   python3 -m venv "$PEREGRINE_CUDA_VENV"
   "$PEREGRINE_CUDA_VENV/bin/pip" install -q --progress-bar on "${CUDA_WHEELS[@]}"
   [ -x "$(nvcc_path)" ] || die "nvcc missing after installing ${CUDA_WHEELS[*]}"
+}
+# Folder with libnvrtc.so from the wheel (the engine's NVRTC compile test uses it).
+nvrtc_dir() {
+  dirname "$(ls "$PEREGRINE_CUDA_VENV"/lib/python3*/site-packages/nvidia/cu13/lib/libnvrtc.so* 2>/dev/null | head -n1)" 2>/dev/null | grep -v '^\.$' || true
 }
 nvcc_path() {
   ls "$PEREGRINE_CUDA_VENV"/lib/python3*/site-packages/nvidia/cu13/bin/nvcc 2>/dev/null | head -n1

@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 start=$(date +%s)
 scripts/setup.sh test
 export PEREGRINE_DEFAULT_MODEL
+# The engine's NVRTC test compiles the real kernel for every preset with the pinned wheel.
+PEREGRINE_NVRTC_DIR=$(dirname "$(ls "$PEREGRINE_CUDA_VENV"/lib/python3*/site-packages/nvidia/cu13/lib/libnvrtc.so* | head -n1)")
+export PEREGRINE_NVRTC_DIR
 step "Rust tests (cargo test)"
 cargo test --workspace --no-fail-fast
 step "Kernel compile check (nvcc, sm_90a)"
