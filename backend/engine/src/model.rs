@@ -90,14 +90,25 @@ pub fn load_model(path: &Path) -> Result<ModelFiles> {
 
 /// Builds the generator for `device` from loaded files.
 pub fn build_generator(files: ModelFiles, device: Device) -> Result<Generator> {
-    match device {
-        Device::Cuda => Err(Error::Cuda("this build has no CUDA runtime yet; use --device cpu".into())),
-        Device::Auto | Device::Cpu => {
-            if device == Device::Auto {
-                eprintln!("no CUDA runtime in this build, using CPU");
+    let runtime: Box<dyn crate::runtime::Runtime> = match device {
+        Device::Cuda => Box::new(cuda_runtime(&files)?),
+        Device::Cpu => build_cpu_runtime(CpuRuntimeKind::from_env()?, &files.config, &files.weights)?,
+        // No device ⇒ CPU, said in the log. A device that is present but fails is an
+        // error, never a silent fall-back that would hide a broken GPU path.
+        Device::Auto => match crate::cuda::devices() {
+            Ok(_) => Box::new(cuda_runtime(&files)?),
+            Err(why) => {
+                eprintln!("no CUDA device ({why}), using CPU");
+                build_cpu_runtime(CpuRuntimeKind::from_env()?, &files.config, &files.weights)?
             }
-            let runtime = build_cpu_runtime(CpuRuntimeKind::from_env()?, &files.config, &files.weights)?;
-            Ok(Generator { runtime, tokenizer: Some(files.tokenizer), template: files.template })
-        }
-    }
+        },
+    };
+    Ok(Generator { runtime, tokenizer: Some(files.tokenizer), template: files.template })
+}
+
+/// The persistent-kernel runtime on the first GPU, announced in the log.
+fn cuda_runtime(files: &ModelFiles) -> Result<crate::cuda::CudaRuntime> {
+    let runtime = crate::cuda::CudaRuntime::new(&files.config, &files.weights, 0)?;
+    eprintln!("using CUDA: {}", runtime.describe());
+    Ok(runtime)
 }
