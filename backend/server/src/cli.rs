@@ -22,6 +22,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Generate text for one prompt: text to stdout, timings to stderr.
     Generate(GenerateArgs),
+    /// Prefill and decode throughput (on the CPU side by side with llama.cpp when available).
+    Bench(crate::bench::BenchArgs),
 }
 
 /// Where the model comes from and where it runs (shared by every subcommand).

@@ -1,0 +1,191 @@
+//! `peregrine bench`: prefill and decode throughput of the engine on one model,
+//! medians of several runs; on the CPU, alternated run by run with llama.cpp
+//! (llama-cpp-python, same GGUF, same threads) when an interpreter with it is
+//! found. Measurement lives in the engine (`cpu::bench`); this file is the CLI.
+
+use std::path::PathBuf;
+
+use peregrine_engine::cpu::bench::{measure, median, BenchPlan, Figures, DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, DEFAULT_RUNS, DEFAULT_SHORT_PROMPT_TOKENS};
+use peregrine_engine::cpu::fast_runtime::{FastOptions, FastRuntime};
+use peregrine_engine::cpu::llamacpp::LlamaCpp;
+use peregrine_engine::cpu::{build_cpu_runtime, CpuRuntimeKind};
+use peregrine_engine::model::{build_generator, load_model, resolve_model_path, Device};
+use peregrine_engine::runtime::Runtime;
+use serde::Serialize;
+
+use crate::cli::ModelArgs;
+use crate::error::{Error, Result};
+
+/// Arguments of `peregrine bench`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Measurements per engine (medians are reported).
+    #[arg(long, default_value_t = DEFAULT_RUNS)]
+    pub runs: usize,
+    /// Prompt length of the prefill measurement.
+    #[arg(long, default_value_t = DEFAULT_PROMPT_TOKENS)]
+    pub prompt_tokens: usize,
+    /// Tokens generated in the decode measurement.
+    #[arg(long, default_value_t = DEFAULT_GEN_TOKENS)]
+    pub gen_tokens: usize,
+    /// Prompt length before the decode measurement.
+    #[arg(long, default_value_t = DEFAULT_SHORT_PROMPT_TOKENS)]
+    pub short_prompt_tokens: usize,
+    /// CPU threads (default: $PEREGRINE_CPU_THREADS, else every core); llama.cpp gets the same.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Python with llama-cpp-python (default: $PEREGRINE_LLAMACPP_PYTHON, else /tmp/llama-venv/bin/python if present).
+    #[arg(long)]
+    pub llamacpp_python: Option<PathBuf>,
+    /// Measure Peregrine only.
+    #[arg(long)]
+    pub no_llamacpp: bool,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `--json` prints.
+#[derive(Serialize)]
+struct Report {
+    model: String,
+    cpu: String,
+    backend: String,
+    threads: Option<usize>,
+    plan: PlanOut,
+    runs: Vec<FiguresOut>,
+    median: FiguresOut,
+    llamacpp: Option<Side>,
+}
+
+#[derive(Serialize)]
+struct PlanOut {
+    prompt: Vec<u32>,
+    short_prompt: Vec<u32>,
+    gen_tokens: usize,
+}
+
+#[derive(Serialize, Clone, Copy)]
+struct FiguresOut {
+    prefill_tok_s: f64,
+    decode_tok_s: f64,
+}
+
+#[derive(Serialize)]
+struct Side {
+    version: String,
+    runs: Vec<FiguresOut>,
+    median: FiguresOut,
+}
+
+impl From<Figures> for FiguresOut {
+    fn from(f: Figures) -> Self {
+        FiguresOut { prefill_tok_s: f.prefill_tok_s, decode_tok_s: f.decode_tok_s }
+    }
+}
+
+fn medians(runs: &[FiguresOut]) -> FiguresOut {
+    let of = |f: fn(&FiguresOut) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
+    FiguresOut { prefill_tok_s: of(|r| r.prefill_tok_s), decode_tok_s: of(|r| r.decode_tok_s) }
+}
+
+/// Runs the subcommand (the measurement itself on a blocking thread).
+pub async fn run(args: BenchArgs) -> Result<()> {
+    tokio::task::spawn_blocking(move || run_blocking(args)).await.map_err(|e| Error::Request(format!("benchmark task failed: {e}")))?
+}
+
+fn run_blocking(args: BenchArgs) -> Result<()> {
+    let device: Device = args.model.device.parse()?;
+    let path = resolve_model_path(args.model.model.as_deref())?;
+    let say = |line: String| {
+        if !args.json {
+            eprintln!("{line}");
+        }
+    };
+    say(format!("loading {}", path.display()));
+    let files = load_model(&path)?;
+    let plan = BenchPlan::new(Some(&files.tokenizer), files.config.vocab_size, args.prompt_tokens, args.short_prompt_tokens, args.gen_tokens)?;
+    let model_name = format!("{} ({:.1}M parameters)", files.config.name, files.config.parameter_count() as f64 / 1e6);
+    let mut options = FastOptions::from_env();
+    options.threads = args.threads.unwrap_or(options.threads);
+    let mut runtime: Box<dyn Runtime> = match (device, CpuRuntimeKind::from_env()?) {
+        (Device::Cpu, CpuRuntimeKind::Fast) => Box::new(FastRuntime::new(&files.config, &files.weights, options)?),
+        (Device::Cpu, kind) => build_cpu_runtime(kind, &files.config, &files.weights)?,
+        _ => build_generator(files, device)?.runtime,
+    };
+    let backend = runtime.backend();
+    let on_cpu = backend.kind == "cpu";
+    say(format!("model {model_name} on {} [{}]", backend.kind, backend.devices.join(", ")));
+
+    let mut llama = None;
+    if on_cpu && !args.no_llamacpp {
+        match (LlamaCpp::find_python(args.llamacpp_python.as_deref()), LlamaCpp::find_script(), path.is_file()) {
+            (Some(python), Some(script), true) => {
+                say(format!("starting llama.cpp ({} {})", python.display(), script.display()));
+                let context = plan.prompt.len().max(plan.short_prompt.len() + plan.gen_tokens) + 1;
+                llama = Some(LlamaCpp::start(&python, &script, &path, options.threads, context)?);
+            }
+            (None, _, _) => say("no Python with llama-cpp-python found (--llamacpp-python or $PEREGRINE_LLAMACPP_PYTHON): Peregrine only".into()),
+            (_, None, _) => say("scripts/bench/llamacpp_bench.py not found (run from the repository root): Peregrine only".into()),
+            (_, _, false) => say("llama.cpp needs a GGUF file: Peregrine only".into()),
+        }
+    }
+
+    // One untimed pass each: first-touch page faults, thread start-up, allocator.
+    measure(runtime.as_mut(), &plan)?;
+    if let Some(l) = llama.as_mut() {
+        l.measure(&plan)?;
+    }
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for i in 0..args.runs.max(1) {
+        ours.push(FiguresOut::from(measure(runtime.as_mut(), &plan)?));
+        let mut line = format!("run {}: Peregrine prefill {:7.1} · decode {:6.1} tok/s", i + 1, ours[i].prefill_tok_s, ours[i].decode_tok_s);
+        if let Some(l) = llama.as_mut() {
+            theirs.push(FiguresOut::from(l.measure(&plan)?));
+            line += &format!("   llama.cpp prefill {:7.1} · decode {:6.1} tok/s", theirs[i].prefill_tok_s, theirs[i].decode_tok_s);
+        }
+        say(line);
+    }
+    let report = Report {
+        model: model_name,
+        cpu: peregrine_engine::runtime::cpu_name(),
+        backend: format!("{} [{}]", backend.kind, backend.devices.join(", ")),
+        threads: on_cpu.then_some(options.threads),
+        plan: PlanOut { prompt: plan.prompt.clone(), short_prompt: plan.short_prompt.clone(), gen_tokens: plan.gen_tokens },
+        median: medians(&ours),
+        runs: ours,
+        llamacpp: llama.as_ref().map(|l| Side { version: l.version.clone(), median: medians(&theirs), runs: theirs }),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&report).unwrap_or_default());
+    } else {
+        print_table(&report, &plan);
+    }
+    Ok(())
+}
+
+fn print_table(r: &Report, plan: &BenchPlan) {
+    let threads = r.threads.map(|t| format!(" · {t} threads")).unwrap_or_default();
+    println!("{} · {}{threads} · medians of {} runs", r.model, r.backend, r.runs.len());
+    let rows = [
+        (format!("decode tok/s ({} tokens)", plan.gen_tokens), r.median.decode_tok_s, r.llamacpp.as_ref().map(|l| l.median.decode_tok_s)),
+        (format!("prefill tok/s ({}-token prompt)", plan.prompt.len()), r.median.prefill_tok_s, r.llamacpp.as_ref().map(|l| l.median.prefill_tok_s)),
+    ];
+    match &r.llamacpp {
+        Some(l) => {
+            println!("{:<32} {:>10} {:>10} {:>7}", "", "Peregrine", "llama.cpp", "ratio");
+            for (label, ours, theirs) in rows {
+                let theirs = theirs.unwrap_or(f64::NAN);
+                println!("{label:<32} {ours:>10.1} {theirs:>10.1} {:>6.2}×", ours / theirs);
+            }
+            println!("llama.cpp: llama-cpp-python {}, same GGUF and threads, runs alternated with Peregrine's", l.version);
+        }
+        None => {
+            for (label, ours, _) in rows {
+                println!("{label:<32} {ours:>10.1}");
+            }
+        }
+    }
+}
