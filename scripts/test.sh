@@ -18,5 +18,8 @@ scripts/build-frontend.sh
 step "End-to-end tests (Playwright, headless Chromium)"
 cargo build -q -p peregrine-server --bin peregrine
 export PEREGRINE_BIN="$CARGO_TARGET_DIR/debug/peregrine"
+# A free port, so a server left running elsewhere never blocks the suite.
+PEREGRINE_E2E_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+export PEREGRINE_E2E_PORT
 (cd e2e && CI=1 npx playwright test)
 echo "all tests passed in $(( $(date +%s) - start )) s"
