@@ -45,6 +45,9 @@ pub struct BenchArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// `--shape` and its options: the CUDA kernel on synthetic weights (bench_cuda.rs).
+    #[command(flatten)]
+    pub cuda: crate::bench_cuda::CudaBenchArgs,
 }
 
 /// What `--json` prints.
@@ -98,6 +101,12 @@ pub async fn run(args: BenchArgs) -> Result<()> {
 
 fn run_blocking(args: BenchArgs) -> Result<()> {
     let device: Device = args.model.device.parse()?;
+    if !args.cuda.shape.is_empty() {
+        if device == Device::Cpu {
+            return Err(Error::bad("device", "--shape benchmarks the CUDA engine on synthetic weights: use --device cuda"));
+        }
+        return crate::bench_cuda::run_blocking(&args.cuda, args.runs, args.json);
+    }
     let path = resolve_model_path(args.model.model.as_deref())?;
     let say = |line: String| {
         if !args.json {
@@ -167,8 +176,7 @@ fn run_blocking(args: BenchArgs) -> Result<()> {
 }
 
 fn print_table(r: &Report, plan: &BenchPlan) {
-    let threads = r.threads.map(|t| format!(" · {t} threads")).unwrap_or_default();
-    println!("{} · {}{threads} · medians of {} runs", r.model, r.backend, r.runs.len());
+    println!("{} · {} · medians of {} runs", r.model, r.backend, r.runs.len());
     let rows = [
         (format!("decode tok/s ({} tokens)", plan.gen_tokens), r.median.decode_tok_s, r.llamacpp.as_ref().map(|l| l.median.decode_tok_s)),
         (format!("prefill tok/s ({}-token prompt)", plan.prompt.len()), r.median.prefill_tok_s, r.llamacpp.as_ref().map(|l| l.median.prefill_tok_s)),

@@ -166,7 +166,7 @@ impl QuantView {
     /// # Safety
     /// No other thread may read or write these blocks until a barrier.
     pub unsafe fn quantize(&self, isa: Isa, t: usize, at: usize, x: &[f32]) {
-        assert!(t < self.capacity && at % QBLOCK == 0 && x.len() % QBLOCK == 0 && at + x.len() <= self.cols);
+        assert!(t < self.capacity && at.is_multiple_of(QBLOCK) && x.len().is_multiple_of(QBLOCK) && at + x.len() <= self.cols);
         let (b0, n) = (at / QBLOCK, x.len() / QBLOCK);
         let tok = self.token(t);
         // SAFETY: the asserts keep every range inside token t's slices; the caller

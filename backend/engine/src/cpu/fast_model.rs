@@ -42,7 +42,7 @@ pub struct FastModel {
 impl FastModel {
     /// Repacks `weights` (shapes already checked by the loaders) using `threads` threads.
     pub fn new(config: &ModelConfig, weights: &Weights, isa: Isa, threads: usize) -> Result<FastModel> {
-        if config.head_dim % 2 != 0 {
+        if !config.head_dim.is_multiple_of(2) {
             return Err(Error::InvalidRequest(format!("head_dim {} is odd; RoPE needs pairs", config.head_dim)));
         }
         let mut tensors: Vec<&Tensor> = Vec::new();

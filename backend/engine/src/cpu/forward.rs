@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use crate::cpu::act_quant::{ActPrecision, QuantActs, QuantView, TokenActs, QBLOCK};
 use crate::cpu::fast_model::{FastLayer, FastModel};
 use crate::cpu::kernels::{matmul, MatmulIo};
-use crate::cpu::kv_cache::KvCache;
+use crate::cpu::kv_cache::{key_offset, KvCache, KEY_TILE};
 use crate::cpu::packed::{PackedMatrix, GROUP_ROWS};
 use crate::cpu::pool::{Pool, Team};
 use crate::cpu::shared::SharedSlice;
@@ -349,15 +349,13 @@ impl Pass<'_> {
         }
     }
 
-    /// Splits the row groups of several matrices (same input) over the team; returns
-    /// this member's group range of each.
-    fn split_matmuls(&self, team: &Team<'_>, jobs: &[(&PackedMatrix, &Vec<*mut f32>)], which: Input) -> Vec<Range<usize>> {
+    /// Splits the row groups of several matrices (same input) over the team.
+    fn split_matmuls(&self, team: &Team<'_>, jobs: &[(&PackedMatrix, &Vec<*mut f32>)], which: Input) {
         let (quant, float) = self.input(which);
         let precision = self.hq.precision();
         let total: usize = jobs.iter().map(|(m, _)| m.groups()).sum();
         let mine = team.split(total);
         let mut base = 0;
-        let mut ranges = Vec::with_capacity(jobs.len());
         for (m, out) in jobs {
             let g = m.groups();
             let lo = mine.start.clamp(base, base + g) - base;
@@ -367,10 +365,8 @@ impl Pass<'_> {
                 // alone in this phase; inputs were written before the last barrier.
                 unsafe { matmul(self.m.isa, m, lo..hi, MatmulIo { quant, precision, float, out }) };
             }
-            ranges.push(lo..hi);
             base += g;
         }
-        ranges
     }
 
     /// Biases, RoPE on q and k, and k/v appended to the cache (split by token).
@@ -396,9 +392,14 @@ impl Pass<'_> {
                     rotate(head, cos, sin, c.rope_layout);
                 }
                 for g in 0..self.kv_heads {
-                    let at = self.run_start(li, g) + pos * hd;
-                    self.kc.part_mut(at..at + hd).copy_from_slice(&k[g * hd..(g + 1) * hd]);
-                    self.vc.part_mut(at..at + hd).copy_from_slice(&v[g * hd..(g + 1) * hd]);
+                    let run = self.run_start(li, g);
+                    self.vc.part_mut(run + pos * hd..run + (pos + 1) * hd).copy_from_slice(&v[g * hd..(g + 1) * hd]);
+                    // Key tiles interleave positions, which other members may be writing
+                    // (other tokens): element-wise writes through raw pointers, never a
+                    // slice over the shared tile.
+                    for (i, &x) in k[g * hd..(g + 1) * hd].iter().enumerate() {
+                        *self.kc.ptr_at(run + key_offset(pos, i, hd)) = x;
+                    }
                 }
             }
         }
@@ -426,7 +427,7 @@ impl Pass<'_> {
             // barrier); head h of token t's output is this member's alone.
             unsafe {
                 let q = self.q.part(t * s.q + h * hd..t * s.q + (h + 1) * hd);
-                let keys = self.kc.part(run..run + len * hd);
+                let keys = self.kc.part(run..run + len.next_multiple_of(KEY_TILE) * hd);
                 let values = self.vc.part(run..run + len * hd);
                 let out = self.att.part_mut(t * s.qd + h * hd..t * s.qd + (h + 1) * hd);
                 vecops::attend(self.m.isa, q, keys, values, scale, scores, out);
@@ -447,7 +448,9 @@ impl Pass<'_> {
     /// `x += w · input` for this member's row groups of `w` (o and down projections).
     fn project_add(&self, team: &Team<'_>, w: &PackedMatrix, which: Input) {
         let d = self.s.d;
-        let mine = self.split_matmuls(team, &[(w, &self.io.proj)], which).remove(0);
+        self.split_matmuls(team, &[(w, &self.io.proj)], which);
+        // One matrix: this member's groups are its plain share.
+        let mine = team.split(w.groups());
         let rows = (mine.start * GROUP_ROWS).min(d)..(mine.end * GROUP_ROWS).min(d);
         for t in 0..self.n() {
             // SAFETY: these rows of x and proj are this member's alone in this phase.

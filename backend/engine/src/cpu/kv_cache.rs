@@ -1,11 +1,16 @@
-//! The fast runtime's KV cache: f32, laid out `[layer][kv_head][position][head_dim]`
-//! so one head's keys (and values) for all positions are one contiguous run that
-//! attention streams through (llama.cpp keeps per-head rows contiguous likewise).
+//! The fast runtime's KV cache, f32, one contiguous run per (layer, kv head):
+//! values `[position][head_dim]` (attention adds whole rows), keys in tiles of
+//! [`KEY_TILE`] positions `[position / 16][head_dim][16]`, so the scores of 16
+//! positions are one vector of FMAs against broadcast query elements, with no
+//! horizontal sums (the transposed-K trick of flash-attention CPU kernels).
 
 use crate::config::ModelConfig;
 
-/// Positions added at a time when the cache grows (amortises the copy).
+/// Positions added at a time when the cache grows (amortises the copy; a whole
+/// number of key tiles).
 const GROW_STEP: usize = 256;
+/// Positions per key tile (one 512-bit register of scores).
+pub const KEY_TILE: usize = 16;
 
 /// Keys and values of every past position of one sequence.
 pub struct KvCache {
@@ -62,12 +67,13 @@ impl KvCache {
         if positions <= self.capacity {
             return;
         }
-        let new_cap = positions.next_multiple_of(GROW_STEP).min(self.max_positions.max(positions));
+        let new_cap = positions.next_multiple_of(GROW_STEP).min(self.max_positions.max(positions).next_multiple_of(KEY_TILE));
         let runs = self.layers * self.kv_heads;
         let grow = |old: &Vec<f32>| {
             let mut new = vec![0.0f32; runs * new_cap * self.head_dim];
             for r in 0..runs {
-                let n = self.len * self.head_dim;
+                // Whole key tiles: the last one may hold positions past len·head_dim.
+                let n = self.len.next_multiple_of(KEY_TILE) * self.head_dim;
                 let src = r * self.capacity * self.head_dim;
                 new[r * new_cap * self.head_dim..][..n].copy_from_slice(&old[src..src + n]);
             }
@@ -89,6 +95,8 @@ impl KvCache {
     }
 
     /// Index of `(layer, kv_head, position 0)` in [`Self::keys_values_mut`]'s buffers.
+    /// Within a run, value `i` of position `p` is at `p·head_dim + i` and key `i` of
+    /// position `p` at [`key_offset`]`(p, i, head_dim)`.
     pub fn run_start(&self, layer: usize, kv_head: usize) -> usize {
         (layer * self.kv_heads + kv_head) * self.head_stride()
     }
@@ -96,5 +104,54 @@ impl KvCache {
     /// Both buffers, for a forward pass to share among its threads.
     pub fn keys_values_mut(&mut self) -> (&mut [f32], &mut [f32]) {
         (&mut self.k, &mut self.v)
+    }
+}
+
+/// Offset of key element `i` of position `p` inside a head's run.
+pub const fn key_offset(p: usize, i: usize, head_dim: usize) -> usize {
+    (p / KEY_TILE) * head_dim * KEY_TILE + i * KEY_TILE + p % KEY_TILE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn growing_keeps_partial_key_tiles_and_values() {
+        let mut config = crate::synthetic::preset("smollm2-135m").expect("preset");
+        config.num_layers = 2;
+        config.max_context = 1000;
+        let mut cache = KvCache::new(&config);
+        cache.reserve(20);
+        let hd = config.head_dim;
+        let mark = |l: usize, h: usize, p: usize, i: usize| (l * 1_000_000 + h * 10_000 + p * 100 + i) as f32;
+        for l in 0..2 {
+            for h in 0..config.num_kv_heads {
+                let run = cache.run_start(l, h);
+                let (k, v) = cache.keys_values_mut();
+                for p in 0..20 {
+                    for i in 0..hd {
+                        k[run + key_offset(p, i, hd)] = mark(l, h, p, i);
+                        v[run + p * hd + i] = -mark(l, h, p, i);
+                    }
+                }
+            }
+        }
+        cache.advance(20);
+        cache.reserve(700);
+        assert_eq!(cache.capacity() % KEY_TILE, 0);
+        assert!(cache.capacity() >= 700 && cache.capacity() <= 1008);
+        for l in 0..2 {
+            for h in 0..config.num_kv_heads {
+                let run = cache.run_start(l, h);
+                let (k, v) = cache.keys_values_mut();
+                for p in 0..20 {
+                    for i in 0..hd {
+                        assert_eq!(k[run + key_offset(p, i, hd)], mark(l, h, p, i));
+                        assert_eq!(v[run + p * hd + i], -mark(l, h, p, i));
+                    }
+                }
+            }
+        }
     }
 }

@@ -187,7 +187,7 @@ fn wait_for_epoch(s: &Shared, seen: u64) -> u64 {
             return e;
         }
         i = i.wrapping_add(1);
-        if i % CLOCK_EVERY == 0 && start.elapsed() > DEFAULT_IDLE_SPIN {
+        if i.is_multiple_of(CLOCK_EVERY) && start.elapsed() > DEFAULT_IDLE_SPIN {
             break;
         }
         std::hint::spin_loop();

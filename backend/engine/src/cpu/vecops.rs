@@ -4,6 +4,7 @@
 //! compiler vectorises the lane loops; `exp` is a polynomial so it vectorises too.
 
 use crate::cpu::isa::Isa;
+use crate::cpu::kv_cache::KEY_TILE;
 
 /// Floats per lane group (one 512-bit register).
 const LANES: usize = 16;
@@ -63,7 +64,9 @@ isa_variants! {
 
 isa_variants! {
     /// One query against `n` cached positions of one head: softmax(q·K/√d)·V into
-    /// `out`; `keys`/`values` hold `n` rows of `q.len()`; `scores` has room for `n`.
+    /// `out`. `values` holds `n` rows of `q.len()`; `keys` the key tiles covering
+    /// them (`kv_cache::key_offset` layout, `n` rounded up to 16 positions);
+    /// `scores` has room for the rounded-up count.
     pub fn attend(q: &[f32], keys: &[f32], values: &[f32], scale: f32, scores: &mut [f32], out: &mut [f32]) = attend_generic;
 }
 
@@ -125,27 +128,78 @@ fn silu_mul_generic(gate: &[f32], up: &[f32], out: &mut [f32]) {
     }
 }
 
+/// Value columns (of 16) accumulated together in attention's weighted sum: four
+/// independent FMA chains, one 64-wide head per pass.
+const VALUE_CHUNKS: usize = 4;
+
+/// `acc += s · x` over 16 lanes.
+#[inline(always)]
+fn lanes_fma(acc: &mut [f32; LANES], s: f32, x: &[f32]) {
+    let x = &x[..LANES];
+    for l in 0..LANES {
+        acc[l] += s * x[l];
+    }
+}
+
 #[inline(always)]
 fn attend_generic(q: &[f32], keys: &[f32], values: &[f32], scale: f32, scores: &mut [f32], out: &mut [f32]) {
     let hd = q.len();
-    let n = keys.len() / hd;
-    let scores = &mut scores[..n];
-    for (s, k) in scores.iter_mut().zip(keys.chunks_exact(hd)) {
-        *s = dot_generic(q, k) * scale;
+    let n = values.len() / hd;
+    // Scores of 16 positions at a time (lane l of tile t is position 16t + l), four
+    // chains over the head dimension.
+    for (t, tile) in keys.chunks_exact(hd * KEY_TILE).enumerate() {
+        let mut acc = [[0.0f32; LANES]; 4];
+        let mut i = 0;
+        while i + 4 <= hd {
+            for (c, a) in acc.iter_mut().enumerate() {
+                lanes_fma(a, q[i + c], &tile[(i + c) * KEY_TILE..]);
+            }
+            i += 4;
+        }
+        for i in i..hd {
+            lanes_fma(&mut acc[0], q[i], &tile[i * KEY_TILE..]);
+        }
+        let s = &mut scores[t * KEY_TILE..(t + 1) * KEY_TILE];
+        for l in 0..LANES {
+            s[l] = ((acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l])) * scale;
+        }
     }
+    // Lanes past `n` in the last tile are stale: the softmax covers 0..n only.
+    let scores = &mut scores[..n];
     let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0f32;
-    for s in scores.iter_mut() {
+    let mut sums = [0.0f32; LANES];
+    let mut chunks = scores.chunks_exact_mut(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            c[l] = exp_fast(c[l] - max);
+            sums[l] += c[l];
+        }
+    }
+    let mut sum = sum_lanes(sums);
+    for s in chunks.into_remainder() {
         *s = exp_fast(*s - max);
         sum += *s;
     }
     let inv = 1.0 / sum;
-    out.fill(0.0);
-    for (&s, v) in scores.iter().zip(values.chunks_exact(hd)) {
-        let p = s * inv;
-        for (o, &vv) in out.iter_mut().zip(v) {
-            *o += p * vv;
+    // Σ p·V, a block of value columns at a time so accumulators stay in registers.
+    let mut c = 0;
+    while c + VALUE_CHUNKS * LANES <= hd {
+        let mut acc = [[0.0f32; LANES]; VALUE_CHUNKS];
+        for (&p, v) in scores.iter().zip(values.chunks_exact(hd)) {
+            for (k, a) in acc.iter_mut().enumerate() {
+                lanes_fma(a, p, &v[c + k * LANES..]);
+            }
         }
+        for (k, a) in acc.iter().enumerate() {
+            for l in 0..LANES {
+                out[c + k * LANES + l] = a[l] * inv;
+            }
+        }
+        c += VALUE_CHUNKS * LANES;
+    }
+    for c in c..hd {
+        let acc: f32 = scores.iter().zip(values.chunks_exact(hd)).map(|(&p, v)| p * v[c]).sum();
+        out[c] = acc * inv;
     }
 }
 
@@ -178,8 +232,9 @@ mod tests {
                 assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0));
             }
             // Equal values: any convex combination of them is that value.
-            let (mut s, mut o) = (vec![0.0; 6], vec![0.0; 16]);
-            attend(isa, &x[..16], &x[..96], &[2.0; 96], 0.25, &mut s, &mut o);
+            let (mut s, mut o) = (vec![0.0; 16], vec![0.0; 16]);
+            let keys: Vec<f32> = (0..16 * 16).map(|i| (i % 7) as f32 * 0.1).collect();
+            attend(isa, &x[..16], &keys, &[2.0; 96], 0.25, &mut s, &mut o);
             assert!(o.iter().all(|v| (v - 2.0).abs() < 1e-5), "{o:?}");
         }
     }

@@ -61,8 +61,8 @@ unsafe fn quant_tile<K: QKind, const TT: usize, const DUAL: bool>(panel: *const 
                 let mut isum = [[_mm256_setzero_si256(); 2]; TT];
                 for k in 0..nv {
                     for t in 0..TT {
-                        for plane in 0..if DUAL { 2 } else { 1 } {
-                            let base = if plane == 0 { acts[t].hi } else { acts[t].lo };
+                        let planes = if DUAL { [acts[t].hi, acts[t].lo] } else { [acts[t].hi, std::ptr::null()] };
+                        for (sum, base) in isum[t].iter_mut().zip(planes).take(if DUAL { 2 } else { 1 }) {
                             let a = _mm256_set1_epi32(base.add(e0 + 4 * k).cast::<i32>().read_unaligned());
                             let pairs = match q.codes {
                                 Codes::Nibble if k < nv / 2 => _mm256_maddubs_epi16(_mm256_and_si256(load_half(p, k, h), mask), a),
@@ -72,7 +72,7 @@ unsafe fn quant_tile<K: QKind, const TT: usize, const DUAL: bool>(panel: *const 
                                     _mm256_maddubs_epi16(_mm256_abs_epi8(s), _mm256_sign_epi8(a, s))
                                 }
                             };
-                            isum[t][plane] = _mm256_add_epi32(isum[t][plane], _mm256_madd_epi16(pairs, ones));
+                            *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(pairs, ones));
                         }
                     }
                 }
