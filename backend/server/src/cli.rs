@@ -22,7 +22,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Generate text for one prompt: text to stdout, timings to stderr.
     Generate(GenerateArgs),
-    /// Prefill and decode throughput (on the CPU side by side with llama.cpp when available).
+    /// Prefill and decode throughput (on the CPU side by side with llama.cpp when available;
+    /// `--device cuda --shape NAME[,NAME…]`: the CUDA kernel on synthetic weights, `--baseline` next to PyTorch).
     Bench(crate::bench::BenchArgs),
 }
 

@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod bench;
+pub mod bench_cuda;
 pub mod cli;
 pub mod client_limit;
 pub mod config;

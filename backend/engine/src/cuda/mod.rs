@@ -4,7 +4,9 @@
 //! `cuda` feature, the same API exists and every constructor returns a clear error
 //! (candle's dummy backend pattern).
 
+pub mod bench;
 pub mod layout;
+pub mod torch_baseline;
 
 #[cfg(feature = "cuda")]
 pub mod nvrtc;

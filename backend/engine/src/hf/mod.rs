@@ -2,11 +2,13 @@
 //! (names as in transformers' `LlamaForCausalLM` / `Qwen2ForCausalLM`).
 
 mod config;
+mod export;
 mod shards;
 
 use std::path::Path;
 
 pub use config::{HfConfig, HfRopeParameters, DEFAULT_RMS_NORM_EPS, DEFAULT_ROPE_THETA};
+pub use export::hf_config_json;
 pub use shards::{SafetensorsDir, INDEX_FILE, SINGLE_FILE};
 
 use crate::config::ModelConfig;

@@ -1,0 +1,104 @@
+//! Teacher-forced logits of a Hugging Face directory through the engine's real HF
+//! loader, for scripts/gpu/transformers_check.py (which compares them with
+//! transformers on the GPU host, where there is no Rust: build here, carry it).
+//!
+//! Usage:
+//!   hf_score config NAME                      transformers config.json of a preset, on stdout
+//!   hf_score score --model DIR --tokens FILE --out FILE [--device cuda|cpu]
+//!       FILE: JSON list of token-id lists; writes little-endian f32 logits
+//!       [sequences × positions × vocab] to --out and one JSON summary line to stdout.
+
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use peregrine_engine::cpu::reference_runtime::ReferenceRuntime;
+use peregrine_engine::cuda::CudaRuntime;
+use peregrine_engine::runtime::Runtime;
+use peregrine_engine::{Error, Result};
+
+fn usage() -> Error {
+    Error::InvalidRequest("usage: hf_score config NAME | hf_score score --model DIR --tokens FILE --out FILE [--device cuda|cpu]".into())
+}
+
+fn io(path: &std::path::Path) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |source| Error::Io { path: path.display().to_string(), source }
+}
+
+fn score(args: &[String]) -> Result<()> {
+    let (mut model, mut tokens, mut out, mut device) = (None, None, None, "cuda".to_string());
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let value = it.next().cloned().ok_or_else(usage)?;
+        match flag.as_str() {
+            "--model" => model = Some(PathBuf::from(value)),
+            "--tokens" => tokens = Some(PathBuf::from(value)),
+            "--out" => out = Some(PathBuf::from(value)),
+            "--device" => device = value,
+            _ => return Err(usage()),
+        }
+    }
+    let (model, tokens, out) = (model.ok_or_else(usage)?, tokens.ok_or_else(usage)?, out.ok_or_else(usage)?);
+    let text = std::fs::read_to_string(&tokens).map_err(io(&tokens))?;
+    let sequences: Vec<Vec<u32>> = serde_json::from_str(&text).map_err(|e| Error::InvalidRequest(format!("{}: {e}", tokens.display())))?;
+    let t0 = Instant::now();
+    let (config, weights) = peregrine_engine::hf::load_hf_dir(&model)?;
+    let mut rt: Box<dyn Runtime> = match device.as_str() {
+        "cuda" => Box::new(CudaRuntime::new(&config, &weights, 0)?),
+        "cpu" => Box::new(ReferenceRuntime::new(&config, &weights)?),
+        other => return Err(Error::InvalidRequest(format!("unknown device `{other}` (cuda or cpu)"))),
+    };
+    drop(weights);
+    let load_s = t0.elapsed().as_secs_f64();
+    let file = std::fs::File::create(&out).map_err(io(&out))?;
+    let mut w = BufWriter::new(file);
+    let t1 = Instant::now();
+    let mut positions = 0;
+    for seq in &sequences {
+        let logits = rt.score(seq)?;
+        if logits.len() != seq.len() {
+            return Err(Error::Unavailable(format!("scored {} positions of a {}-token sequence", logits.len(), seq.len())));
+        }
+        for row in &logits {
+            let bytes: Vec<u8> = row.iter().flat_map(|v| v.to_le_bytes()).collect();
+            w.write_all(&bytes).map_err(io(&out))?;
+        }
+        positions += seq.len();
+    }
+    w.flush().map_err(io(&out))?;
+    let backend = rt.backend();
+    let summary = serde_json::json!({
+        "model": config.name,
+        "vocab_size": config.vocab_size,
+        "attention_bias": config.attention_bias,
+        "tie_embeddings": config.tie_embeddings,
+        "sequences": sequences.len(),
+        "positions": positions,
+        "backend": format!("{} [{}]", backend.kind, backend.devices.join(", ")),
+        "load_s": load_s,
+        "score_s": t1.elapsed().as_secs_f64(),
+    });
+    println!("{summary}");
+    Ok(())
+}
+
+fn run() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("config") => {
+            let name = args.get(1).ok_or_else(usage)?;
+            let config = peregrine_engine::synthetic::preset(name).ok_or_else(|| Error::InvalidRequest(format!("unknown preset `{name}`")))?;
+            println!("{}", peregrine_engine::hf::hf_config_json(&config));
+            Ok(())
+        }
+        Some("score") => score(&args[1..]),
+        _ => Err(usage()),
+    }
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,299 @@
+//! The GPU side of `peregrine bench --device cuda` for one model shape, by GPU.md's
+//! method: a verified (untimed, checked) greedy run first, then timed runs whose
+//! decode rate comes from the kernel's own per-token timestamps (median of runs),
+//! judged against the HBM bound measured in the same process, plus time to first
+//! token of a long prompt. Written against the CUDA runtime's public API only.
+
+use std::time::Instant;
+
+use crate::config::ModelConfig;
+use crate::cpu::reference::{KvCache, ReferenceModel};
+use crate::cuda::layout::{self, KernelOptions};
+use crate::cuda::CudaRuntime;
+use crate::error::{Error, Result};
+use crate::runtime::{DecodeJob, Flow, RunEnd, Runtime};
+use crate::sampling::{top_k_indices, Sampled, SamplingParams};
+use crate::weights::Weights;
+
+/// Prompt tokens before the decode measurement.
+pub const DEFAULT_PROMPT_TOKENS: usize = 32;
+/// Tokens generated per timed run.
+pub const DEFAULT_GEN_TOKENS: usize = 256;
+/// Prompt length of the time-to-first-token measurement.
+pub const DEFAULT_TTFT_PROMPT_TOKENS: usize = 512;
+/// Timed runs per shape (the median is reported).
+pub const DEFAULT_RUNS: usize = 5;
+/// Leading greedy tokens every timed run must share with the verified run.
+pub const CHECKED_TOKENS: usize = 16;
+/// Size of the device-to-device copy that measures the bandwidth ceiling.
+pub const BANDWIDTH_BYTES: usize = 1 << 30;
+/// Timed copies of that buffer (median).
+pub const BANDWIDTH_REPEATS: usize = 10;
+/// Relative logit error allowed against the CPU float32 reference (bf16 weights and
+/// KV cache; the same bound as examples/gpu_check.rs).
+pub const MAX_REL_ERR: f64 = 3e-2;
+/// Up to this many parameters the verified run's first steps are checked against the
+/// CPU float32 reference step by step; bigger shapes score a few prompt positions
+/// (the single-threaded reference takes about a second per token at 1.5B).
+pub const STEPWISE_REFERENCE_MAX_PARAMS: u64 = 500_000_000;
+/// Prompt positions scored against the reference for bigger shapes.
+pub const LARGE_REFERENCE_POSITIONS: usize = 2;
+/// Seed of the benchmark's prompt token ids.
+pub const PROMPT_SEED: u64 = 0x5EED_0001;
+
+/// What to run on each shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CudaBenchPlan {
+    pub prompt_tokens: usize,
+    pub gen_tokens: usize,
+    pub ttft_prompt_tokens: usize,
+    pub runs: usize,
+    /// KV-cache positions to allocate (default: the kernel's default, capped by the model).
+    pub context: Option<usize>,
+}
+
+impl Default for CudaBenchPlan {
+    fn default() -> Self {
+        CudaBenchPlan {
+            prompt_tokens: DEFAULT_PROMPT_TOKENS,
+            gen_tokens: DEFAULT_GEN_TOKENS,
+            ttft_prompt_tokens: DEFAULT_TTFT_PROMPT_TOKENS,
+            runs: DEFAULT_RUNS,
+            context: None,
+        }
+    }
+}
+
+impl CudaBenchPlan {
+    /// Kernel options for `config`, or why the plan does not fit its KV cache.
+    pub fn kernel_options(&self, config: &ModelConfig) -> Result<KernelOptions> {
+        if self.prompt_tokens == 0 || self.gen_tokens < CHECKED_TOKENS || self.ttft_prompt_tokens == 0 || self.runs == 0 {
+            return Err(Error::InvalidRequest(format!("bench needs --prompt ≥ 1, --gen ≥ {CHECKED_TOKENS}, a TTFT prompt ≥ 1 and --runs ≥ 1")));
+        }
+        let mut options = KernelOptions::default();
+        if let Some(c) = self.context {
+            options.kv_positions = c;
+        }
+        let cap = layout::kv_positions(config, &options);
+        let need = (self.prompt_tokens + self.gen_tokens).max(self.ttft_prompt_tokens + 1);
+        if need > cap {
+            return Err(Error::InvalidRequest(format!("{}: the bench needs {need} KV positions but the cache holds {cap} (--context)", config.name)));
+        }
+        Ok(options)
+    }
+}
+
+/// The untimed, checked run the timed runs are compared with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verification {
+    /// Greedy tokens of the verified run.
+    pub tokens: Vec<u32>,
+    /// Each of the first [`CHECKED_TOKENS`] tokens is the argmax of the kernel's own logits.
+    pub argmax_consistent: bool,
+    /// Largest relative logit error against the CPU float32 reference.
+    pub reference_rel_err: f64,
+    /// Positions compared with the reference, and how many share its top-1.
+    pub reference_positions: usize,
+    pub reference_top1: usize,
+    /// `"greedy steps"` (teacher-forced on the GPU's tokens) or `"prompt positions"`.
+    pub reference_kind: &'static str,
+}
+
+impl Verification {
+    /// The verified run is trustworthy.
+    pub fn passed(&self) -> bool {
+        self.argmax_consistent && self.reference_rel_err < MAX_REL_ERR
+    }
+}
+
+/// Figures of one shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShapeFigures {
+    pub name: String,
+    pub parameters: u64,
+    /// Bytes the kernel streams per token (weights once).
+    pub bytes_per_token: u64,
+    /// Decode tok/s of each timed run (device timestamps), and their median.
+    pub decode_runs: Vec<f64>,
+    pub decode_tok_s: f64,
+    pub us_per_token: f64,
+    /// bandwidth / bytes_per_token, and the median's share of it.
+    pub bound_tok_s: f64,
+    pub pct_of_bound: f64,
+    /// Engine call → first token on the host, for the TTFT prompt (median).
+    pub ttft_ms: f64,
+    /// Every timed run produced `gen_tokens` tokens starting with the verified run's first [`CHECKED_TOKENS`].
+    pub tokens_match: bool,
+    pub verification: Verification,
+    /// Device, grid and kernel variant.
+    pub describe: String,
+}
+
+/// Median (mean of the middle two for an even count); NaN when empty.
+pub fn median(values: &[f64]) -> f64 {
+    crate::cpu::bench::median(values)
+}
+
+/// Deterministic token ids spread over the vocabulary (SplitMix64).
+pub fn bench_tokens(n: usize, vocab_size: usize, seed: u64) -> Vec<u32> {
+    let mut state = seed;
+    (0..n)
+        .map(|_| {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            ((z ^ (z >> 31)) % vocab_size as u64) as u32
+        })
+        .collect()
+}
+
+/// ‖got − want‖ / ‖want‖ (infinite when `got` has a non-finite value).
+pub fn rel_err(got: &[f32], want: &[f32]) -> f64 {
+    if got.len() != want.len() || got.iter().any(|v| !v.is_finite()) {
+        return f64::INFINITY;
+    }
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (&g, &w) in got.iter().zip(want) {
+        num += (g as f64 - w as f64).powi(2);
+        den += (w as f64).powi(2);
+    }
+    (num / den.max(1e-30)).sqrt()
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    top_k_indices(v, 1).first().map_or(0, |t| t.0)
+}
+
+/// Greedy run of `max_tokens`; returns the tokens and how the run ended.
+fn greedy(rt: &mut CudaRuntime, prompt: &[u32], max_tokens: usize) -> Result<(Vec<u32>, RunEnd)> {
+    let sampling = SamplingParams::default();
+    let job = DecodeJob { prompt, max_tokens, sampling: &sampling, stop_tokens: &[], top_logprobs: 0 };
+    let mut out = Vec::with_capacity(max_tokens);
+    let end = rt.generate(&job, &mut |s: &Sampled| {
+        out.push(s.id);
+        Flow::Continue
+    })?;
+    Ok((out, end))
+}
+
+/// The verified run: greedy with the kernel's logits kept, checked against its own
+/// argmax and against the CPU float32 reference.
+fn verify(rt: &mut CudaRuntime, config: &ModelConfig, weights: &Weights, prompt: &[u32], gen: usize) -> Result<Verification> {
+    rt.set_debug_logits(true);
+    let run = greedy(rt, prompt, gen);
+    let logits = rt.debug_logits().to_vec();
+    rt.set_debug_logits(false);
+    let (tokens, _) = run?;
+    let checked = CHECKED_TOKENS.min(tokens.len()).min(logits.len());
+    let argmax_consistent = checked == CHECKED_TOKENS && (0..checked).all(|t| argmax(&logits[t]) == tokens[t]);
+    let reference = ReferenceModel::new(config, weights)?;
+    let (kind, pairs) = if config.parameter_count() <= STEPWISE_REFERENCE_MAX_PARAMS {
+        // Teacher-forced on the GPU's own tokens: row prompt-1+t predicts step t.
+        let mut seq = prompt.to_vec();
+        seq.extend(&tokens[..checked.saturating_sub(1)]);
+        let mut cache = KvCache::new(config, seq.len());
+        let cpu = reference.forward(&mut cache, &seq, true)?;
+        let pairs: Vec<(Vec<f32>, Vec<f32>)> = (0..checked).map(|t| (logits[t].clone(), cpu[prompt.len() - 1 + t].clone())).collect();
+        ("greedy steps", pairs)
+    } else {
+        let head = &prompt[..LARGE_REFERENCE_POSITIONS.min(prompt.len())];
+        let gpu = rt.score(head)?;
+        let mut cache = KvCache::new(config, head.len());
+        let cpu = reference.forward(&mut cache, head, true)?;
+        ("prompt positions", gpu.into_iter().zip(cpu).collect())
+    };
+    let reference_rel_err = pairs.iter().map(|(g, c)| rel_err(g, c)).fold(0.0, f64::max);
+    let reference_top1 = pairs.iter().filter(|(g, c)| argmax(g) == argmax(c)).count();
+    Ok(Verification { tokens, argmax_consistent, reference_rel_err, reference_positions: pairs.len(), reference_top1, reference_kind: kind })
+}
+
+/// Benchmarks one shape on device `ordinal`; `bandwidth` is the measured copy
+/// bandwidth (bytes read + written per second) the bound is computed from.
+pub fn bench_shape(config: &ModelConfig, weights: &Weights, ordinal: usize, plan: &CudaBenchPlan, bandwidth: f64) -> Result<ShapeFigures> {
+    let options = plan.kernel_options(config)?;
+    let mut rt = CudaRuntime::with_options(config, weights, ordinal, options)?;
+    let prompt = bench_tokens(plan.prompt_tokens, config.vocab_size, PROMPT_SEED);
+    let verification = verify(&mut rt, config, weights, &prompt, plan.gen_tokens)?;
+    greedy(&mut rt, &prompt, plan.gen_tokens)?; // warm-up: clocks, caches, first-touch
+    let want = &verification.tokens[..CHECKED_TOKENS.min(verification.tokens.len())];
+    let mut decode_runs = Vec::with_capacity(plan.runs);
+    let mut tokens_match = true;
+    for _ in 0..plan.runs {
+        let (out, end) = greedy(&mut rt, &prompt, plan.gen_tokens)?;
+        tokens_match &= end == RunEnd::Length && out.len() == plan.gen_tokens && out.starts_with(want);
+        decode_runs.push(rt.last_run().decode_tokens_per_s().unwrap_or(f64::NAN));
+    }
+    let long_prompt = bench_tokens(plan.ttft_prompt_tokens, config.vocab_size, PROMPT_SEED ^ 1);
+    let mut ttfts = Vec::with_capacity(plan.runs);
+    for _ in 0..plan.runs {
+        let started = Instant::now();
+        let mut first = None;
+        let sampling = SamplingParams::default();
+        let job = DecodeJob { prompt: &long_prompt, max_tokens: 1, sampling: &sampling, stop_tokens: &[], top_logprobs: 0 };
+        rt.generate(&job, &mut |_| {
+            first.get_or_insert(started.elapsed());
+            Flow::Continue
+        })?;
+        ttfts.push(first.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3));
+    }
+    let bytes_per_token = rt.streamed_bytes_per_token();
+    let decode_tok_s = median(&decode_runs);
+    let bound_tok_s = bandwidth / bytes_per_token.max(1) as f64;
+    Ok(ShapeFigures {
+        name: config.name.clone(),
+        parameters: config.parameter_count(),
+        bytes_per_token,
+        decode_tok_s,
+        us_per_token: 1e6 / decode_tok_s,
+        bound_tok_s,
+        pct_of_bound: 100.0 * decode_tok_s / bound_tok_s,
+        ttft_ms: median(&ttfts),
+        decode_runs,
+        tokens_match,
+        verification,
+        describe: rt.describe(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bench_tokens_are_deterministic_and_in_range() {
+        let a = bench_tokens(512, 49152, PROMPT_SEED);
+        assert_eq!(a, bench_tokens(512, 49152, PROMPT_SEED));
+        assert!(a.iter().all(|&t| t < 49152));
+        assert_ne!(a, bench_tokens(512, 49152, PROMPT_SEED ^ 1));
+    }
+
+    #[test]
+    fn plan_checks_the_kv_cache() {
+        let config = crate::synthetic::preset("smollm2-135m").expect("preset");
+        assert!(CudaBenchPlan::default().kernel_options(&config).is_ok());
+        let small = CudaBenchPlan { context: Some(300), ..Default::default() };
+        assert!(small.kernel_options(&config).is_err(), "512-token TTFT prompt does not fit 300 positions");
+        let short = CudaBenchPlan { gen_tokens: 4, ..Default::default() };
+        assert!(short.kernel_options(&config).is_err());
+    }
+
+    #[test]
+    fn rel_err_is_relative_and_rejects_nan() {
+        assert_eq!(rel_err(&[1.0, 2.0], &[1.0, 2.0]), 0.0);
+        assert!((rel_err(&[1.1, 0.0], &[1.0, 0.0]) - 0.1).abs() < 1e-6);
+        assert!(rel_err(&[f32::NAN, 0.0], &[1.0, 0.0]).is_infinite());
+    }
+
+    #[test]
+    fn without_a_device_the_bench_is_an_error_not_a_panic() {
+        if crate::cuda::devices().is_ok() {
+            return; // a GPU machine: the device scripts exercise the real path
+        }
+        let config = crate::synthetic::preset("smollm2-135m").expect("preset");
+        let config = ModelConfig { num_layers: 1, vocab_size: 512, ..config };
+        let weights = crate::synthetic::synthetic_weights(&config, 1);
+        let err = bench_shape(&config, &weights, 0, &CudaBenchPlan::default(), 4e12).expect_err("no device here");
+        assert!(err.to_string().to_lowercase().contains("cuda"), "{err}");
+    }
+}

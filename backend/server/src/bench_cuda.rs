@@ -1,0 +1,231 @@
+//! `peregrine bench --device cuda --shape NAME[,NAME…]`: the persistent kernel on
+//! synthetic bf16 weights of the benchmark shapes (built here in memory), with the
+//! copy bandwidth measured in the same run, optionally next to the PyTorch CUDA-graph
+//! baseline (`--baseline`). Measurement lives in the engine (`cuda::bench`,
+//! `cuda::torch_baseline`); this file is the CLI and the table.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use peregrine_engine::cuda::bench::{self, CudaBenchPlan, ShapeFigures, BANDWIDTH_BYTES, BANDWIDTH_REPEATS, CHECKED_TOKENS, DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, DEFAULT_TTFT_PROMPT_TOKENS};
+use peregrine_engine::cuda::torch_baseline::{self, BaselineFigures, BaselinePlan};
+use peregrine_engine::cuda::{self, measure_copy_bandwidth};
+use peregrine_engine::synthetic::{preset, synthetic_weights, PRESET_NAMES};
+use serde_json::json;
+
+use crate::error::{Error, Result};
+
+/// Seed of the synthetic weights (the same for every shape and run).
+pub const WEIGHT_SEED: u64 = 1234;
+/// CUDA device the bench runs on.
+const ORDINAL: usize = 0;
+
+/// The CUDA-only arguments of `peregrine bench`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct CudaBenchArgs {
+    /// Synthetic shapes to benchmark on the GPU (comma-separated): smollm2-135m, llama-3.2-1b, qwen2.5-coder-1.5b, smollm2-1.7b.
+    #[arg(long, value_delimiter = ',')]
+    pub shape: Vec<String>,
+    /// With --shape: prompt tokens before the decode measurement.
+    #[arg(long, default_value_t = DEFAULT_PROMPT_TOKENS)]
+    pub prompt: usize,
+    /// With --shape: tokens generated per timed run.
+    #[arg(long, default_value_t = DEFAULT_GEN_TOKENS)]
+    pub gen: usize,
+    /// With --shape: KV-cache positions to allocate (default: the kernel's default, capped by the model's context).
+    #[arg(long)]
+    pub context: Option<usize>,
+    /// With --shape: also run scripts/bench/torch_cuda_graph.py (PyTorch + transformers, CUDA graph) and print the ratio.
+    #[arg(long)]
+    pub baseline: bool,
+    /// Python with PyTorch and transformers for --baseline (default: $PEREGRINE_TORCH_PYTHON, else python3).
+    #[arg(long)]
+    pub torch_python: Option<PathBuf>,
+}
+
+/// Runs the shape benchmark; `runs` timed runs per shape, one JSON object with `json`.
+pub fn run_blocking(args: &CudaBenchArgs, runs: usize, json: bool) -> Result<()> {
+    let say = |line: String| {
+        if !json {
+            eprintln!("{line}");
+        }
+    };
+    let configs = args
+        .shape
+        .iter()
+        .map(|name| preset(name).ok_or_else(|| Error::bad("shape", format!("unknown shape `{name}` (known: {})", PRESET_NAMES.join(", ")))))
+        .collect::<Result<Vec<_>>>()?;
+    let plan = CudaBenchPlan { prompt_tokens: args.prompt, gen_tokens: args.gen, ttft_prompt_tokens: DEFAULT_TTFT_PROMPT_TOKENS, runs: runs.max(1), context: args.context };
+    for c in &configs {
+        plan.kernel_options(c)?;
+    }
+    let devices = cuda::devices().map_err(|e| Error::Request(format!("--device cuda: no CUDA device ({e})")))?;
+    say(format!("CUDA devices: {}", devices.join(", ")));
+    let bandwidth = measure_copy_bandwidth(ORDINAL, BANDWIDTH_BYTES, BANDWIDTH_REPEATS)?;
+    say(format!("device-to-device copy, {} MiB: {:.2} TB/s (read + write)", BANDWIDTH_BYTES >> 20, bandwidth / 1e12));
+
+    let mut rows: Vec<ShapeFigures> = Vec::new();
+    for config in &configs {
+        let t0 = Instant::now();
+        let weights = synthetic_weights(config, WEIGHT_SEED);
+        say(format!("{}: {:.0}M parameters, weights built in {:.1}s", config.name, config.parameter_count() as f64 / 1e6, t0.elapsed().as_secs_f64()));
+        let figures = bench::bench_shape(config, &weights, ORDINAL, &plan, bandwidth)?;
+        say(format!("  {}", figures.describe));
+        say(format!("  {}", shape_line(&figures, &plan)));
+        rows.push(figures);
+    }
+
+    let baseline = if args.baseline { Some(run_baseline(args, &configs, &plan, &say)) } else { None };
+    let baseline_rows: Option<Vec<BaselineFigures>> = match baseline {
+        Some(Ok(b)) => Some(b),
+        Some(Err(e)) => {
+            say(format!("baseline failed: {e}"));
+            None
+        }
+        None => None,
+    };
+    if json {
+        println!("{}", report_json(&rows, baseline_rows.as_deref(), bandwidth, &plan));
+    } else {
+        print_table(&rows, baseline_rows.as_deref(), bandwidth, &plan);
+    }
+    let failed: Vec<&str> = rows.iter().filter(|r| !(r.tokens_match && r.verification.passed())).map(|r| r.name.as_str()).collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Request(format!("correctness check failed for {}", failed.join(", "))))
+    }
+}
+
+fn run_baseline(args: &CudaBenchArgs, configs: &[peregrine_engine::config::ModelConfig], plan: &CudaBenchPlan, say: &dyn Fn(String)) -> Result<Vec<BaselineFigures>> {
+    let python = torch_baseline::find_python(args.torch_python.as_deref());
+    let script = torch_baseline::find_script().ok_or_else(|| Error::Request(format!("{} not found (run from the repository root)", torch_baseline::SCRIPT)))?;
+    say(format!("baseline: {} {}", python.display(), script.display()));
+    let bplan = BaselinePlan { prompt_tokens: plan.prompt_tokens, gen_tokens: plan.gen_tokens, ttft_prompt_tokens: plan.ttft_prompt_tokens, runs: plan.runs, seed: WEIGHT_SEED };
+    Ok(torch_baseline::run(&python, &script, configs, &bplan, &mut |line| say(format!("  [torch] {line}")))?)
+}
+
+fn shape_line(r: &ShapeFigures, plan: &CudaBenchPlan) -> String {
+    let v = &r.verification;
+    let lo = r.decode_runs.iter().cloned().fold(f64::INFINITY, f64::min);
+    let hi = r.decode_runs.iter().cloned().fold(0.0, f64::max);
+    format!(
+        "{:.0} tok/s (min {lo:.0}, max {hi:.0}), {:.1} µs/token, {:.1} MB/token, {:.1}% of the {:.0} tok/s bound, TTFT({}) {:.2} ms; verified run: argmax-consistent {}, vs CPU f32 reference ({} {}) rel err max {:.2e}, top-1 {}/{}; timed runs' first {CHECKED_TOKENS} tokens = verified: {}",
+        r.decode_tok_s,
+        r.us_per_token,
+        r.bytes_per_token as f64 / 1e6,
+        r.pct_of_bound,
+        r.bound_tok_s,
+        plan.ttft_prompt_tokens,
+        r.ttft_ms,
+        v.argmax_consistent,
+        v.reference_positions,
+        v.reference_kind,
+        v.reference_rel_err,
+        v.reference_top1,
+        v.reference_positions,
+        r.tokens_match
+    )
+}
+
+fn print_table(rows: &[ShapeFigures], baseline: Option<&[BaselineFigures]>, bandwidth: f64, plan: &CudaBenchPlan) {
+    println!(
+        "decode: {}-token prompt, {} greedy tokens, median of {} runs · bound = {:.2} TB/s copy measured in this run / bytes per token · TTFT: {}-token prompt",
+        plan.prompt_tokens, plan.gen_tokens, plan.runs, bandwidth / 1e12, plan.ttft_prompt_tokens
+    );
+    let with_base = baseline.is_some();
+    let mut head = "| shape | tok/s | µs/token | MB/token | % of bound | TTFT 512 (ms) | tokens = verified |".to_string();
+    if with_base {
+        head += " PyTorch CUDA graph tok/s | ratio | PyTorch prefill 512 (ms) |";
+    }
+    println!("{head}");
+    println!("{}", "| --- ".repeat(head.matches('|').count() - 1) + "|");
+    for (i, r) in rows.iter().enumerate() {
+        let ok = r.tokens_match && r.verification.passed();
+        let mut line = format!(
+            "| {} | {:.0} | {:.1} | {:.1} | {:.1}% | {:.1} | {} |",
+            r.name,
+            r.decode_tok_s,
+            r.us_per_token,
+            r.bytes_per_token as f64 / 1e6,
+            r.pct_of_bound,
+            r.ttft_ms,
+            if ok { "yes" } else { "NO" }
+        );
+        if let Some(b) = baseline.and_then(|b| b.get(i)) {
+            line += &match &b.error {
+                Some(e) => format!(" error: {} | – | – |", e.lines().next().unwrap_or("")),
+                None => format!(" {:.0}{} | {:.2}× | {:.1} |", b.decode_tok_s, if b.mode == "cuda-graph" { "" } else { " (eager)" }, r.decode_tok_s / b.decode_tok_s, b.prefill_ms),
+            };
+        }
+        println!("{line}");
+    }
+    if let Some(b) = baseline.and_then(|b| b.iter().find(|b| b.error.is_none())) {
+        println!("baseline: torch {}, transformers {}, {}", b.torch, b.transformers, b.device);
+    }
+}
+
+fn report_json(rows: &[ShapeFigures], baseline: Option<&[BaselineFigures]>, bandwidth: f64, plan: &CudaBenchPlan) -> serde_json::Value {
+    let shapes: Vec<serde_json::Value> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let v = &r.verification;
+            let b = baseline.and_then(|b| b.get(i));
+            json!({
+                "shape": r.name,
+                "parameters": r.parameters,
+                "bytes_per_token": r.bytes_per_token,
+                "decode_tok_s": r.decode_tok_s,
+                "decode_runs": r.decode_runs,
+                "us_per_token": r.us_per_token,
+                "bound_tok_s": r.bound_tok_s,
+                "pct_of_bound": r.pct_of_bound,
+                "ttft_ms": r.ttft_ms,
+                "tokens_match": r.tokens_match,
+                "verification": {
+                    "passed": v.passed(),
+                    "argmax_consistent": v.argmax_consistent,
+                    "reference_kind": v.reference_kind,
+                    "reference_positions": v.reference_positions,
+                    "reference_rel_err": v.reference_rel_err,
+                    "reference_top1": v.reference_top1,
+                    "first_tokens": &v.tokens[..CHECKED_TOKENS.min(v.tokens.len())],
+                },
+                "kernel": r.describe,
+                "baseline": b,
+                "ratio": b.filter(|b| b.error.is_none()).map(|b| r.decode_tok_s / b.decode_tok_s),
+            })
+        })
+        .collect();
+    json!({
+        "copy_bandwidth_bytes_per_s": bandwidth,
+        "prompt_tokens": plan.prompt_tokens,
+        "gen_tokens": plan.gen_tokens,
+        "ttft_prompt_tokens": plan.ttft_prompt_tokens,
+        "runs": plan.runs,
+        "shapes": shapes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_shapes_are_a_clear_error() {
+        let args = CudaBenchArgs { shape: vec!["gpt-9".into()], prompt: 32, gen: 256, ..Default::default() };
+        let err = run_blocking(&args, 1, true).expect_err("unknown shape");
+        assert!(err.to_string().contains("unknown shape `gpt-9`"), "{err}");
+    }
+
+    #[test]
+    fn without_a_gpu_the_bench_says_so() {
+        if cuda::devices().is_ok() {
+            return;
+        }
+        let args = CudaBenchArgs { shape: vec!["smollm2-135m".into()], prompt: 32, gen: 256, ..Default::default() };
+        let err = run_blocking(&args, 1, true).expect_err("no device");
+        assert!(err.to_string().contains("no CUDA device"), "{err}");
+    }
+}
