@@ -33,7 +33,8 @@ fn tiny(arch: Architecture, bias: bool, tied: bool) -> ModelConfig {
 fn llama_is_interleaved_and_tied_without_output() {
     let dir = temp_dir("gguf-llama");
     let want = tiny(Architecture::Llama, false, true);
-    let (_, config, weights) = load_gguf(&model_writer("llama", &want).write(&dir, "l.gguf")).unwrap();
+    let (_, config, weights) = load_gguf(&model_writer("llama", &want).write(&dir, "tiny.Q8_0.gguf")).unwrap();
+    // The display name is the file name without its quantization suffix.
     assert_eq!(config, ModelConfig { rope_layout: RopeLayout::Interleaved, ..want.clone() });
     assert!(weights.lm_head.is_none());
     assert_eq!(weights.lm_head().name, "token_embd.weight");
@@ -51,7 +52,7 @@ fn llama_is_interleaved_and_tied_without_output() {
 fn qwen2_is_half_split_with_biases() {
     let dir = temp_dir("gguf-qwen2");
     let want = tiny(Architecture::Qwen2, true, true);
-    let (_, config, weights) = load_gguf(&model_writer("qwen2", &want).write(&dir, "q.gguf")).unwrap();
+    let (_, config, weights) = load_gguf(&model_writer("qwen2", &want).write(&dir, "tiny-Q4_K_M.gguf")).unwrap();
     assert_eq!(config, want);
     assert_eq!(weights.layers[0].q_bias.as_ref().map(|t| t.shape.clone()), Some(vec![8]));
     assert_eq!(weights.layers[0].v_bias.as_ref().map(|t| t.shape.clone()), Some(vec![4]));
