@@ -64,18 +64,32 @@ pub fn run_blocking(args: &CudaBenchArgs, runs: usize, json: bool) -> Result<()>
     let bandwidth = measure_copy_bandwidth(ORDINAL, BANDWIDTH_BYTES, BANDWIDTH_REPEATS)?;
     say(format!("device-to-device copy, {} MiB: {:.2} TB/s (read + write)", BANDWIDTH_BYTES >> 20, bandwidth / 1e12));
 
+    // A shape that fails is reported and skipped; the others still run.
     let mut rows: Vec<ShapeFigures> = Vec::new();
+    let mut measured = Vec::new();
+    let mut failed: Vec<String> = Vec::new();
     for config in &configs {
         let t0 = Instant::now();
         let weights = synthetic_weights(config, WEIGHT_SEED);
         say(format!("{}: {:.0}M parameters, weights built in {:.1}s", config.name, config.parameter_count() as f64 / 1e6, t0.elapsed().as_secs_f64()));
-        let figures = bench::bench_shape(config, &weights, ORDINAL, &plan, bandwidth)?;
-        say(format!("  {}", figures.describe));
-        say(format!("  {}", shape_line(&figures, &plan)));
-        rows.push(figures);
+        match bench::bench_shape(config, &weights, ORDINAL, &plan, bandwidth) {
+            Ok(figures) => {
+                say(format!("  {}", figures.describe));
+                say(format!("  {} ({:.1}s in all)", shape_line(&figures, &plan), t0.elapsed().as_secs_f64()));
+                if !(figures.tokens_match && figures.verification.passed()) {
+                    failed.push(format!("{}: correctness check failed", config.name));
+                }
+                rows.push(figures);
+                measured.push(config.clone());
+            }
+            Err(e) => {
+                say(format!("  {}: {e}", config.name));
+                failed.push(format!("{}: {e}", config.name));
+            }
+        }
     }
 
-    let baseline = if args.baseline { Some(run_baseline(args, &configs, &plan, &say)) } else { None };
+    let baseline = if args.baseline && !measured.is_empty() { Some(run_baseline(args, &measured, &plan, &say)) } else { None };
     let baseline_rows: Option<Vec<BaselineFigures>> = match baseline {
         Some(Ok(b)) => Some(b),
         Some(Err(e)) => {
@@ -89,11 +103,10 @@ pub fn run_blocking(args: &CudaBenchArgs, runs: usize, json: bool) -> Result<()>
     } else {
         print_table(&rows, baseline_rows.as_deref(), bandwidth, &plan);
     }
-    let failed: Vec<&str> = rows.iter().filter(|r| !(r.tokens_match && r.verification.passed())).map(|r| r.name.as_str()).collect();
     if failed.is_empty() {
         Ok(())
     } else {
-        Err(Error::Request(format!("correctness check failed for {}", failed.join(", "))))
+        Err(Error::Request(failed.join("; ")))
     }
 }
 

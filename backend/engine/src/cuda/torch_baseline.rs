@@ -161,6 +161,22 @@ mod tests {
         assert!(find_script().is_some(), "{SCRIPT} is missing");
     }
 
+    /// End to end through the script on a tiny shape, where `$PEREGRINE_TORCH_PYTHON`
+    /// names a Python with torch + transformers (eager on a CPU-only machine).
+    #[test]
+    fn the_script_answers_for_every_shape() {
+        if std::env::var_os(PYTHON_ENV).is_none() {
+            eprintln!("skipped: {PYTHON_ENV} is not set");
+            return;
+        }
+        let base = crate::synthetic::preset("qwen2.5-coder-1.5b").expect("preset");
+        let tiny = ModelConfig { name: "tiny-qwen".into(), vocab_size: 512, hidden_size: 128, intermediate_size: 256, num_layers: 2, num_heads: 4, num_kv_heads: 2, head_dim: 32, ..base };
+        let plan = BaselinePlan { prompt_tokens: 8, gen_tokens: 16, ttft_prompt_tokens: 32, runs: 2, seed: 1 };
+        let rows = run(&find_python(None), &find_script().expect("script"), &[tiny], &plan, &mut |l| eprintln!("{l}")).expect("figures");
+        assert_eq!(rows.len(), 1);
+        assert!(rows[0].error.is_none() && rows[0].decode_tok_s > 0.0 && rows[0].prefill_ms > 0.0, "{:?}", rows[0]);
+    }
+
     #[test]
     fn a_missing_interpreter_is_an_error() {
         let config = crate::synthetic::preset("smollm2-135m").expect("preset");
