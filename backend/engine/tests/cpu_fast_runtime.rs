@@ -107,3 +107,23 @@ fn bad_tokens_and_overlong_prompts_are_errors() {
     // Still usable afterwards.
     assert_eq!(rt.score(&[5, 6]).unwrap().len(), 2);
 }
+
+#[test]
+fn heads_that_do_not_align_with_row_groups_match_the_reference() {
+    use peregrine_engine::cpu::reference::{KvCache, ReferenceModel};
+    use peregrine_engine::synthetic::{preset, synthetic_weights};
+    // 6 heads of 8 (a head is half a 16-row group), hidden 48 (not whole 32-blocks).
+    let mut config = preset("smollm2-135m").unwrap();
+    (config.vocab_size, config.hidden_size, config.intermediate_size, config.num_layers) = (100, 48, 80, 2);
+    (config.num_heads, config.num_kv_heads, config.head_dim, config.max_context) = (6, 2, 8, 64);
+    let weights = synthetic_weights(&config, 7);
+    let tokens: Vec<u32> = (0..20).map(|i| (i * 37 % 100) as u32).collect();
+    let reference = ReferenceModel::new(&config, &weights).unwrap().forward(&mut KvCache::new(&config, 64), &tokens, true).unwrap();
+    for (threads, batch) in [(1, 20), (2, 3)] {
+        let mut rt = FastRuntime::new(&config, &weights, FastOptions { threads, isa: Isa::detect(), prefill_batch: batch, act_precision: ActPrecision::Int16 }).unwrap();
+        let got = rt.score(&tokens).unwrap();
+        let d2: f64 = got.iter().flatten().zip(reference.iter().flatten()).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
+        let r2: f64 = reference.iter().flatten().map(|b| (*b as f64).powi(2)).sum();
+        assert!((d2 / r2).sqrt() < MAX_REL_ERR, "{threads} threads, batch {batch}: relative error {:.2e}", (d2 / r2).sqrt());
+    }
+}

@@ -6,7 +6,8 @@
 use crate::config::ModelConfig;
 use crate::cpu::act_quant::ActPrecision;
 use crate::cpu::fast_model::FastModel;
-use crate::cpu::forward::{forward, LogitsFor, Workspace};
+use crate::cpu::forward::{forward, LogitsFor};
+use crate::cpu::workspace::Workspace;
 use crate::cpu::isa::Isa;
 use crate::cpu::kv_cache::KvCache;
 use crate::cpu::pool::Pool;

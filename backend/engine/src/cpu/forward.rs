@@ -1,13 +1,18 @@
 //! The fast forward pass over a batch of tokens (a prompt chunk, or one token when
 //! decoding): one job on the thread team, phases separated by barriers, each phase
-//! split so members write disjoint parts (rows of a matrix, tokens, heads). Same
-//! math as `reference.rs` (transformers' LlamaForCausalLM), with activations of the
-//! quantized matmuls in 8 bits as llama.cpp does.
+//! split so members write disjoint parts (row groups, heads, tokens). Same math as
+//! `reference.rs` (transformers' LlamaForCausalLM); the integer kernels see
+//! quantized activations (`act_quant`).
+//!
+//! Per layer, decoding meets at five barriers: after q/k/v (+ RoPE and the cache
+//! write, done by the member that owns each head), after attention, after the o
+//! projection, after gate/up (+ SiLU), after down. RMSNorm needs no barrier of its
+//! own: small batches are normalised by every member into its own buffer.
 
 use std::ops::Range;
 use std::sync::Mutex;
 
-use crate::cpu::act_quant::{ActPrecision, QuantActs, QuantView, TokenActs, QBLOCK};
+use crate::cpu::act_quant::{QuantView, TokenActs, QBLOCK};
 use crate::cpu::fast_model::{FastLayer, FastModel};
 use crate::cpu::kernels::{matmul, MatmulIo};
 use crate::cpu::kv_cache::{key_offset, KvCache, KEY_TILE};
@@ -15,6 +20,7 @@ use crate::cpu::packed::{PackedMatrix, GROUP_ROWS};
 use crate::cpu::pool::{Pool, Team};
 use crate::cpu::shared::SharedSlice;
 use crate::cpu::vecops;
+use crate::cpu::workspace::{NormBuffer, Strides, Workspace, OWN_NORM_ROWS};
 use crate::config::RopeLayout;
 use crate::error::{Error, Result};
 
@@ -25,103 +31,6 @@ pub enum LogitsFor {
     Last,
     /// Every position (prompt scoring).
     All,
-}
-
-/// Scratch buffers for batches of up to `batch` tokens, reused across calls.
-pub struct Workspace {
-    batch: usize,
-    threads: usize,
-    x: Vec<f32>,
-    h: Vec<f32>,
-    hq: QuantActs,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    att: Vec<f32>,
-    attq: QuantActs,
-    proj: Vec<f32>,
-    gate: Vec<f32>,
-    up: Vec<f32>,
-    act: Vec<f32>,
-    actq: QuantActs,
-    logits: Vec<f32>,
-    scores: Vec<f32>,
-    cos: Vec<f32>,
-    sin: Vec<f32>,
-    vocab_stride: usize,
-}
-
-/// Row strides (outputs padded to whole 16-row groups).
-#[derive(Clone, Copy)]
-struct Strides {
-    d: usize,
-    qd: usize,
-    q: usize,
-    k: usize,
-    v: usize,
-    proj: usize,
-    ffn: usize,
-    gate: usize,
-    up: usize,
-}
-
-impl Strides {
-    fn of(m: &FastModel) -> Strides {
-        let c = &m.config;
-        let l = &m.layers[0];
-        Strides {
-            d: c.hidden_size,
-            qd: c.num_heads * c.head_dim,
-            q: l.q.padded_rows(),
-            k: l.k.padded_rows(),
-            v: l.v.padded_rows(),
-            proj: l.o.padded_rows().max(l.down.padded_rows()),
-            ffn: c.intermediate_size,
-            gate: l.gate.padded_rows(),
-            up: l.up.padded_rows(),
-        }
-    }
-}
-
-impl Workspace {
-    /// Buffers for batches of up to `batch` tokens, all needing logits.
-    pub fn new(model: &FastModel, batch: usize, threads: usize, precision: ActPrecision) -> Workspace {
-        let s = Strides::of(model);
-        let c = &model.config;
-        let pad = |n: usize| n.next_multiple_of(QBLOCK);
-        Workspace {
-            batch,
-            threads,
-            x: vec![0.0; batch * s.d],
-            h: vec![0.0; batch * s.d],
-            hq: QuantActs::new(pad(s.d), batch, precision),
-            q: vec![0.0; batch * s.q],
-            k: vec![0.0; batch * s.k],
-            v: vec![0.0; batch * s.v],
-            att: vec![0.0; batch * s.qd],
-            attq: QuantActs::new(pad(s.qd), batch, precision),
-            proj: vec![0.0; batch * s.proj],
-            gate: vec![0.0; batch * s.gate],
-            up: vec![0.0; batch * s.up],
-            act: vec![0.0; batch * s.ffn],
-            actq: QuantActs::new(pad(s.ffn), batch, precision),
-            logits: vec![0.0; batch * model.head.padded_rows()],
-            scores: Vec::new(),
-            cos: vec![0.0; batch * c.head_dim / 2],
-            sin: vec![0.0; batch * c.head_dim / 2],
-            vocab_stride: model.head.padded_rows(),
-        }
-    }
-
-    /// Most tokens per forward call.
-    pub fn batch(&self) -> usize {
-        self.batch
-    }
-
-    /// Logits of row `i` of the last forward call.
-    pub fn logits(&self, i: usize, vocab: usize) -> &[f32] {
-        &self.logits[i * self.vocab_stride..i * self.vocab_stride + vocab]
-    }
 }
 
 /// Runs `tokens` at the positions after the cache's, appends their keys and values,
@@ -157,9 +66,15 @@ pub fn forward(model: &FastModel, pool: &Pool, ws: &mut Workspace, cache: &mut K
         LogitsFor::Last => n - 1..n,
         LogitsFor::All => 0..n,
     };
-    let s = Strides::of(model);
-    let (hq, attq, actq) = (ws.hq.view(), ws.attq.view(), ws.actq.view());
+    let s = ws.strides;
     let (kc, vc) = cache.keys_values_mut();
+    // Every pointer the job uses derives from these shares (one borrow per buffer).
+    let (att, act) = (SharedSlice::new(&mut ws.att), SharedSlice::new(&mut ws.act));
+    let (q, k, v) = (SharedSlice::new(&mut ws.q), SharedSlice::new(&mut ws.k), SharedSlice::new(&mut ws.v));
+    let (proj, gate, up) = (SharedSlice::new(&mut ws.proj), SharedSlice::new(&mut ws.gate), SharedSlice::new(&mut ws.up));
+    let logits = SharedSlice::new(&mut ws.logits);
+    let (attq, actq) = (ws.attq.view(), ws.actq.view());
+    let outputs = |buf: SharedSlice<'_, f32>, stride: usize| (0..n).map(|t| buf.ptr_at(t * stride)).collect::<Vec<_>>();
     let pass = Pass {
         m: model,
         tokens,
@@ -168,26 +83,32 @@ pub fn forward(model: &FastModel, pool: &Pool, ws: &mut Workspace, cache: &mut K
         s,
         kv_heads: c.num_kv_heads,
         head_stride,
-        io: Io::new(&s, n, ws, hq, attq, actq),
+        normed: Normed::new_norm(&mut ws.normed, s.d, n),
+        own: ws.own.iter_mut().map(|b| Normed::new_norm(b, s.d, n.min(OWN_NORM_ROWS))).collect(),
+        att_in: Inputs::new(att, attq, s.qd, n),
+        act_in: Inputs::new(act, actq, s.ffn, n),
+        out_q: outputs(q, s.q),
+        out_k: outputs(k, s.k),
+        out_v: outputs(v, s.v),
+        out_proj: outputs(proj, s.proj),
+        out_gate: outputs(gate, s.gate),
+        out_up: outputs(up, s.up),
+        out_logits: outputs(logits, s.vocab),
         x: SharedSlice::new(&mut ws.x),
-        h: SharedSlice::new(&mut ws.h),
-        q: SharedSlice::new(&mut ws.q),
-        k: SharedSlice::new(&mut ws.k),
-        v: SharedSlice::new(&mut ws.v),
-        att: SharedSlice::new(&mut ws.att),
-        proj: SharedSlice::new(&mut ws.proj),
-        gate: SharedSlice::new(&mut ws.gate),
-        up: SharedSlice::new(&mut ws.up),
-        act: SharedSlice::new(&mut ws.act),
+        q,
+        k,
+        v,
+        att,
+        proj,
+        gate,
+        up,
+        act,
         kc: SharedSlice::new(kc),
         vc: SharedSlice::new(vc),
         scores: SharedSlice::new(&mut ws.scores),
         score_stride,
         cos: &ws.cos,
         sin: &ws.sin,
-        hq,
-        attq,
-        actq,
         error: Mutex::new(None),
     };
     pool.run(&|team| pass.run(team));
@@ -198,47 +119,38 @@ pub fn forward(model: &FastModel, pool: &Pool, ws: &mut Workspace, cache: &mut K
     Ok(logit_rows.len())
 }
 
-/// Per-token pointer tables the kernels take (built once per call).
-struct Io {
-    hq: Vec<TokenActs>,
-    h: Vec<*const f32>,
-    attq: Vec<TokenActs>,
-    att: Vec<*const f32>,
-    actq: Vec<TokenActs>,
-    act: Vec<*const f32>,
-    q: Vec<*mut f32>,
-    k: Vec<*mut f32>,
-    v: Vec<*mut f32>,
-    proj: Vec<*mut f32>,
-    gate: Vec<*mut f32>,
-    up: Vec<*mut f32>,
-    logits: Vec<*mut f32>,
+/// A matmul input: the activations in both forms and the kernels' per-token tables.
+struct Inputs<'a> {
+    f32s: SharedSlice<'a, f32>,
+    quant: QuantView,
+    /// Per token: quantized view and f32 row.
+    quant_rows: Vec<TokenActs>,
+    f32_rows: Vec<*const f32>,
 }
 
-// SAFETY: the pointers address the workspace, which outlives the job; which member
-// writes through which pointer (and when) follows the phase discipline of `Pass`.
-unsafe impl Sync for Io {}
+impl<'a> Inputs<'a> {
+    fn new(f32s: SharedSlice<'a, f32>, quant: QuantView, stride: usize, n: usize) -> Inputs<'a> {
+        Inputs {
+            f32s,
+            quant,
+            quant_rows: (0..n).map(|t| quant.token(t)).collect(),
+            f32_rows: (0..n).map(|t| f32s.ptr_at(t * stride).cast_const()).collect(),
+        }
+    }
 
-impl Io {
-    fn new(s: &Strides, n: usize, ws: &mut Workspace, hq: QuantView, attq: QuantView, actq: QuantView) -> Io {
-        fn rows<T>(buf: &mut [f32], stride: usize, n: usize, f: impl Fn(*mut f32) -> T) -> Vec<T> {
-            (0..n).map(|t| f(buf[t * stride..].as_mut_ptr())).collect()
-        }
-        Io {
-            hq: (0..n).map(|t| hq.token(t)).collect(),
-            h: rows(&mut ws.h, s.d, n, |p| p.cast_const()),
-            attq: (0..n).map(|t| attq.token(t)).collect(),
-            att: rows(&mut ws.att, s.qd, n, |p| p.cast_const()),
-            actq: (0..n).map(|t| actq.token(t)).collect(),
-            act: rows(&mut ws.act, s.ffn, n, |p| p.cast_const()),
-            q: rows(&mut ws.q, s.q, n, |p| p),
-            k: rows(&mut ws.k, s.k, n, |p| p),
-            v: rows(&mut ws.v, s.v, n, |p| p),
-            proj: rows(&mut ws.proj, s.proj, n, |p| p),
-            gate: rows(&mut ws.gate, s.gate, n, |p| p),
-            up: rows(&mut ws.up, s.up, n, |p| p),
-            logits: rows(&mut ws.logits, ws.vocab_stride, n, |p| p),
-        }
+    /// The kernels' view of rows `0..rows`.
+    fn io<'b>(&'b self, rows: usize, out: &'b [*mut f32]) -> MatmulIo<'b> {
+        MatmulIo { quant: &self.quant_rows[..rows], precision: self.quant.precision(), float: &self.f32_rows[..rows], out: &out[..rows] }
+    }
+}
+
+/// A normalised-activation buffer and its tables.
+type Normed<'a> = Inputs<'a>;
+
+impl<'a> Normed<'a> {
+    fn new_norm(buf: &'a mut NormBuffer, d: usize, rows: usize) -> Normed<'a> {
+        let q = buf.hq.view();
+        Inputs::new(SharedSlice::new(&mut buf.h), q, d, rows)
     }
 }
 
@@ -251,9 +163,18 @@ struct Pass<'a> {
     s: Strides,
     kv_heads: usize,
     head_stride: usize,
-    io: Io,
+    normed: Normed<'a>,
+    own: Vec<Normed<'a>>,
+    att_in: Inputs<'a>,
+    act_in: Inputs<'a>,
+    out_q: Vec<*mut f32>,
+    out_k: Vec<*mut f32>,
+    out_v: Vec<*mut f32>,
+    out_proj: Vec<*mut f32>,
+    out_gate: Vec<*mut f32>,
+    out_up: Vec<*mut f32>,
+    out_logits: Vec<*mut f32>,
     x: SharedSlice<'a, f32>,
-    h: SharedSlice<'a, f32>,
     q: SharedSlice<'a, f32>,
     k: SharedSlice<'a, f32>,
     v: SharedSlice<'a, f32>,
@@ -268,11 +189,12 @@ struct Pass<'a> {
     score_stride: usize,
     cos: &'a [f32],
     sin: &'a [f32],
-    hq: QuantView,
-    attq: QuantView,
-    actq: QuantView,
     error: Mutex<Option<Error>>,
 }
+
+// SAFETY: the output tables point into workspace buffers that outlive the job;
+// members write disjoint row groups of them between barriers (see each phase).
+unsafe impl Sync for Pass<'_> {}
 
 impl Pass<'_> {
     fn n(&self) -> usize {
@@ -295,64 +217,124 @@ impl Pass<'_> {
         }
         team.barrier();
         for (li, layer) in self.m.layers.iter().enumerate() {
-            self.norm_rows(team, 0..self.n(), &layer.attn_norm, FastModel::any_quantized(&[&layer.q, &layer.k, &layer.v]));
-            team.barrier();
-            self.split_matmuls(team, &[(&layer.q, &self.io.q), (&layer.k, &self.io.k), (&layer.v, &self.io.v)], Input::Normed);
-            team.barrier();
-            self.rope_and_cache(team, li, layer);
+            let normed = self.norm(team, 0..self.n(), &layer.attn_norm, FastModel::any_quantized(&[&layer.q, &layer.k, &layer.v]));
+            self.qkv(team, li, layer, normed);
             team.barrier();
             self.attention(team, li, FastModel::any_quantized(&[&layer.o]));
             team.barrier();
-            self.project_add(team, &layer.o, Input::Attention);
+            self.project_add(team, &layer.o, &self.att_in);
             team.barrier();
-            self.norm_rows(team, 0..self.n(), &layer.ffn_norm, FastModel::any_quantized(&[&layer.gate, &layer.up]));
+            let normed = self.norm(team, 0..self.n(), &layer.ffn_norm, FastModel::any_quantized(&[&layer.gate, &layer.up]));
+            self.gate_up(team, layer, normed);
             team.barrier();
-            self.gate_up(team, layer);
-            team.barrier();
-            self.project_add(team, &layer.down, Input::Ffn);
+            self.project_add(team, &layer.down, &self.act_in);
             team.barrier();
         }
-        let head_quant = FastModel::any_quantized(&[&self.m.head]);
-        self.norm_rows(team, self.logit_rows.clone(), &self.m.final_norm, head_quant);
-        team.barrier();
-        let rows = self.logit_rows.len();
-        let total = self.m.head.groups();
-        let io = MatmulIo { quant: &self.io.hq[..rows], precision: self.hq.precision(), float: &self.io.h[..rows], out: &self.io.logits[..rows] };
+        let normed = self.norm(team, self.logit_rows.clone(), &self.m.final_norm, FastModel::any_quantized(&[&self.m.head]));
+        let io = normed.io(self.logit_rows.len(), &self.out_logits);
         // SAFETY: this member's groups of every logit row are its alone; the inputs
-        // were written before the barrier above.
-        unsafe { matmul(self.m.isa, &self.m.head, team.split(total), io) };
+        // are its own or were written before the barrier in `norm`.
+        unsafe { matmul(self.m.isa, &self.m.head, team.split(self.m.head.groups()), io) };
     }
 
-    /// RMSNorm of x's `rows` into slots 0.. of `h` (and `hq` when a quantized matmul reads it).
-    fn norm_rows(&self, team: &Team<'_>, rows: Range<usize>, w: &[f32], quantize: bool) {
+    /// RMSNorm of x's `rows` into slots 0.. of a normalised buffer (quantized too when
+    /// a quantized matmul reads it), which it returns: the member's own for small
+    /// batches (no barrier), else the shared one, split by row, after a barrier.
+    fn norm(&self, team: &Team<'_>, rows: Range<usize>, w: &[f32], quantize: bool) -> &Normed<'_> {
         let (d, c) = (self.s.d, &self.m.config);
-        for j in team.split(rows.len()) {
+        let own = rows.len() <= OWN_NORM_ROWS;
+        let (buf, mine) = if own { (&self.own[team.id], 0..rows.len()) } else { (&self.normed, team.split(rows.len())) };
+        for j in mine {
             let t = rows.start + j;
-            // SAFETY: x is read-only in this phase; slot j of h/hq is this member's alone.
+            // SAFETY: x is read-only in this phase; slot j is this member's alone (its
+            // own buffer, or its share of the shared one).
             unsafe {
                 let x = self.x.part(t * d..(t + 1) * d);
-                let h = self.h.part_mut(j * d..(j + 1) * d);
+                let h = buf.f32s.part_mut(j * d..(j + 1) * d);
                 vecops::rms_norm(self.m.isa, x, w, c.rms_norm_eps, h);
                 if quantize {
-                    self.hq.quantize(self.m.isa, j, 0, h);
+                    buf.quant.quantize(self.m.isa, j, 0, h);
                 }
+            }
+        }
+        if !own {
+            team.barrier();
+        }
+        buf
+    }
+
+    /// q, k and v for this member's heads, then biases, RoPE and the cache write of
+    /// the same heads, so no barrier separates the matmul from them.
+    fn qkv(&self, team: &Team<'_>, li: usize, layer: &FastLayer, input: &Normed<'_>) {
+        let c = &self.m.config;
+        let hd = c.head_dim;
+        let (nh, nkv) = (c.num_heads, c.num_kv_heads);
+        if !hd.is_multiple_of(GROUP_ROWS) {
+            // Heads do not align with row groups: matmul, barrier, then finish by token.
+            self.split_matmuls(team, &[(&layer.q, &self.out_q), (&layer.k, &self.out_k), (&layer.v, &self.out_v)], input);
+            team.barrier();
+            for t in team.split(self.n()) {
+                self.finish_heads(li, layer, t, 0..nh, 0..nkv, 0..nkv);
+            }
+            return;
+        }
+        let per_head = hd / GROUP_ROWS;
+        let mine = team.split(nh + 2 * nkv);
+        let take = |lo: usize, len: usize| mine.start.clamp(lo, lo + len) - lo..mine.end.clamp(lo, lo + len) - lo;
+        let (qh, kh, vh) = (take(0, nh), take(nh, nkv), take(nh + nkv, nkv));
+        for (w, heads, out) in [(&layer.q, &qh, &self.out_q), (&layer.k, &kh, &self.out_k), (&layer.v, &vh, &self.out_v)] {
+            if !heads.is_empty() {
+                // SAFETY: these heads' row groups of every token are this member's alone.
+                unsafe { matmul(self.m.isa, w, heads.start * per_head..heads.end * per_head, input.io(self.n(), out)) };
+            }
+        }
+        for t in 0..self.n() {
+            self.finish_heads(li, layer, t, qh.clone(), kh.clone(), vh.clone());
+        }
+    }
+
+    /// Biases and RoPE of the given q/k heads of token t, and its k/v of the given kv
+    /// heads appended to the cache. The caller owns these heads in this phase.
+    fn finish_heads(&self, li: usize, layer: &FastLayer, t: usize, qh: Range<usize>, kh: Range<usize>, vh: Range<usize>) {
+        let c = &self.m.config;
+        let (hd, half, s) = (c.head_dim, c.head_dim / 2, self.s);
+        let pos = self.start + t;
+        let (cos, sin) = (&self.cos[t * half..(t + 1) * half], &self.sin[t * half..(t + 1) * half]);
+        let bias = |b: &Option<Vec<f32>>, y: &mut [f32], head: usize| {
+            if let Some(b) = b {
+                y.iter_mut().zip(&b[head * hd..(head + 1) * hd]).for_each(|(y, b)| *y += b);
+            }
+        };
+        // SAFETY: the caller owns these heads of token t (and their cache entries at
+        // `pos`) in this phase.
+        unsafe {
+            for h in qh {
+                let q = self.q.part_mut(t * s.q + h * hd..t * s.q + (h + 1) * hd);
+                bias(&layer.q_bias, q, h);
+                rotate(q, cos, sin, c.rope_layout);
+            }
+            for g in kh {
+                let k = self.k.part_mut(t * s.k + g * hd..t * s.k + (g + 1) * hd);
+                bias(&layer.k_bias, k, g);
+                rotate(k, cos, sin, c.rope_layout);
+                let run = self.run_start(li, g);
+                // Key tiles interleave positions, which other members may be writing
+                // (other tokens): element-wise writes, never a slice over a tile.
+                for (i, &x) in k.iter().enumerate() {
+                    *self.kc.ptr_at(run + key_offset(pos, i, hd)) = x;
+                }
+            }
+            for g in vh {
+                let v = self.v.part_mut(t * s.v + g * hd..t * s.v + (g + 1) * hd);
+                bias(&layer.v_bias, v, g);
+                let run = self.run_start(li, g);
+                self.vc.part_mut(run + pos * hd..run + (pos + 1) * hd).copy_from_slice(v);
             }
         }
     }
 
-    /// The kernels' inputs for the given activation source.
-    fn input(&self, which: Input) -> (&[TokenActs], &[*const f32]) {
-        match which {
-            Input::Normed => (&self.io.hq, &self.io.h),
-            Input::Attention => (&self.io.attq, &self.io.att),
-            Input::Ffn => (&self.io.actq, &self.io.act),
-        }
-    }
-
     /// Splits the row groups of several matrices (same input) over the team.
-    fn split_matmuls(&self, team: &Team<'_>, jobs: &[(&PackedMatrix, &Vec<*mut f32>)], which: Input) {
-        let (quant, float) = self.input(which);
-        let precision = self.hq.precision();
+    fn split_matmuls(&self, team: &Team<'_>, jobs: &[(&PackedMatrix, &Vec<*mut f32>)], input: &Inputs<'_>) {
         let total: usize = jobs.iter().map(|(m, _)| m.groups()).sum();
         let mine = team.split(total);
         let mut base = 0;
@@ -363,45 +345,9 @@ impl Pass<'_> {
             if lo < hi {
                 // SAFETY: groups lo..hi of every token's output row are this member's
                 // alone in this phase; inputs were written before the last barrier.
-                unsafe { matmul(self.m.isa, m, lo..hi, MatmulIo { quant, precision, float, out }) };
+                unsafe { matmul(self.m.isa, m, lo..hi, input.io(self.n(), out)) };
             }
             base += g;
-        }
-    }
-
-    /// Biases, RoPE on q and k, and k/v appended to the cache (split by token).
-    fn rope_and_cache(&self, team: &Team<'_>, li: usize, layer: &FastLayer) {
-        let c = &self.m.config;
-        let (hd, half, s) = (c.head_dim, c.head_dim / 2, self.s);
-        let kvd = c.num_kv_heads * hd;
-        for t in team.split(self.n()) {
-            let pos = self.start + t;
-            let (cos, sin) = (&self.cos[t * half..(t + 1) * half], &self.sin[t * half..(t + 1) * half]);
-            // SAFETY: token t's q/k/v rows and cache position `pos` of every head are
-            // this member's alone in this phase.
-            unsafe {
-                let q = self.q.part_mut(t * s.q..t * s.q + s.qd);
-                let k = self.k.part_mut(t * s.k..t * s.k + kvd);
-                let v = self.v.part_mut(t * s.v..t * s.v + kvd);
-                for (y, b) in [(&mut *q, &layer.q_bias), (&mut *k, &layer.k_bias), (&mut *v, &layer.v_bias)] {
-                    if let Some(b) = b {
-                        y.iter_mut().zip(b).for_each(|(y, b)| *y += b);
-                    }
-                }
-                for head in q.chunks_exact_mut(hd).chain(k.chunks_exact_mut(hd)) {
-                    rotate(head, cos, sin, c.rope_layout);
-                }
-                for g in 0..self.kv_heads {
-                    let run = self.run_start(li, g);
-                    self.vc.part_mut(run + pos * hd..run + (pos + 1) * hd).copy_from_slice(&v[g * hd..(g + 1) * hd]);
-                    // Key tiles interleave positions, which other members may be writing
-                    // (other tokens): element-wise writes through raw pointers, never a
-                    // slice over the shared tile.
-                    for (i, &x) in k[g * hd..(g + 1) * hd].iter().enumerate() {
-                        *self.kc.ptr_at(run + key_offset(pos, i, hd)) = x;
-                    }
-                }
-            }
         }
     }
 
@@ -416,7 +362,7 @@ impl Pass<'_> {
         let (hd, nh, s) = (c.head_dim, c.num_heads, self.s);
         let group = nh / c.num_kv_heads;
         let scale = 1.0 / (hd as f32).sqrt();
-        let per_head_quant = quantize && hd % QBLOCK == 0;
+        let per_head_quant = quantize && hd.is_multiple_of(QBLOCK);
         // SAFETY: each member has its own scores row.
         let scores = unsafe { self.scores.part_mut(team.id * self.score_stride..(team.id + 1) * self.score_stride) };
         for u in (team.id..nh * self.n()).step_by(team.threads) {
@@ -432,7 +378,7 @@ impl Pass<'_> {
                 let out = self.att.part_mut(t * s.qd + h * hd..t * s.qd + (h + 1) * hd);
                 vecops::attend(self.m.isa, q, keys, values, scale, scores, out);
                 if per_head_quant {
-                    self.attq.quantize(self.m.isa, t, h * hd, out);
+                    self.att_in.quant.quantize(self.m.isa, t, h * hd, out);
                 }
             }
         }
@@ -440,17 +386,19 @@ impl Pass<'_> {
             team.barrier();
             for t in team.split(self.n()) {
                 // SAFETY: att is read-only now; token t's blocks are this member's alone.
-                unsafe { self.attq.quantize(self.m.isa, t, 0, self.att.part(t * s.qd..(t + 1) * s.qd)) };
+                unsafe { self.att_in.quant.quantize(self.m.isa, t, 0, self.att.part(t * s.qd..(t + 1) * s.qd)) };
             }
         }
     }
 
     /// `x += w · input` for this member's row groups of `w` (o and down projections).
-    fn project_add(&self, team: &Team<'_>, w: &PackedMatrix, which: Input) {
+    fn project_add(&self, team: &Team<'_>, w: &PackedMatrix, input: &Inputs<'_>) {
         let d = self.s.d;
-        self.split_matmuls(team, &[(w, &self.io.proj)], which);
-        // One matrix: this member's groups are its plain share.
         let mine = team.split(w.groups());
+        if !mine.is_empty() {
+            // SAFETY: these row groups of every token's projection are this member's alone.
+            unsafe { matmul(self.m.isa, w, mine.clone(), input.io(self.n(), &self.out_proj)) };
+        }
         let rows = (mine.start * GROUP_ROWS).min(d)..(mine.end * GROUP_ROWS).min(d);
         for t in 0..self.n() {
             // SAFETY: these rows of x and proj are this member's alone in this phase.
@@ -462,23 +410,21 @@ impl Pass<'_> {
         }
     }
 
-    /// Gate and up for this member's units of two groups (one activation block), then SiLU·up and its quantization,
-    /// so the down projection's input needs no extra phase.
-    fn gate_up(&self, team: &Team<'_>, layer: &FastLayer) {
+    /// Gate and up for this member's units of two row groups (one activation block),
+    /// then SiLU·up and its quantization, so the down projection needs no extra phase.
+    fn gate_up(&self, team: &Team<'_>, layer: &FastLayer, input: &Normed<'_>) {
         let s = self.s;
-        let (quant, float) = self.input(Input::Normed);
-        let precision = self.hq.precision();
         let groups = layer.gate.groups();
-        let units = groups.div_ceil(2);
-        let mine = team.split(units);
-        let g = (2 * mine.start).min(groups)..(2 * mine.end).min(groups);
+        let per_unit = QBLOCK / GROUP_ROWS;
+        let mine = team.split(groups.div_ceil(per_unit));
+        let g = (per_unit * mine.start).min(groups)..(per_unit * mine.end).min(groups);
         if g.is_empty() {
             return;
         }
         // SAFETY: groups g of every token's gate/up rows are this member's alone.
         unsafe {
-            matmul(self.m.isa, &layer.gate, g.clone(), MatmulIo { quant, precision, float, out: &self.io.gate });
-            matmul(self.m.isa, &layer.up, g.clone(), MatmulIo { quant, precision, float, out: &self.io.up });
+            matmul(self.m.isa, &layer.gate, g.clone(), input.io(self.n(), &self.out_gate));
+            matmul(self.m.isa, &layer.up, g.clone(), input.io(self.n(), &self.out_up));
         }
         let rows = (g.start * GROUP_ROWS).min(s.ffn)..(g.end * GROUP_ROWS).min(s.ffn);
         let quantize = FastModel::any_quantized(&[&layer.down]);
@@ -491,22 +437,11 @@ impl Pass<'_> {
                 let act = self.act.part_mut(t * s.ffn + rows.start..t * s.ffn + rows.end);
                 vecops::silu_mul(self.m.isa, gate, up, act);
                 if quantize {
-                    self.actq.quantize(self.m.isa, t, rows.start, act);
+                    self.act_in.quant.quantize(self.m.isa, t, rows.start, act);
                 }
             }
         }
     }
-}
-
-/// Which activations a matmul reads.
-#[derive(Clone, Copy)]
-enum Input {
-    /// The RMSNorm output.
-    Normed,
-    /// The attention output (o projection).
-    Attention,
-    /// SiLU(gate)·up (down projection).
-    Ffn,
 }
 
 /// Rotates one head by the position's table (same arithmetic as `rope::apply`).

@@ -20,5 +20,6 @@ pub mod select;
 pub mod shared;
 pub mod source_blocks;
 pub mod vecops;
+pub mod workspace;
 
 pub use select::{build_cpu_runtime, CpuRuntimeKind};

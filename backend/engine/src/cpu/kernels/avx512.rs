@@ -118,15 +118,8 @@ unsafe fn quant_tile<K: QKind, const TT: usize, const DUAL: bool>(panel: *const 
     unsafe {
         let mut acc_d = [_mm512_setzero_ps(); TT];
         let mut acc_m = [_mm512_setzero_ps(); TT];
-        let pf = prefetch_distance();
         for st in 0..steps {
             let chunk = panel.add(st * q.chunk_bytes());
-            if pf > 0 {
-                let ahead = chunk.wrapping_add(pf);
-                for line in 0..q.chunk_bytes().div_ceil(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line * 64).cast());
-                }
-            }
             let e0 = st * q.sub;
             let w = load_codes::<K>(chunk);
             let (dv, mv) = load_scales::<K>(chunk);
@@ -223,9 +216,4 @@ unsafe fn float_tile<K: FKind, const TT: usize>(panel: *const u8, cols: usize, x
             _mm512_storeu_ps(out[t].add(row0), _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
         }
     }
-}
-
-fn prefetch_distance() -> usize {
-    static PF: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *PF.get_or_init(|| std::env::var("EXP_PF").ok().and_then(|v| v.parse().ok()).unwrap_or(0))
 }
