@@ -3,14 +3,14 @@
 //! teacher-forced top-1 and greedy tokens against the reference and llama.cpp
 //! (the prompts of tests/fixtures/llamacpp/forward.json).
 
-use std::path::{Path, PathBuf};
+mod common;
 
 use peregrine_engine::cpu::fast_runtime::{FastOptions, FastRuntime};
 use peregrine_engine::cpu::reference::{KvCache, ReferenceModel};
 use peregrine_engine::gguf::load_gguf;
 use peregrine_engine::runtime::{DecodeJob, Flow, Runtime};
 use peregrine_engine::sampling::SamplingParams;
-use serde::Deserialize;
+use common::llamacpp::{argmax, default_model, forward_fixture};
 
 /// Largest ‖Δ‖/‖ref‖ of any position's logits against the float32 reference.
 const MAX_REL_ERR: f64 = 1e-2;
@@ -21,36 +21,9 @@ const MIN_TOP1_VS_LLAMACPP: f64 = 0.95;
 /// llama.cpp's top-2 gap above which greedy tokens must agree.
 const DECISIVE_GAP: f32 = 2.0;
 
-#[derive(Deserialize)]
-struct Fixture {
-    prompts: Vec<PromptCase>,
-}
-
-#[derive(Deserialize)]
-struct PromptCase {
-    name: String,
-    tokens: Vec<u32>,
-    argmax: Vec<u32>,
-    greedy: Vec<u32>,
-    greedy_rescored_gap: Vec<f32>,
-}
-
-fn default_model() -> PathBuf {
-    let path = std::env::var_os("PEREGRINE_DEFAULT_MODEL").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/peregrine/models/SmolLM2-135M-Instruct.Q4_1.gguf")
-    });
-    assert!(path.exists(), "default model missing at {}: run scripts/fetch-model.sh", path.display());
-    path
-}
-
-fn argmax(row: &[f32]) -> u32 {
-    row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u32
-}
-
 #[test]
 fn fast_runtime_matches_the_reference_and_llamacpp() {
-    let fixture_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llamacpp/forward.json");
-    let fixture: Fixture = serde_json::from_str(&std::fs::read_to_string(fixture_path).unwrap()).unwrap();
+    let fixture = forward_fixture();
     let (_, config, weights) = load_gguf(&default_model()).unwrap();
     let reference = ReferenceModel::new(&config, &weights).unwrap();
     let mut fast = FastRuntime::new(&config, &weights, FastOptions::from_env()).unwrap();

@@ -2,11 +2,11 @@
 //! Q4_1 GGUF) against llama.cpp (fixtures from scripts/fixtures/make_llamacpp_fixtures.py):
 //! teacher-forced top-1 agreement and greedy prefix lengths.
 
-use std::path::{Path, PathBuf};
+mod common;
 
 use peregrine_engine::cpu::reference::{KvCache, ReferenceModel};
 use peregrine_engine::gguf::load_gguf;
-use serde::Deserialize;
+use common::llamacpp::{argmax, default_model, forward_fixture};
 
 /// Required teacher-forced top-1 agreement with llama.cpp (its activations are 8-bit,
 /// ours float32: near-ties may flip).
@@ -15,37 +15,9 @@ const MIN_TOP1_AGREEMENT: f64 = 0.95;
 /// (llama.cpp itself varies by up to ~1.5 logits between batch sizes).
 const DECISIVE_GAP: f32 = 2.0;
 
-#[derive(Deserialize)]
-struct Fixture {
-    prompts: Vec<PromptCase>,
-}
-
-#[derive(Deserialize)]
-struct PromptCase {
-    name: String,
-    tokens: Vec<u32>,
-    argmax: Vec<u32>,
-    top2_gap: Vec<f32>,
-    greedy: Vec<u32>,
-    greedy_rescored_gap: Vec<f32>,
-}
-
-fn default_model() -> PathBuf {
-    let path = std::env::var_os("PEREGRINE_DEFAULT_MODEL").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/peregrine/models/SmolLM2-135M-Instruct.Q4_1.gguf")
-    });
-    assert!(path.exists(), "default model missing at {}: run scripts/fetch-model.sh", path.display());
-    path
-}
-
-fn argmax(row: &[f32]) -> u32 {
-    row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u32
-}
-
 #[test]
 fn teacher_forced_top1_and_greedy_match_llamacpp() {
-    let fixture_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llamacpp/forward.json");
-    let fixture: Fixture = serde_json::from_str(&std::fs::read_to_string(fixture_path).unwrap()).unwrap();
+    let fixture = forward_fixture();
     let (_, config, weights) = load_gguf(&default_model()).unwrap();
     let model = ReferenceModel::new(&config, &weights).unwrap();
     let (mut agree, mut total) = (0usize, 0usize);
