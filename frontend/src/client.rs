@@ -3,8 +3,8 @@
 //! and the clipboard.
 
 use js_sys::{Reflect, Uint8Array};
-use peregrine_api::playground::{GenerateRequest, StreamEvent};
 use peregrine_api::playground::ApiError;
+use peregrine_api::playground::{GenerateRequest, StreamEvent};
 use peregrine_frontend::run::RunError;
 use peregrine_frontend::sse::SseParser;
 use serde::de::DeserializeOwned;
@@ -71,9 +71,8 @@ async fn send(method: &str, url: &str, body: Option<String>, signal: Option<&Abo
     let retry_after_ms = response.headers().get("retry-after").ok().flatten().and_then(|s| s.trim().parse::<u64>().ok()).map(|s| s * 1000);
     let text = text_of(&response, signal).await.unwrap_or_default();
     // The server adds `retry_after_ms` to busy answers; the header says the same in seconds.
-    let retry_after_ms = retry_after_ms.or_else(|| {
-        serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v.get("retry_after_ms").and_then(|m| m.as_u64()))
-    });
+    let retry_after_ms = retry_after_ms
+        .or_else(|| serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v.get("retry_after_ms").and_then(|m| m.as_u64())));
     let error = serde_json::from_str::<ApiError>(&text).unwrap_or_else(|_| ApiError {
         code: format!("http_{status}"),
         message: if text.trim().is_empty() { response.status_text() } else { text.trim().chars().take(200).collect() },
@@ -104,7 +103,11 @@ pub async fn post_json<B: Serialize, T: DeserializeOwned>(url: &str, body: &B) -
 
 /// Runs `request`, calling `on_events` with the events of each received chunk
 /// (batched, so the page re-renders once per chunk). Returns when the stream ends.
-pub async fn generate(request: &GenerateRequest, signal: &AbortSignal, mut on_events: impl FnMut(Vec<Result<StreamEvent, String>>)) -> Result<(), FetchError> {
+pub async fn generate(
+    request: &GenerateRequest,
+    signal: &AbortSignal,
+    mut on_events: impl FnMut(Vec<Result<StreamEvent, String>>),
+) -> Result<(), FetchError> {
     let body = serde_json::to_string(request).map_err(|e| FetchError::Network(e.to_string()))?;
     let response = send("POST", "/api/generate", Some(body), Some(signal)).await?;
     let stream = response.body().ok_or_else(|| FetchError::Network("the response has no body".into()))?;

@@ -68,7 +68,10 @@ mod tests {
     #[test]
     fn figures() {
         assert_eq!((tok_per_s(Some(12.345)), tok_per_s(None), tok_per_s(Some(f64::NAN))), ("12.3".into(), NONE.into(), NONE.into()));
-        assert_eq!((ms(Some(99.6)), seconds(1234.0), seconds_rounded_up(2001), seconds_rounded_up(0)), ("100 ms".into(), "1.23 s".into(), "3 s".into(), "1 s".into()));
+        assert_eq!(
+            (ms(Some(99.6)), seconds(1234.0), seconds_rounded_up(2001), seconds_rounded_up(0)),
+            ("100 ms".into(), "1.23 s".into(), "3 s".into(), "1 s".into())
+        );
         assert_eq!((parameters(134_515_008), parameters(1_543_714_304)), ("135M".into(), "1.5B".into()));
         assert_eq!(speed_ratio(20.0, 10.0).unwrap(), "2.0× faster than");
         assert_eq!(speed_ratio(10.0, 20.0).unwrap(), "2.0× slower than");
@@ -77,7 +80,15 @@ mod tests {
 
     #[test]
     fn badges() {
-        let mut info = Info { model: "SmolLM2 135M Instruct".into(), architecture: "llama".into(), parameters: 1, context_length: 8192, backend: "cpu".into(), devices: vec!["AMD EPYC".into()], max_queue: 8 };
+        let mut info = Info {
+            model: "SmolLM2 135M Instruct".into(),
+            architecture: "llama".into(),
+            parameters: 1,
+            context_length: 8192,
+            backend: "cpu".into(),
+            devices: vec!["AMD EPYC".into()],
+            max_queue: 8,
+        };
         assert_eq!(backend_badge(&info), "CPU · SmolLM2 135M Instruct");
         info.backend = "cuda".into();
         info.devices = vec!["NVIDIA H200".into(), "NVIDIA H200".into()];

@@ -96,7 +96,11 @@ pub fn guess_language(prompt: &str) -> &'static str {
     } else if has(&["package main", "func "]) {
         "Go"
     } else if has(&["#include", "int main("]) {
-        if has(&["std::", "template<", "template <", "class ", "namespace "]) { "C++" } else { "C" }
+        if has(&["std::", "template<", "template <", "class ", "namespace "]) {
+            "C++"
+        } else {
+            "C"
+        }
     } else if has(&["public class", "public static", "System.out"]) {
         "Java"
     } else if has(&["def ", "import ", "\"\"\"", "print(", "elif "]) {

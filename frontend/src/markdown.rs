@@ -52,8 +52,12 @@ pub fn render(markdown: &str) -> String {
             }
             Event::Html(raw) | Event::InlineHtml(raw) => Event::Text(raw),
             Event::Start(Tag::HtmlBlock) | Event::End(TagEnd::HtmlBlock) => continue,
-            Event::Start(Tag::Link { link_type, dest_url, title, id }) => Event::Start(Tag::Link { link_type, dest_url: safe_url(&dest_url), title, id }),
-            Event::Start(Tag::Image { link_type, dest_url, title, id }) => Event::Start(Tag::Link { link_type, dest_url: safe_url(&dest_url), title, id }),
+            Event::Start(Tag::Link { link_type, dest_url, title, id }) => {
+                Event::Start(Tag::Link { link_type, dest_url: safe_url(&dest_url), title, id })
+            }
+            Event::Start(Tag::Image { link_type, dest_url, title, id }) => {
+                Event::Start(Tag::Link { link_type, dest_url: safe_url(&dest_url), title, id })
+            }
             Event::End(TagEnd::Image) => Event::End(TagEnd::Link),
             e => e,
         };
@@ -77,7 +81,9 @@ mod tests {
 
     #[test]
     fn dangerous_links_are_neutralised_and_images_fetch_nothing() {
-        let html = render("[a](javascript:alert(1)) [b](JaVaScRiPt:x) [c](https://example.com/x) [d](/rel) <data:text/html,x> ![e](http://tracker/p.png)");
+        let html = render(
+            "[a](javascript:alert(1)) [b](JaVaScRiPt:x) [c](https://example.com/x) [d](/rel) <data:text/html,x> ![e](http://tracker/p.png)",
+        );
         assert!(!html.to_lowercase().contains("href=\"javascript:") && !html.contains("href=\"data:"), "{html}");
         assert!(html.contains("href=\"https://example.com/x\"") && html.contains("href=\"/rel\""), "{html}");
         assert!(!html.contains("<img"), "{html}");

@@ -57,7 +57,17 @@ mod tests {
     use super::*;
 
     fn run(i: u32) -> RecentRun {
-        RecentRun { at_ms: i as f64, prompt: format!("p{i}"), mode: "complete".into(), tokens: i, tok_per_s: Some(1.5), ttft_ms: None, elapsed_ms: 1.0, outcome: "length".into(), backend: "CPU".into() }
+        RecentRun {
+            at_ms: i as f64,
+            prompt: format!("p{i}"),
+            mode: "complete".into(),
+            tokens: i,
+            tok_per_s: Some(1.5),
+            ttft_ms: None,
+            elapsed_ms: 1.0,
+            outcome: "length".into(),
+            backend: "CPU".into(),
+        }
     }
 
     #[test]

@@ -246,11 +246,22 @@ mod tests {
         r.apply(stats(2, Some(9.0), 300.0));
         r.apply(StreamEvent::Token { text: " 1".into(), tokens: 1 });
         assert_eq!(r.tok_per_s(), Some(9.0));
-        let timings = Timings { prompt_n: 4, prompt_ms: 100.0, prompt_per_second: 40.0, predicted_n: 3, predicted_ms: 200.0, predicted_per_second: 10.0, ttft_ms: 100.0 };
+        let timings = Timings {
+            prompt_n: 4,
+            prompt_ms: 100.0,
+            prompt_per_second: 40.0,
+            predicted_n: 3,
+            predicted_ms: 200.0,
+            predicted_per_second: 10.0,
+            ttft_ms: 100.0,
+        };
         let usage = Usage { prompt_tokens: 4, completion_tokens: 3, total_tokens: 7 };
         r.apply(StreamEvent::Done { finish_reason: FinishReason::Length, usage, timings });
         assert_eq!(r.phase, Phase::Done { finish_reason: FinishReason::Length });
-        assert_eq!((r.output.as_str(), r.tokens, r.tok_per_s(), r.ttft_ms(), r.elapsed_ms()), ("  return 1", 3, Some(10.0), Some(100.0), 300.0));
+        assert_eq!(
+            (r.output.as_str(), r.tokens, r.tok_per_s(), r.ttft_ms(), r.elapsed_ms()),
+            ("  return 1", 3, Some(10.0), Some(100.0), 300.0)
+        );
         assert_eq!(r.samples.last(), Some(&(300.0, 10.0)));
         assert!(r.summary().unwrap().starts_with("Done (max tokens reached): 3 tokens in 0.30 s at 10.0 tok/s"));
         r.apply(StreamEvent::Token { text: "late".into(), tokens: 1 });

@@ -143,7 +143,14 @@ mod tests {
         let f = SettingsForm::default();
         assert_eq!(f.errors(), vec![]);
         assert_eq!(f.params().unwrap(), GenerationParams::default());
-        let p = GenerationParams { max_tokens: 16, temperature: 0.7, top_p: 0.9, seed: Some(42), ignore_eos: true, ..GenerationParams::default() };
+        let p = GenerationParams {
+            max_tokens: 16,
+            temperature: 0.7,
+            top_p: 0.9,
+            seed: Some(42),
+            ignore_eos: true,
+            ..GenerationParams::default()
+        };
         assert_eq!(SettingsForm::from_params(&p).params().unwrap(), p);
     }
 
@@ -175,7 +182,12 @@ mod tests {
         let bad = r#"{"mode":"chat","params":{"max_tokens":0}}"#;
         let r = Remembered::from_json(Some(bad));
         assert_eq!((r.mode, r.params.max_tokens), (Mode::Chat, DEFAULT_MAX_TOKENS));
-        let good = Remembered { mode: Mode::Chat, language: "Rust".into(), params: GenerationParams { max_tokens: 8, ..Default::default() }, prompt: Some("fn".into()) };
+        let good = Remembered {
+            mode: Mode::Chat,
+            language: "Rust".into(),
+            params: GenerationParams { max_tokens: 8, ..Default::default() },
+            prompt: Some("fn".into()),
+        };
         assert_eq!(Remembered::from_json(Some(&good.to_json())), good);
     }
 }

@@ -16,7 +16,8 @@ pub struct Frame {
 impl Frame {
     /// The payload as a stream event; the `type` tag inside the JSON is authoritative.
     pub fn decode(&self) -> Result<StreamEvent, String> {
-        serde_json::from_str(&self.data).map_err(|e| format!("bad {} event from the server: {e}", self.event.as_deref().unwrap_or("unnamed")))
+        serde_json::from_str(&self.data)
+            .map_err(|e| format!("bad {} event from the server: {e}", self.event.as_deref().unwrap_or("unnamed")))
     }
 }
 

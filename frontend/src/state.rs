@@ -32,7 +32,11 @@ pub enum ShareLink {
     Idle,
     Saving,
     /// Saved at `url`; `copied` says whether it reached the clipboard.
-    Ready { url: String, copied: bool, with_run: bool },
+    Ready {
+        url: String,
+        copied: bool,
+        with_run: bool,
+    },
     Failed(String),
 }
 
@@ -343,7 +347,9 @@ impl Playground {
                 }
                 Err(FetchError::Status { status: 404, .. }) => self.shared.set(ShareView::Missing {
                     id: id.clone(),
-                    message: format!("No shared run has the id \u{201c}{id}\u{201d}. The link may be mistyped or the share may have been removed."),
+                    message: format!(
+                        "No shared run has the id \u{201c}{id}\u{201d}. The link may be mistyped or the share may have been removed."
+                    ),
                 }),
                 Err(e) => {
                     let message = match e {
@@ -351,7 +357,10 @@ impl Playground {
                         FetchError::Network(m) => m,
                         FetchError::Aborted => "cancelled".into(),
                     };
-                    self.shared.set(ShareView::Missing { id: id.clone(), message: format!("Could not load the share \u{201c}{id}\u{201d}: {message}") });
+                    self.shared.set(ShareView::Missing {
+                        id: id.clone(),
+                        message: format!("Could not load the share \u{201c}{id}\u{201d}: {message}"),
+                    });
                 }
             }
         });

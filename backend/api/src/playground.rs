@@ -42,7 +42,15 @@ pub struct GenerationParams {
 
 impl Default for GenerationParams {
     fn default() -> Self {
-        GenerationParams { max_tokens: DEFAULT_MAX_TOKENS, temperature: 0.0, top_p: 1.0, top_k: 0, seed: None, stop: Vec::new(), ignore_eos: false }
+        GenerationParams {
+            max_tokens: DEFAULT_MAX_TOKENS,
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: 0,
+            seed: None,
+            stop: Vec::new(),
+            ignore_eos: false,
+        }
     }
 }
 

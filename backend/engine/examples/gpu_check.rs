@@ -228,7 +228,14 @@ mod imp {
         ]
     }
 
-    fn collect(rt: &mut CudaRuntime, prompt: &[u32], max_tokens: usize, sampling: &SamplingParams, stops: &[u32], top: usize) -> Result<(Vec<Sampled>, RunEnd)> {
+    fn collect(
+        rt: &mut CudaRuntime,
+        prompt: &[u32],
+        max_tokens: usize,
+        sampling: &SamplingParams,
+        stops: &[u32],
+        top: usize,
+    ) -> Result<(Vec<Sampled>, RunEnd)> {
         let mut out = Vec::new();
         let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: stops, top_logprobs: top };
         let end = rt.generate(&job, &mut |s: &Sampled| {
@@ -270,7 +277,13 @@ mod imp {
         let mut rng = Rng(0xC0FFEE ^ config.hidden_size as u64);
 
         // 1. Teacher-forced scoring of fresh random tokens.
-        let n_score = if big { 6 } else if quick { 16 } else { 40 };
+        let n_score = if big {
+            6
+        } else if quick {
+            16
+        } else {
+            40
+        };
         let tokens = rng.tokens(n_score, config.vocab_size);
         let gpu = rt.score(&tokens)?;
         let mut cache = KvCache::new(config, n_score);
@@ -286,7 +299,13 @@ mod imp {
 
         // 2. Greedy generation vs the CPU, teacher-forced on the GPU's own tokens.
         let prompt = rng.tokens(8, config.vocab_size);
-        let n_gen = if big { 4 } else if quick { 12 } else { 24 };
+        let n_gen = if big {
+            4
+        } else if quick {
+            12
+        } else {
+            24
+        };
         let greedy = SamplingParams::default();
         rt.set_debug_logits(true);
         let (out, end) = collect(&mut rt, &prompt, n_gen, &greedy, &[], 3)?;
@@ -308,12 +327,16 @@ mod imp {
             // Random-weight logits are flat: near-ties flip under bf16, so top-1 is reported,
             // and only a gross disagreement fails.
             out.len() == n_gen && end == RunEnd::Length && gmax < MAX_REL_ERR && 2 * agree >= n_gen,
-            format!("{name}: greedy {n_gen} steps: per-step logits rel err max {gmax:.2e}, CPU top-1 = GPU token {agree}/{n_gen}, end {end:?}"),
+            format!(
+                "{name}: greedy {n_gen} steps: per-step logits rel err max {gmax:.2e}, CPU top-1 = GPU token {agree}/{n_gen}, end {end:?}"
+            ),
         );
         let lp_ok = out.iter().zip(&dbg).all(|(s, l)| {
             let lsm = log_softmax(l);
             let top = top_k_indices(&lsm, 3);
-            (s.logprob - lsm[s.id as usize]).abs() < 1e-3 && s.top.len() == 3 && s.top.iter().zip(&top).all(|(a, b)| a.id == b.0 && (a.logprob - b.1).abs() < 1e-3)
+            (s.logprob - lsm[s.id as usize]).abs() < 1e-3
+                && s.top.len() == 3
+                && s.top.iter().zip(&top).all(|(a, b)| a.id == b.0 && (a.logprob - b.1).abs() < 1e-3)
         });
         v.check(lp_ok, format!("{name}: logprob and top-3 logprobs equal log_softmax of the GPU logits"));
         if !big {
@@ -366,12 +389,18 @@ mod imp {
         if g_ids.len() > 3 {
             let k = g_ids.iter().position(|&t| t == g_ids[3]).unwrap_or(3);
             let (s_out, s_end) = collect(&mut rt, &prompt, n_gen, &greedy, &[g_ids[k]], 0)?;
-            v.check(s_end == RunEnd::StopToken && ids(&s_out) == g_ids[..k], format!("{name}: stop token at step {k}: {} tokens, end {s_end:?}", s_out.len()));
+            v.check(
+                s_end == RunEnd::StopToken && ids(&s_out) == g_ids[..k],
+                format!("{name}: stop token at step {k}: {} tokens, end {s_end:?}", s_out.len()),
+            );
             // 20 ids the run never produces, then the real stop: the kernel checks 16, the host the rest.
             let many_stops: Vec<u32> =
                 (0..config.vocab_size as u32).filter(|t| !g_ids.contains(t) && !prompt.contains(t)).take(20).chain([g_ids[k]]).collect();
             let (s2, e2) = collect(&mut rt, &prompt, n_gen, &greedy, &many_stops, 0)?;
-            v.check(e2 == RunEnd::StopToken && ids(&s2) == g_ids[..k], format!("{name}: 21 stop tokens (host checks those past 16): {} tokens, end {e2:?}", s2.len()));
+            v.check(
+                e2 == RunEnd::StopToken && ids(&s2) == g_ids[..k],
+                format!("{name}: 21 stop tokens (host checks those past 16): {} tokens, end {e2:?}", s2.len()),
+            );
         }
         let mut got = Vec::new();
         let job = DecodeJob { prompt: &prompt, max_tokens: n_gen, sampling: &greedy, stop_tokens: &[], top_logprobs: 0 };
@@ -383,11 +412,17 @@ mod imp {
                 Flow::Continue
             }
         })?;
-        v.check(c_end == RunEnd::Stopped && got == g_ids[..3.min(g_ids.len())], format!("{name}: cancel after 3 tokens: {} tokens, end {c_end:?}", got.len()));
+        v.check(
+            c_end == RunEnd::Stopped && got == g_ids[..3.min(g_ids.len())],
+            format!("{name}: cancel after 3 tokens: {} tokens, end {c_end:?}", got.len()),
+        );
         let (again, _) = collect(&mut rt, &prompt, n_gen, &greedy, &[], 0)?;
         v.check(ids(&again) == g_ids, format!("{name}: a run after a cancelled one repeats the greedy tokens"));
         let (one, one_end) = collect(&mut rt, &prompt[..1], 1, &greedy, &[], 0)?;
-        v.check(one.len() == 1 && one_end == RunEnd::Length, format!("{name}: 1-token prompt, max_tokens 1: {} token, end {one_end:?}", one.len()));
+        v.check(
+            one.len() == 1 && one_end == RunEnd::Length,
+            format!("{name}: 1-token prompt, max_tokens 1: {} token, end {one_end:?}", one.len()),
+        );
         Ok(())
     }
 
@@ -456,7 +491,10 @@ mod imp {
                 let cpu = reference.forward(&mut cache, &toks, true)?;
                 let err = gpu.iter().zip(&cpu).map(|(g, c)| rel_err(g, c)).fold(0.0, f64::max);
                 let top1 = gpu.iter().zip(&cpu).filter(|(g, c)| argmax(g) == argmax(c)).count();
-                v.check(err < MAX_REL_ERR && gpu.len() == 4, format!("{shape}: score 4 positions vs f32 reference: rel err max {err:.2e}, top-1 {top1}/4"));
+                v.check(
+                    err < MAX_REL_ERR && gpu.len() == 4,
+                    format!("{shape}: score 4 positions vs f32 reference: rel err max {err:.2e}, top-1 {top1}/4"),
+                );
             }
             drop(w);
             let bytes = rt.streamed_bytes_per_token() as f64;
@@ -473,7 +511,9 @@ mod imp {
                 let mut check = true;
                 for _ in 0..args.runs {
                     let (out, end) = collect(&mut rt, &prompt, args.gen, &greedy, &[], 0)?;
-                    check &= end == RunEnd::Length && out.len() == args.gen && ids(&out)[..16.min(out.len())] == ids(&verified)[..16.min(out.len())];
+                    check &= end == RunEnd::Length
+                        && out.len() == args.gen
+                        && ids(&out)[..16.min(out.len())] == ids(&verified)[..16.min(out.len())];
                     let st = rt.last_run();
                     rates.push(st.decode_tokens_per_s().unwrap_or(0.0));
                     ttfts.push(st.first_token.map_or(0.0, |d| d.as_secs_f64() * 1e3));
@@ -570,7 +610,17 @@ mod imp {
             for r in &rows {
                 println!(
                     "| {} | {} | {:.0} ({:.0}–{:.0}) | {:.1} | {:.1} | {:.1}% | {:.1}% | {:.2} ms | {} |",
-                    r.shape, r.variant, r.tok_s, r.spread.0, r.spread.1, r.us_token, r.mb_token, r.pct_bound, r.pct_measured, r.ttft_ms, r.check
+                    r.shape,
+                    r.variant,
+                    r.tok_s,
+                    r.spread.0,
+                    r.spread.1,
+                    r.us_token,
+                    r.mb_token,
+                    r.pct_bound,
+                    r.pct_measured,
+                    r.ttft_ms,
+                    r.check
                 );
             }
         }

@@ -87,7 +87,8 @@ fn run() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("config") => {
             let name = args.get(1).ok_or_else(usage)?;
-            let config = peregrine_engine::synthetic::preset(name).ok_or_else(|| Error::InvalidRequest(format!("unknown preset `{name}`")))?;
+            let config =
+                peregrine_engine::synthetic::preset(name).ok_or_else(|| Error::InvalidRequest(format!("unknown preset `{name}`")))?;
             println!("{}", peregrine_engine::hf::hf_config_json(&config));
             Ok(())
         }

@@ -44,7 +44,8 @@ pub struct TextModel {
 impl TextModel {
     /// Turns a prompt into ids.
     pub fn prompt_ids(&self, prompt: &Prompt) -> Result<Vec<u32>> {
-        let need_tok = || self.tokenizer.as_ref().ok_or_else(|| Error::InvalidRequest("this model has no tokenizer; send token ids".into()));
+        let need_tok =
+            || self.tokenizer.as_ref().ok_or_else(|| Error::InvalidRequest("this model has no tokenizer; send token ids".into()));
         match prompt {
             Prompt::Tokens(ids) => {
                 let vocab = self.vocab_size;
@@ -55,7 +56,10 @@ impl TextModel {
             }
             Prompt::Text(text) => need_tok()?.encode(text, true),
             Prompt::Chat(messages) => {
-                let template = self.template.as_ref().ok_or_else(|| Error::InvalidRequest("this model has no chat template; use completion mode".into()))?;
+                let template = self
+                    .template
+                    .as_ref()
+                    .ok_or_else(|| Error::InvalidRequest("this model has no chat template; use completion mode".into()))?;
                 let text = template.render(messages, true)?;
                 // The template writes BOS itself where the model wants one.
                 need_tok()?.encode(&text, false)
@@ -136,7 +140,13 @@ impl Runner {
         let mut last_stats = 0.0;
         let mut hit_stop_string = false;
         let mut listener_gone = false;
-        let job = DecodeJob { prompt: &prompt, max_tokens: request.max_tokens, sampling: &request.sampling, stop_tokens: &stop_tokens, top_logprobs: request.top_logprobs };
+        let job = DecodeJob {
+            prompt: &prompt,
+            max_tokens: request.max_tokens,
+            sampling: &request.sampling,
+            stop_tokens: &stop_tokens,
+            top_logprobs: request.top_logprobs,
+        };
         let mut on_token = |s: &Sampled| -> Flow {
             let now = ms();
             clock.tick(now);
@@ -195,7 +205,8 @@ impl Runner {
         let mut out = vec![PromptToken { id: prompt[0], text: text(prompt[0]), scored: None }];
         for (i, &id) in prompt.iter().enumerate().skip(1) {
             let lp = log_softmax(&logits[i - 1]);
-            let alts = top_k_indices(&lp, top.min(MAX_TOP_LOGPROBS)).into_iter().map(|(id, logprob)| TokenLogprob { id, logprob }).collect();
+            let alts =
+                top_k_indices(&lp, top.min(MAX_TOP_LOGPROBS)).into_iter().map(|(id, logprob)| TokenLogprob { id, logprob }).collect();
             out.push(PromptToken { id, text: text(id), scored: Some(Sampled { id, logprob: lp[id as usize], top: alts }) });
         }
         Ok(out)

@@ -127,7 +127,8 @@ impl EngineHandle {
     where
         F: FnOnce() -> Result<Generator> + Send + 'static,
     {
-        let shared = Arc::new(Shared { queue: Mutex::new(Queue { jobs: VecDeque::new(), shutdown: false, running: None }), wake: Condvar::new() });
+        let shared =
+            Arc::new(Shared { queue: Mutex::new(Queue { jobs: VecDeque::new(), shutdown: false, running: None }), wake: Condvar::new() });
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(EngineInfo, Arc<TextModel>)>>();
         let thread_shared = shared.clone();
         std::thread::Builder::new()
@@ -160,10 +161,14 @@ impl EngineHandle {
 
     /// Requests waiting (not counting the one running); abandoned ones are dropped first.
     pub fn queue_len(&self) -> usize {
-        self.shared.queue.lock().map(|mut q| {
-            q.prune();
-            q.jobs.len()
-        }).unwrap_or(0)
+        self.shared
+            .queue
+            .lock()
+            .map(|mut q| {
+                q.prune();
+                q.jobs.len()
+            })
+            .unwrap_or(0)
     }
 
     /// True while a request runs.

@@ -59,7 +59,10 @@ pub fn resolve_model_path(explicit: Option<&Path>) -> Result<PathBuf> {
         .ok_or_else(|| Error::InvalidRequest("neither XDG_CACHE_HOME nor HOME is set; pass --model".into()))?;
     let path = cache.join("peregrine/models").join(DEFAULT_MODEL_FILE);
     if !path.exists() {
-        return Err(Error::InvalidRequest(format!("no model given and the default model is missing at {}; run scripts/fetch-model.sh or pass --model", path.display())));
+        return Err(Error::InvalidRequest(format!(
+            "no model given and the default model is missing at {}; run scripts/fetch-model.sh or pass --model",
+            path.display()
+        )));
     }
     Ok(path)
 }
@@ -67,7 +70,10 @@ pub fn resolve_model_path(explicit: Option<&Path>) -> Result<PathBuf> {
 /// Reads a GGUF file or a Hugging Face directory.
 pub fn load_model(path: &Path) -> Result<ModelFiles> {
     if !path.exists() {
-        return Err(Error::Io { path: path.display().to_string(), source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory") });
+        return Err(Error::Io {
+            path: path.display().to_string(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory"),
+        });
     }
     let (config, weights, tokenizer) = if path.is_dir() {
         let (config, weights) = crate::hf::load_hf_dir(path)?;

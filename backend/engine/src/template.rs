@@ -26,10 +26,7 @@ pub struct ChatMessage {
 impl ChatMessage {
     /// A message with the given role and text.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Self {
-            role: role.into(),
-            content: content.into(),
-        }
+        Self { role: role.into(), content: content.into() }
     }
 }
 
@@ -52,13 +49,8 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime::strftime_now);
         env.add_filter("tojson", json::tojson);
-        env.add_template_owned(TEMPLATE_NAME, source.to_owned())
-            .map_err(template_error)?;
-        Ok(Self {
-            env,
-            bos: bos.to_owned(),
-            eos: eos.to_owned(),
-        })
+        env.add_template_owned(TEMPLATE_NAME, source.to_owned()).map_err(template_error)?;
+        Ok(Self { env, bos: bos.to_owned(), eos: eos.to_owned() })
     }
 
     /// The tokenizer's own template with its BOS/EOS strings, or `None` when it ships none.
@@ -66,20 +58,14 @@ impl ChatTemplate {
         let Some(source) = tokenizer.chat_template() else {
             return Ok(None);
         };
-        let text = |id: Option<u32>| {
-            id.and_then(|id| tokenizer.decode(&[id]).ok())
-                .unwrap_or_default()
-        };
+        let text = |id: Option<u32>| id.and_then(|id| tokenizer.decode(&[id]).ok()).unwrap_or_default();
         Self::new(source, &text(tokenizer.bos_id()), &text(tokenizer.eos_id())).map(Some)
     }
 
     /// The prompt text for `messages`; with `add_generation_prompt` it ends with the
     /// assistant header so the model answers next.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
-        let template = self
-            .env
-            .get_template(TEMPLATE_NAME)
-            .map_err(template_error)?;
+        let template = self.env.get_template(TEMPLATE_NAME).map_err(template_error)?;
         template
             .render(context! {
                 messages => messages,

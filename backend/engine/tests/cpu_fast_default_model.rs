@@ -5,12 +5,12 @@
 
 mod common;
 
+use common::llamacpp::{argmax, default_model, forward_fixture};
 use peregrine_engine::cpu::fast_runtime::{FastOptions, FastRuntime};
 use peregrine_engine::cpu::reference::{KvCache, ReferenceModel};
 use peregrine_engine::gguf::load_gguf;
 use peregrine_engine::runtime::{DecodeJob, Flow, Runtime};
 use peregrine_engine::sampling::SamplingParams;
-use common::llamacpp::{argmax, default_model, forward_fixture};
 
 /// Largest ‖Δ‖/‖ref‖ of any position's logits against the float32 reference.
 const MAX_REL_ERR: f64 = 1e-2;
@@ -56,12 +56,24 @@ fn fast_runtime_matches_the_reference_and_llamacpp() {
         .unwrap();
         let same = greedy.iter().zip(&case.greedy).take_while(|(a, b)| a == b).count();
         let decisive = case.greedy_rescored_gap.iter().take_while(|&&g| g >= DECISIVE_GAP).count();
-        eprintln!("{:<18} worst position ‖Δ‖/‖ref‖ {case_worst:.2e} · greedy prefix {same}/{} (llama.cpp decisive {decisive})", case.name, case.greedy.len());
-        assert!(same >= decisive.min(case.greedy.len()), "{}: greedy diverged at {same} before llama.cpp's first near-tie at {decisive}", case.name);
+        eprintln!(
+            "{:<18} worst position ‖Δ‖/‖ref‖ {case_worst:.2e} · greedy prefix {same}/{} (llama.cpp decisive {decisive})",
+            case.name,
+            case.greedy.len()
+        );
+        assert!(
+            same >= decisive.min(case.greedy.len()),
+            "{}: greedy diverged at {same} before llama.cpp's first near-tie at {decisive}",
+            case.name
+        );
     }
     let (rate_ref, rate_llama) = (vs_ref as f64 / total as f64, vs_llama as f64 / total as f64);
     eprintln!("logits ‖Δ‖/‖ref‖ over all positions {:.2e}, worst position {worst:.2e}", (sum_d2 / sum_r2).sqrt());
-    eprintln!("teacher-forced top-1: vs reference {vs_ref}/{total} = {:.2}%, vs llama.cpp {vs_llama}/{total} = {:.2}%", rate_ref * 100.0, rate_llama * 100.0);
+    eprintln!(
+        "teacher-forced top-1: vs reference {vs_ref}/{total} = {:.2}%, vs llama.cpp {vs_llama}/{total} = {:.2}%",
+        rate_ref * 100.0,
+        rate_llama * 100.0
+    );
     assert!(total >= 250);
     assert!(worst <= MAX_REL_ERR, "worst relative error {worst:.3e} > {MAX_REL_ERR:e}");
     assert!(rate_ref >= MIN_TOP1_VS_REFERENCE, "top-1 vs reference {rate_ref:.4} < {MIN_TOP1_VS_REFERENCE}");

@@ -120,7 +120,12 @@ fn heads_that_do_not_align_with_row_groups_match_the_reference() {
     let tokens: Vec<u32> = (0..20).map(|i| (i * 37 % 100) as u32).collect();
     let reference = ReferenceModel::new(&config, &weights).unwrap().forward(&mut KvCache::new(&config, 64), &tokens, true).unwrap();
     for (threads, batch) in [(1, 20), (2, 3)] {
-        let mut rt = FastRuntime::new(&config, &weights, FastOptions { threads, isa: Isa::detect(), prefill_batch: batch, act_precision: ActPrecision::Int16 }).unwrap();
+        let mut rt = FastRuntime::new(
+            &config,
+            &weights,
+            FastOptions { threads, isa: Isa::detect(), prefill_batch: batch, act_precision: ActPrecision::Int16 },
+        )
+        .unwrap();
         let got = rt.score(&tokens).unwrap();
         let d2: f64 = got.iter().flatten().zip(reference.iter().flatten()).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
         let r2: f64 = reference.iter().flatten().map(|b| (*b as f64).powi(2)).sum();

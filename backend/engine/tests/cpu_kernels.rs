@@ -152,7 +152,11 @@ fn simd_matmul_equals_portable_for_every_type() {
                 let got = run(isa, precision, &w, &x);
                 for (t, (g, r)) in got.iter().zip(&reference).enumerate() {
                     for (row, (a, b)) in g.iter().zip(r).enumerate() {
-                        assert_eq!(a.to_bits(), b.to_bits(), "{dtype:?} {isa:?} {precision:?} {tokens} tokens: token {t} row {row}: {a} vs portable {b}");
+                        assert_eq!(
+                            a.to_bits(),
+                            b.to_bits(),
+                            "{dtype:?} {isa:?} {precision:?} {tokens} tokens: token {t} row {row}: {a} vs portable {b}"
+                        );
                     }
                 }
             }
@@ -190,7 +194,8 @@ fn portable_matmul_is_the_dot_of_dequantized_operands() {
                     })
                     .collect()
             };
-            let err = xa.iter().zip(row).map(|(a, &b)| (a - b as f64).powi(2)).sum::<f64>().sqrt() / row.iter().map(|&b| (b as f64).powi(2)).sum::<f64>().sqrt();
+            let err = xa.iter().zip(row).map(|(a, &b)| (a - b as f64).powi(2)).sum::<f64>().sqrt()
+                / row.iter().map(|&b| (b as f64).powi(2)).sum::<f64>().sqrt();
             worst_act_err = worst_act_err.max(err);
             let mut wr = vec![0.0; COLS];
             for (r, &value) in got[tok].iter().enumerate() {
@@ -198,7 +203,10 @@ fn portable_matmul_is_the_dot_of_dequantized_operands() {
                 let exact: f64 = wr.iter().zip(&xa).map(|(&w, &x)| w as f64 * x).sum();
                 let norm: f64 = wr.iter().zip(&xa).map(|(&w, &x)| (w as f64 * x).abs()).sum();
                 let err = (value as f64 - exact).abs();
-                assert!(err <= 1e-5 * norm.max(1e-30), "{dtype:?} {precision:?} token {tok} row {r}: {value} vs exact {exact} (scale {norm})");
+                assert!(
+                    err <= 1e-5 * norm.max(1e-30),
+                    "{dtype:?} {precision:?} token {tok} row {r}: {value} vs exact {exact} (scale {norm})"
+                );
             }
         }
         // The activations themselves: 8 bits ≈ 1 %, 15 bits ≈ 0.01 % relative error.

@@ -56,7 +56,9 @@ fn gated_engine() -> (EngineHandle, mpsc::Sender<()>) {
     let (tx, rx) = mpsc::channel();
     let gate = Arc::new(Mutex::new(rx));
     let config = tiny_config();
-    let engine = EngineHandle::start(move || Ok(Generator { runtime: Box::new(GatedRuntime { config, gate }), tokenizer: None, template: None }), 4).unwrap();
+    let engine =
+        EngineHandle::start(move || Ok(Generator { runtime: Box::new(GatedRuntime { config, gate }), tokenizer: None, template: None }), 4)
+            .unwrap();
     (engine, tx)
 }
 

@@ -113,7 +113,8 @@ fn errors_name_the_file_and_problem() {
     let m = msg(&dir);
     assert!(m.contains("missing tensor `lm_head.weight`") && m.contains("hf-missing"), "{m}");
 
-    let dir = write_dir("hf-shape", &tiny_config(), |t| t.iter_mut().filter(|x| x.0.ends_with("k_proj.weight")).for_each(|x| x.2 = vec![4, 2]));
+    let dir =
+        write_dir("hf-shape", &tiny_config(), |t| t.iter_mut().filter(|x| x.0.ends_with("k_proj.weight")).for_each(|x| x.2 = vec![4, 2]));
     let m = msg(&dir);
     assert!(m.contains("shape mismatch") && m.contains("model.layers.0.self_attn.k_proj.weight") && m.contains("[2, 4]"), "{m}");
 

@@ -4,9 +4,9 @@
 
 mod common;
 
+use common::llamacpp::{argmax, default_model, forward_fixture};
 use peregrine_engine::cpu::reference::{KvCache, ReferenceModel};
 use peregrine_engine::gguf::load_gguf;
-use common::llamacpp::{argmax, default_model, forward_fixture};
 
 /// Required teacher-forced top-1 agreement with llama.cpp (its activations are 8-bit,
 /// ours float32: near-ties may flip).
@@ -30,7 +30,13 @@ fn teacher_forced_top1_and_greedy_match_llamacpp() {
             if ours == case.argmax[pos] {
                 case_agree += 1;
             } else {
-                assert!(case.top2_gap[pos] < DECISIVE_GAP, "{}: position {pos}: ours {ours}, llama.cpp {} with gap {}", case.name, case.argmax[pos], case.top2_gap[pos]);
+                assert!(
+                    case.top2_gap[pos] < DECISIVE_GAP,
+                    "{}: position {pos}: ours {ours}, llama.cpp {} with gap {}",
+                    case.name,
+                    case.argmax[pos],
+                    case.top2_gap[pos]
+                );
             }
         }
         // Greedy continuation, compared up to llama.cpp's first non-decisive step.
@@ -47,8 +53,17 @@ fn teacher_forced_top1_and_greedy_match_llamacpp() {
             }
         }
         let decisive = case.greedy_rescored_gap.iter().take_while(|&&g| g >= DECISIVE_GAP).count();
-        eprintln!("{:<18} top-1 {case_agree}/{} · greedy prefix {same}/{} (llama.cpp decisive prefix {decisive})", case.name, logits.len(), case.greedy.len());
-        assert!(same >= decisive.min(case.greedy.len()), "{}: greedy diverged at {same} before the first near-tie at {decisive}", case.name);
+        eprintln!(
+            "{:<18} top-1 {case_agree}/{} · greedy prefix {same}/{} (llama.cpp decisive prefix {decisive})",
+            case.name,
+            logits.len(),
+            case.greedy.len()
+        );
+        assert!(
+            same >= decisive.min(case.greedy.len()),
+            "{}: greedy diverged at {same} before the first near-tie at {decisive}",
+            case.name
+        );
         agree += case_agree;
         total += logits.len();
     }

@@ -56,7 +56,10 @@ fn presets_match_published_shapes() {
     assert_eq!(preset("SmolLM2-135M").unwrap().parameter_count(), 134_515_008);
     let l = preset("llama-3.2-1b").unwrap();
     assert_eq!(l.parameter_count(), 1_235_814_400);
-    assert_eq!(l.rope_scaling, RopeScaling::Llama3 { factor: 32.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position: 8192 });
+    assert_eq!(
+        l.rope_scaling,
+        RopeScaling::Llama3 { factor: 32.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position: 8192 }
+    );
     let q = preset("qwen2.5-coder-1.5b").unwrap();
     assert_eq!((q.architecture, q.attention_bias, q.head_dim), (Architecture::Qwen2, true, 128));
     assert_eq!(q.parameter_count(), 1_543_714_304);

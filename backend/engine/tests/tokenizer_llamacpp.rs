@@ -42,26 +42,19 @@ struct Prompt {
 fn model_path() -> PathBuf {
     match std::env::var_os("PEREGRINE_DEFAULT_MODEL") {
         Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/peregrine/models/SmolLM2-135M-Instruct.Q4_1.gguf"),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/peregrine/models/SmolLM2-135M-Instruct.Q4_1.gguf"),
     }
 }
 
 fn load() -> Tokenizer {
     let path = model_path();
-    assert!(
-        path.is_file(),
-        "default model missing at {}: run scripts/fetch-model.sh",
-        path.display()
-    );
+    assert!(path.is_file(), "default model missing at {}: run scripts/fetch-model.sh", path.display());
     let file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
     Tokenizer::from_gguf(&file).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn fixture<T: for<'de> Deserialize<'de>>(name: &str) -> T {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/llamacpp")
-        .join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llamacpp").join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
@@ -79,23 +72,11 @@ fn compare(tok: &Tokenizer, plain: bool) {
         };
         ids_total += want.len();
         if &got != want {
-            bad.push(format!(
-                "{:?}\n  llama.cpp {want:?}\n  peregrine {got:?}",
-                case.text
-            ));
+            bad.push(format!("{:?}\n  llama.cpp {want:?}\n  peregrine {got:?}", case.text));
         }
     }
-    assert!(
-        bad.is_empty(),
-        "{} of {} cases differ:\n{}",
-        bad.len(),
-        corpus.cases.len(),
-        bad.join("\n")
-    );
-    assert!(
-        ids_total > 500,
-        "corpus unexpectedly small: {ids_total} ids"
-    );
+    assert!(bad.is_empty(), "{} of {} cases differ:\n{}", bad.len(), corpus.cases.len(), bad.join("\n"));
+    assert!(ids_total > 500, "corpus unexpectedly small: {ids_total} ids");
 }
 
 #[test]
@@ -157,26 +138,17 @@ fn detokenizer_deltas_concatenate_to_decode() {
     let tok = load();
     let corpus: Corpus = fixture("tokenize.json");
     let forward: Forward = fixture("forward.json");
-    let sequences = corpus.cases.iter().map(|c| c.special.clone()).chain(
-        forward
-            .prompts
-            .iter()
-            .map(|p| p.tokens.iter().chain(&p.greedy).copied().collect()),
-    );
+    let sequences = corpus
+        .cases
+        .iter()
+        .map(|c| c.special.clone())
+        .chain(forward.prompts.iter().map(|p| p.tokens.iter().chain(&p.greedy).copied().collect()));
     for ids in sequences {
-        assert_eq!(
-            stream(&tok, &ids).concat(),
-            tok.decode(&ids).unwrap(),
-            "{ids:?}"
-        );
+        assert_eq!(stream(&tok, &ids).concat(), tok.decode(&ids).unwrap(), "{ids:?}");
     }
     // Arbitrary windows cut chars in half; deltas still never hold broken UTF-8
     // (they are `String`s) and still add up to the one-shot decode.
-    let all: Vec<u32> = corpus
-        .cases
-        .iter()
-        .flat_map(|c| c.special.clone())
-        .collect();
+    let all: Vec<u32> = corpus.cases.iter().flat_map(|c| c.special.clone()).collect();
     for start in 0..all.len().min(64) {
         let ids = &all[start..];
         assert_eq!(stream(&tok, ids).concat(), tok.decode(ids).unwrap());
@@ -189,10 +161,7 @@ fn emoji_spelled_over_several_tokens_arrives_whole() {
     let text = "crab 🦀 family 👨‍👩‍👧‍👦";
     let ids = tok.encode(text, false).unwrap();
     let deltas = stream(&tok, &ids);
-    assert!(
-        deltas[..ids.len()].iter().any(String::is_empty),
-        "expected some token to end mid-char, deltas {deltas:?}"
-    );
+    assert!(deltas[..ids.len()].iter().any(String::is_empty), "expected some token to end mid-char, deltas {deltas:?}");
     assert!(deltas.iter().any(|d| d.contains('🦀')), "{deltas:?}");
     assert_eq!(deltas.concat(), text);
 }
@@ -200,26 +169,14 @@ fn emoji_spelled_over_several_tokens_arrives_whole() {
 #[test]
 fn models_own_chat_template_renders_chatml() {
     let tok = load();
-    let template = ChatTemplate::from_tokenizer(&tok)
-        .unwrap()
-        .expect("SmolLM2 ships a chat template");
-    let messages = [
-        ChatMessage::new("user", "Hi!"),
-        ChatMessage::new("assistant", "Hello! How can I help?"),
-    ];
+    let template = ChatTemplate::from_tokenizer(&tok).unwrap().expect("SmolLM2 ships a chat template");
+    let messages = [ChatMessage::new("user", "Hi!"), ChatMessage::new("assistant", "Hello! How can I help?")];
     let text = template.render(&messages, false).unwrap();
     let corpus: Corpus = fixture("tokenize.json");
-    let case = corpus
-        .cases
-        .iter()
-        .find(|c| c.text == text)
-        .expect("the corpus holds this exact ChatML prompt");
+    let case = corpus.cases.iter().find(|c| c.text == text).expect("the corpus holds this exact ChatML prompt");
     assert_eq!(tok.encode(&text, false).unwrap(), case.special);
     let prompt = template.render(&messages[..1], true).unwrap();
-    assert!(
-        prompt.ends_with("<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n"),
-        "{prompt}"
-    );
+    assert!(prompt.ends_with("<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n"), "{prompt}");
 }
 
 #[test]
@@ -234,18 +191,11 @@ fn exported_tokenizer_json_loads_back_with_its_configs() {
         "chat_template": tok.chat_template().unwrap(),
     });
     std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
-    std::fs::write(
-        dir.join("generation_config.json"),
-        r#"{"eos_token_id": [2, 0]}"#,
-    )
-    .unwrap();
+    std::fs::write(dir.join("generation_config.json"), r#"{"eos_token_id": [2, 0]}"#).unwrap();
     let hf = Tokenizer::from_file(&dir);
     std::fs::remove_dir_all(&dir).ok();
     let hf = hf.unwrap();
-    assert_eq!(
-        (hf.bos_id(), hf.eos_id(), hf.eos_ids()),
-        (Some(1), Some(2), &[0, 2][..])
-    );
+    assert_eq!((hf.bos_id(), hf.eos_id(), hf.eos_ids()), (Some(1), Some(2), &[0, 2][..]));
     assert!(!hf.adds_bos());
     assert_eq!(hf.chat_template(), tok.chat_template());
     let corpus: Corpus = fixture("tokenize.json");
@@ -259,8 +209,5 @@ fn exported_tokenizer_json_loads_back_with_its_configs() {
 #[test]
 fn missing_tokenizer_json_is_an_error() {
     let err = Tokenizer::from_file(Path::new("/nonexistent/tokenizer.json")).unwrap_err();
-    assert!(
-        err.to_string().contains("/nonexistent/tokenizer.json"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("/nonexistent/tokenizer.json"), "{err}");
 }

@@ -5,7 +5,9 @@
 
 use std::path::PathBuf;
 
-use peregrine_engine::cpu::bench::{measure, median, BenchPlan, Figures, DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, DEFAULT_RUNS, DEFAULT_SHORT_PROMPT_TOKENS};
+use peregrine_engine::cpu::bench::{
+    measure, median, BenchPlan, Figures, DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, DEFAULT_RUNS, DEFAULT_SHORT_PROMPT_TOKENS,
+};
 use peregrine_engine::cpu::fast_runtime::{FastOptions, FastRuntime};
 use peregrine_engine::cpu::llamacpp::LlamaCpp;
 use peregrine_engine::cpu::{build_cpu_runtime, CpuRuntimeKind};
@@ -115,7 +117,8 @@ fn run_blocking(args: BenchArgs) -> Result<()> {
     };
     say(format!("loading {}", path.display()));
     let files = load_model(&path)?;
-    let plan = BenchPlan::new(Some(&files.tokenizer), files.config.vocab_size, args.prompt_tokens, args.short_prompt_tokens, args.gen_tokens)?;
+    let plan =
+        BenchPlan::new(Some(&files.tokenizer), files.config.vocab_size, args.prompt_tokens, args.short_prompt_tokens, args.gen_tokens)?;
     let model_name = format!("{} ({:.1}M parameters)", files.config.name, files.config.parameter_count() as f64 / 1e6);
     let mut options = FastOptions::from_env();
     options.threads = args.threads.unwrap_or(options.threads);
@@ -136,7 +139,9 @@ fn run_blocking(args: BenchArgs) -> Result<()> {
                 let context = plan.prompt.len().max(plan.short_prompt.len() + plan.gen_tokens) + 1;
                 llama = Some(LlamaCpp::start(&python, &script, &path, options.threads, context)?);
             }
-            (None, _, _) => say("no Python with llama-cpp-python found (--llamacpp-python or $PEREGRINE_LLAMACPP_PYTHON): Peregrine only".into()),
+            (None, _, _) => {
+                say("no Python with llama-cpp-python found (--llamacpp-python or $PEREGRINE_LLAMACPP_PYTHON): Peregrine only".into())
+            }
             (_, None, _) => say("scripts/bench/llamacpp_bench.py not found (run from the repository root): Peregrine only".into()),
             (_, _, false) => say("llama.cpp needs a GGUF file: Peregrine only".into()),
         }
@@ -150,7 +155,8 @@ fn run_blocking(args: BenchArgs) -> Result<()> {
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for i in 0..args.runs.max(1) {
         ours.push(FiguresOut::from(measure(runtime.as_mut(), &plan)?));
-        let mut line = format!("run {}: Peregrine prefill {:7.1} · decode {:6.1} tok/s", i + 1, ours[i].prefill_tok_s, ours[i].decode_tok_s);
+        let mut line =
+            format!("run {}: Peregrine prefill {:7.1} · decode {:6.1} tok/s", i + 1, ours[i].prefill_tok_s, ours[i].decode_tok_s);
         if let Some(l) = llama.as_mut() {
             theirs.push(FiguresOut::from(l.measure(&plan)?));
             line += &format!("   llama.cpp prefill {:7.1} · decode {:6.1} tok/s", theirs[i].prefill_tok_s, theirs[i].decode_tok_s);
@@ -179,7 +185,11 @@ fn print_table(r: &Report, plan: &BenchPlan) {
     println!("{} · {} · medians of {} runs", r.model, r.backend, r.runs.len());
     let rows = [
         (format!("decode tok/s ({} tokens)", plan.gen_tokens), r.median.decode_tok_s, r.llamacpp.as_ref().map(|l| l.median.decode_tok_s)),
-        (format!("prefill tok/s ({}-token prompt)", plan.prompt.len()), r.median.prefill_tok_s, r.llamacpp.as_ref().map(|l| l.median.prefill_tok_s)),
+        (
+            format!("prefill tok/s ({}-token prompt)", plan.prompt.len()),
+            r.median.prefill_tok_s,
+            r.llamacpp.as_ref().map(|l| l.median.prefill_tok_s),
+        ),
     ];
     match &r.llamacpp {
         Some(l) => {

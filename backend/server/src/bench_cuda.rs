@@ -7,7 +7,10 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use peregrine_engine::cuda::bench::{self, CudaBenchPlan, ShapeFigures, BANDWIDTH_BYTES, BANDWIDTH_REPEATS, CHECKED_TOKENS, DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, DEFAULT_TTFT_PROMPT_TOKENS};
+use peregrine_engine::cuda::bench::{
+    self, CudaBenchPlan, ShapeFigures, BANDWIDTH_BYTES, BANDWIDTH_REPEATS, CHECKED_TOKENS, DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS,
+    DEFAULT_TTFT_PROMPT_TOKENS,
+};
 use peregrine_engine::cuda::torch_baseline::{self, BaselineFigures, BaselinePlan};
 use peregrine_engine::cuda::{self, measure_copy_bandwidth};
 use peregrine_engine::synthetic::{preset, synthetic_weights, PRESET_NAMES};
@@ -55,7 +58,13 @@ pub fn run_blocking(args: &CudaBenchArgs, runs: usize, json: bool) -> Result<()>
         .iter()
         .map(|name| preset(name).ok_or_else(|| Error::bad("shape", format!("unknown shape `{name}` (known: {})", PRESET_NAMES.join(", ")))))
         .collect::<Result<Vec<_>>>()?;
-    let plan = CudaBenchPlan { prompt_tokens: args.prompt, gen_tokens: args.gen, ttft_prompt_tokens: DEFAULT_TTFT_PROMPT_TOKENS, runs: runs.max(1), context: args.context };
+    let plan = CudaBenchPlan {
+        prompt_tokens: args.prompt,
+        gen_tokens: args.gen,
+        ttft_prompt_tokens: DEFAULT_TTFT_PROMPT_TOKENS,
+        runs: runs.max(1),
+        context: args.context,
+    };
     for c in &configs {
         plan.kernel_options(c)?;
     }
@@ -71,7 +80,12 @@ pub fn run_blocking(args: &CudaBenchArgs, runs: usize, json: bool) -> Result<()>
     for config in &configs {
         let t0 = Instant::now();
         let weights = synthetic_weights(config, WEIGHT_SEED);
-        say(format!("{}: {:.0}M parameters, weights built in {:.1}s", config.name, config.parameter_count() as f64 / 1e6, t0.elapsed().as_secs_f64()));
+        say(format!(
+            "{}: {:.0}M parameters, weights built in {:.1}s",
+            config.name,
+            config.parameter_count() as f64 / 1e6,
+            t0.elapsed().as_secs_f64()
+        ));
         match bench::bench_shape(config, &weights, ORDINAL, &plan, bandwidth) {
             Ok(figures) => {
                 say(format!("  {}", figures.describe));
@@ -110,11 +124,23 @@ pub fn run_blocking(args: &CudaBenchArgs, runs: usize, json: bool) -> Result<()>
     }
 }
 
-fn run_baseline(args: &CudaBenchArgs, configs: &[peregrine_engine::config::ModelConfig], plan: &CudaBenchPlan, say: &dyn Fn(String)) -> Result<Vec<BaselineFigures>> {
+fn run_baseline(
+    args: &CudaBenchArgs,
+    configs: &[peregrine_engine::config::ModelConfig],
+    plan: &CudaBenchPlan,
+    say: &dyn Fn(String),
+) -> Result<Vec<BaselineFigures>> {
     let python = torch_baseline::find_python(args.torch_python.as_deref());
-    let script = torch_baseline::find_script().ok_or_else(|| Error::Request(format!("{} not found (run from the repository root)", torch_baseline::SCRIPT)))?;
+    let script = torch_baseline::find_script()
+        .ok_or_else(|| Error::Request(format!("{} not found (run from the repository root)", torch_baseline::SCRIPT)))?;
     say(format!("baseline: {} {}", python.display(), script.display()));
-    let bplan = BaselinePlan { prompt_tokens: plan.prompt_tokens, gen_tokens: plan.gen_tokens, ttft_prompt_tokens: plan.ttft_prompt_tokens, runs: plan.runs, seed: WEIGHT_SEED };
+    let bplan = BaselinePlan {
+        prompt_tokens: plan.prompt_tokens,
+        gen_tokens: plan.gen_tokens,
+        ttft_prompt_tokens: plan.ttft_prompt_tokens,
+        runs: plan.runs,
+        seed: WEIGHT_SEED,
+    };
     Ok(torch_baseline::run(&python, &script, configs, &bplan, &mut |line| say(format!("  [torch] {line}")))?)
 }
 
@@ -168,7 +194,13 @@ fn print_table(rows: &[ShapeFigures], baseline: Option<&[BaselineFigures]>, band
         if let Some(b) = baseline.and_then(|b| b.get(i)) {
             line += &match &b.error {
                 Some(e) => format!(" error: {} | – | – |", e.lines().next().unwrap_or("")),
-                None => format!(" {:.0}{} | {:.2}× | {:.1} |", b.decode_tok_s, if b.mode == "cuda-graph" { "" } else { " (eager)" }, r.decode_tok_s / b.decode_tok_s, b.prefill_ms),
+                None => format!(
+                    " {:.0}{} | {:.2}× | {:.1} |",
+                    b.decode_tok_s,
+                    if b.mode == "cuda-graph" { "" } else { " (eager)" },
+                    r.decode_tok_s / b.decode_tok_s,
+                    b.prefill_ms
+                ),
             };
         }
         println!("{line}");

@@ -19,7 +19,11 @@ pub fn choose_model(args: &ModelArgs) -> Result<ModelChoice> {
     let device: Device = args.device.parse()?;
     let path = resolve_model_path(args.model.as_deref())?;
     if !path.exists() {
-        return Err(peregrine_engine::Error::Io { path: path.display().to_string(), source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory") }.into());
+        return Err(peregrine_engine::Error::Io {
+            path: path.display().to_string(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory"),
+        }
+        .into());
     }
     Ok(ModelChoice { path, device })
 }

@@ -189,7 +189,9 @@ impl Job {
         m.e2e_latency.observe(total.as_secs_f64());
         m.finished(outcome.label());
         // Without a `Done` (cancelled, failed, timed out) count what the server saw.
-        let (prompt, generated) = usage.map(|u| (u.prompt_tokens as u64, u.completion_tokens as u64)).unwrap_or((self.prompt_tokens as u64, self.clock.tokens as u64));
+        let (prompt, generated) = usage
+            .map(|u| (u.prompt_tokens as u64, u.completion_tokens as u64))
+            .unwrap_or((self.prompt_tokens as u64, self.clock.tokens as u64));
         m.prompt_tokens.fetch_add(prompt, Ordering::Relaxed);
         m.generation_tokens.fetch_add(generated, Ordering::Relaxed);
         if let Some(t) = timings.filter(|t| t.predicted_n > 0) {

@@ -24,7 +24,12 @@ pub struct Histogram {
 
 impl Histogram {
     fn new(bounds: &'static [f64]) -> Self {
-        Histogram { bounds, counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(), sum_micros: AtomicU64::new(0), count: AtomicU64::new(0) }
+        Histogram {
+            bounds,
+            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum_micros: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
     }
 
     /// Records one value in seconds.
@@ -104,26 +109,53 @@ impl Metrics {
     /// The Prometheus text, with the engine's live gauges.
     pub fn render(&self, running: usize, waiting: usize) -> String {
         let mut out = String::new();
-        self.time_to_first_token.render(&mut out, "peregrine_time_to_first_token_seconds", "Time from the engine starting a request to its first token.");
-        self.inter_token_latency.render(&mut out, "peregrine_inter_token_latency_seconds", "Time between two consecutive generated tokens.");
+        self.time_to_first_token.render(
+            &mut out,
+            "peregrine_time_to_first_token_seconds",
+            "Time from the engine starting a request to its first token.",
+        );
+        self.inter_token_latency.render(
+            &mut out,
+            "peregrine_inter_token_latency_seconds",
+            "Time between two consecutive generated tokens.",
+        );
         self.e2e_latency.render(&mut out, "peregrine_e2e_request_latency_seconds", "Time from a request being accepted to its last event.");
-        self.queue_time.render(&mut out, "peregrine_request_queue_time_seconds", "Time a request waited in the queue before the engine started it.");
+        self.queue_time.render(
+            &mut out,
+            "peregrine_request_queue_time_seconds",
+            "Time a request waited in the queue before the engine started it.",
+        );
         let counter = |out: &mut String, name: &str, help: &str, v: u64| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
         };
         counter(&mut out, "peregrine_prompt_tokens_total", "Prompt tokens processed.", self.prompt_tokens.load(Ordering::Relaxed));
         counter(&mut out, "peregrine_generation_tokens_total", "Tokens generated.", self.generation_tokens.load(Ordering::Relaxed));
-        let labelled = |out: &mut String, name: &str, help: &str, label: &str, known: &[&'static str], map: &Mutex<BTreeMap<&'static str, u64>>| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            let map = map.lock().map(|m| m.clone()).unwrap_or_default();
-            let mut keys: Vec<&str> = known.to_vec();
-            keys.extend(map.keys().filter(|k| !known.contains(k)));
-            for k in keys {
-                let _ = writeln!(out, "{name}{{{label}=\"{k}\"}} {}", map.get(k).copied().unwrap_or(0));
-            }
-        };
-        labelled(&mut out, "peregrine_requests_total", "Finished requests by finish reason.", "finish_reason", &["stop", "length", "cancelled", "error", "timeout"], &self.finished);
-        labelled(&mut out, "peregrine_requests_rejected_total", "Requests refused with 429.", "reason", &["queue_full", "client_limit"], &self.rejected);
+        let labelled =
+            |out: &mut String, name: &str, help: &str, label: &str, known: &[&'static str], map: &Mutex<BTreeMap<&'static str, u64>>| {
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+                let map = map.lock().map(|m| m.clone()).unwrap_or_default();
+                let mut keys: Vec<&str> = known.to_vec();
+                keys.extend(map.keys().filter(|k| !known.contains(k)));
+                for k in keys {
+                    let _ = writeln!(out, "{name}{{{label}=\"{k}\"}} {}", map.get(k).copied().unwrap_or(0));
+                }
+            };
+        labelled(
+            &mut out,
+            "peregrine_requests_total",
+            "Finished requests by finish reason.",
+            "finish_reason",
+            &["stop", "length", "cancelled", "error", "timeout"],
+            &self.finished,
+        );
+        labelled(
+            &mut out,
+            "peregrine_requests_rejected_total",
+            "Requests refused with 429.",
+            "reason",
+            &["queue_full", "client_limit"],
+            &self.rejected,
+        );
         let _ = writeln!(out, "# HELP peregrine_requests_running Requests the engine is running.\n# TYPE peregrine_requests_running gauge\nperegrine_requests_running {running}");
         let _ = writeln!(out, "# HELP peregrine_requests_waiting Requests waiting in the queue.\n# TYPE peregrine_requests_waiting gauge\nperegrine_requests_waiting {waiting}");
         out

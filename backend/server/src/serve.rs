@@ -21,7 +21,11 @@ use crate::share_store::{default_data_dir, ShareStore};
 pub async fn run(args: ServeArgs) -> Result<()> {
     // Fail fast on a bad model path or data dir, before the port is taken.
     let choice = choose_model(&args.model)?;
-    let data_dir = args.data_dir.clone().or_else(default_data_dir).ok_or_else(|| Error::Store("neither XDG_DATA_HOME nor HOME is set; pass --data-dir".into()))?;
+    let data_dir = args
+        .data_dir
+        .clone()
+        .or_else(default_data_dir)
+        .ok_or_else(|| Error::Store("neither XDG_DATA_HOME nor HOME is set; pass --data-dir".into()))?;
     let shares = ShareStore::open(&data_dir)?;
     let settings = Settings {
         max_per_client: args.max_per_client,

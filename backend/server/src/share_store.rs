@@ -35,8 +35,10 @@ impl ShareStore {
         let conn = Connection::open(&path).map_err(|e| Error::Store(format!("cannot open {}: {e}", path.display())))?;
         conn.pragma_update(None, "journal_mode", "WAL").map_err(store_err)?;
         conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(store_err)?;
-        conn.execute_batch("CREATE TABLE IF NOT EXISTS shares (id TEXT PRIMARY KEY, created_at INTEGER NOT NULL, body TEXT NOT NULL) WITHOUT ROWID;")
-            .map_err(store_err)?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS shares (id TEXT PRIMARY KEY, created_at INTEGER NOT NULL, body TEXT NOT NULL) WITHOUT ROWID;",
+        )
+        .map_err(store_err)?;
         Ok(ShareStore { conn: Arc::new(Mutex::new(conn)), path })
     }
 
@@ -55,7 +57,10 @@ impl ShareStore {
             for _ in 0..ID_ATTEMPTS {
                 let id = random_id(SHARE_ID_LEN)?;
                 let inserted = conn
-                    .execute("INSERT OR IGNORE INTO shares (id, created_at, body) VALUES (?1, ?2, ?3)", params![id, created_at as i64, body])
+                    .execute(
+                        "INSERT OR IGNORE INTO shares (id, created_at, body) VALUES (?1, ?2, ?3)",
+                        params![id, created_at as i64, body],
+                    )
                     .map_err(store_err)?;
                 if inserted == 1 {
                     return Ok(Share { id, created_at, share });
@@ -79,7 +84,8 @@ impl ShareStore {
             match row {
                 None => Ok(None),
                 Some((created_at, body)) => {
-                    let share: ShareRequest = serde_json::from_str(&body).map_err(|e| Error::Store(format!("share {id} is unreadable: {e}")))?;
+                    let share: ShareRequest =
+                        serde_json::from_str(&body).map_err(|e| Error::Store(format!("share {id} is unreadable: {e}")))?;
                     Ok(Some(Share { id, created_at: created_at.max(0) as u64, share }))
                 }
             }

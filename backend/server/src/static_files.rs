@@ -21,9 +21,7 @@ const MIN_HASH_HEX: usize = 8;
 /// The static-file service with the SPA fallback and cache headers.
 pub fn service(dist: &Path) -> Router {
     let index = dist.join("index.html");
-    Router::new()
-        .fallback_service(ServeDir::new(dist).fallback(ServeFile::new(index)))
-        .layer(middleware::from_fn(cache_headers))
+    Router::new().fallback_service(ServeDir::new(dist).fallback(ServeFile::new(index))).layer(middleware::from_fn(cache_headers))
 }
 
 async fn cache_headers(request: Request, next: Next) -> Response {

@@ -44,7 +44,12 @@ impl Answer {
 }
 
 async fn call(app: &Router, method: &str, uri: &str, body: &str) -> Answer {
-    let req = Request::builder().method(method).uri(uri).header(header::CONTENT_TYPE, "application/json").body(Body::from(body.to_string())).unwrap();
+    let req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap();
     let res = tower::ServiceExt::oneshot(app.clone(), req).await.unwrap();
     let status = res.status();
     let headers = res.headers().clone();
@@ -84,12 +89,20 @@ async fn playground_generate_rejects_bad_input_with_clear_400s() {
     playground_error(&call(&app, "POST", "/api/generate", r#"{"prompt": "x", "temperature": 3}"#).await, 400, "invalid_request");
     playground_error(&call(&app, "POST", "/api/generate", r#"{"prompt": "x", "top_p": 0}"#).await, 400, "invalid_request");
     playground_error(&call(&app, "POST", "/api/generate", r#"{"prompt": "x", "stop": [""]}"#).await, 400, "invalid_request");
-    playground_error(&call(&app, "POST", "/api/generate", r#"{"prompt": "x", "stop": ["a","b","c","d","e","f","g","h","i"]}"#).await, 400, "invalid_request");
+    playground_error(
+        &call(&app, "POST", "/api/generate", r#"{"prompt": "x", "stop": ["a","b","c","d","e","f","g","h","i"]}"#).await,
+        400,
+        "invalid_request",
+    );
     // An empty completion prompt has no tokens for this model (no BOS).
     playground_error(&call(&app, "POST", "/api/generate", r#"{"prompt": ""}"#).await, 400, "invalid_request");
     // Prompt longer than the context (8192 tokens) with a 64 KiB-safe body.
     let long = "hello ".repeat(9000);
-    playground_error(&call(&app, "POST", "/api/generate", &json!({ "prompt": long, "max_tokens": 8 }).to_string()).await, 400, "context_length_exceeded");
+    playground_error(
+        &call(&app, "POST", "/api/generate", &json!({ "prompt": long, "max_tokens": 8 }).to_string()).await,
+        400,
+        "context_length_exceeded",
+    );
 }
 
 #[tokio::test]
@@ -150,11 +163,32 @@ async fn openai_errors_have_openai_shape_and_status() {
     assert_eq!(e["param"], "model");
     openai_error(&call(&app, "POST", "/v1/chat/completions", r#"{"messages": []}"#).await, 400, "invalid_request");
     openai_error(&call(&app, "POST", "/v1/chat/completions", r#"{"messages": "hi"}"#).await, 400, "invalid_request");
-    openai_error(&call(&app, "POST", "/v1/chat/completions", r#"{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}"#).await, 400, "invalid_request");
-    openai_error(&call(&app, "POST", "/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}"#).await, 400, "invalid_request");
-    openai_error(&call(&app, "POST", "/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}"#).await, 400, "invalid_request");
-    openai_error(&call(&app, "POST", "/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "x"}], "n": 3}"#).await, 400, "invalid_request");
-    openai_error(&call(&app, "POST", "/v1/chat/completions", r#"{"model": "nope", "messages": [{"role": "user", "content": "x"}]}"#).await, 404, "model_not_found");
+    openai_error(
+        &call(&app, "POST", "/v1/chat/completions", r#"{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}"#).await,
+        400,
+        "invalid_request",
+    );
+    openai_error(
+        &call(&app, "POST", "/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}"#).await,
+        400,
+        "invalid_request",
+    );
+    openai_error(
+        &call(&app, "POST", "/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}"#)
+            .await,
+        400,
+        "invalid_request",
+    );
+    openai_error(
+        &call(&app, "POST", "/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "x"}], "n": 3}"#).await,
+        400,
+        "invalid_request",
+    );
+    openai_error(
+        &call(&app, "POST", "/v1/chat/completions", r#"{"model": "nope", "messages": [{"role": "user", "content": "x"}]}"#).await,
+        404,
+        "model_not_found",
+    );
     openai_error(&call(&app, "GET", "/v1/models/nope", "").await, 404, "model_not_found");
     openai_error(&call(&app, "GET", "/v1/engines", "").await, 404, "not_found");
 }
@@ -167,7 +201,9 @@ async fn openai_completion_and_chat_answer_with_usage_and_timings() {
     assert_eq!(a.json()["data"][0]["id"], MODEL_ID);
     assert_eq!(call(&app, "GET", &format!("/v1/models/{MODEL_ID}"), "").await.status, 200);
 
-    let a = call(&app, "POST", "/v1/completions", &json!({ "model": MODEL_ID, "prompt": [19556], "max_tokens": 2, "logprobs": 1 }).to_string()).await;
+    let a =
+        call(&app, "POST", "/v1/completions", &json!({ "model": MODEL_ID, "prompt": [19556], "max_tokens": 2, "logprobs": 1 }).to_string())
+            .await;
     assert_eq!(a.status, 200, "{}", a.text);
     let v = a.json();
     assert_eq!(v["object"], "text_completion");
@@ -215,7 +251,17 @@ async fn info_metrics_and_unknown_routes() {
     let a = call(&app, "GET", "/metrics", "").await;
     assert_eq!(a.status, 200);
     assert!(a.headers[header::CONTENT_TYPE].to_str().unwrap().starts_with("text/plain"));
-    for name in ["peregrine_time_to_first_token_seconds_bucket", "peregrine_inter_token_latency_seconds_count", "peregrine_e2e_request_latency_seconds_sum", "peregrine_request_queue_time_seconds_count", "peregrine_prompt_tokens_total", "peregrine_generation_tokens_total", "peregrine_requests_total{finish_reason=\"stop\"}", "peregrine_requests_running", "peregrine_requests_waiting"] {
+    for name in [
+        "peregrine_time_to_first_token_seconds_bucket",
+        "peregrine_inter_token_latency_seconds_count",
+        "peregrine_e2e_request_latency_seconds_sum",
+        "peregrine_request_queue_time_seconds_count",
+        "peregrine_prompt_tokens_total",
+        "peregrine_generation_tokens_total",
+        "peregrine_requests_total{finish_reason=\"stop\"}",
+        "peregrine_requests_running",
+        "peregrine_requests_waiting",
+    ] {
         assert!(a.text.contains(name), "{name} missing from\n{}", a.text);
     }
     playground_error(&call(&app, "GET", "/api/nothing-here", "").await, 404, "not_found");
@@ -232,7 +278,11 @@ async fn without_an_engine_api_routes_are_503_and_health_reflects_loading() {
     playground_error(&call(&none, "POST", "/api/generate", r#"{"prompt": "x"}"#).await, 503, "unavailable");
     playground_error(&call(&none, "GET", "/api/info", "").await, 503, "unavailable");
     openai_error(&call(&none, "GET", "/v1/models", "").await, 503, "unavailable");
-    openai_error(&call(&none, "POST", "/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "x"}]}"#).await, 503, "unavailable");
+    openai_error(
+        &call(&none, "POST", "/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "x"}]}"#).await,
+        503,
+        "unavailable",
+    );
 
     let loading = app(AppState::new(common::dist_with_index()).with_engine_slot(EngineSlot::loading()));
     let a = call(&loading, "GET", "/health", "").await;
@@ -251,7 +301,8 @@ async fn static_files_are_cached_by_hash_and_never_escape_dist() {
     let a = call(&app, "GET", "/", "").await;
     assert!(a.text.contains("Peregrine test page"));
     assert_eq!(a.headers[header::CACHE_CONTROL], "no-cache");
-    for path in ["/../peregrine-secret.txt", "/%2e%2e/peregrine-secret.txt", "/..%2fperegrine-secret.txt", "/%2e%2e%2fperegrine-secret.txt"] {
+    for path in ["/../peregrine-secret.txt", "/%2e%2e/peregrine-secret.txt", "/..%2fperegrine-secret.txt", "/%2e%2e%2fperegrine-secret.txt"]
+    {
         let a = call(&app, "GET", path, "").await;
         assert!(!a.text.contains("top secret"), "{path} escaped dist/");
     }

@@ -5,14 +5,28 @@
 use std::process::Command;
 
 fn model() -> String {
-    std::env::var("PEREGRINE_DEFAULT_MODEL").ok().filter(|p| !p.is_empty()).unwrap_or_else(|| {
-        format!("{}/.cache/peregrine/models/SmolLM2-135M-Instruct.Q4_1.gguf", std::env::var("HOME").expect("HOME"))
-    })
+    std::env::var("PEREGRINE_DEFAULT_MODEL")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| format!("{}/.cache/peregrine/models/SmolLM2-135M-Instruct.Q4_1.gguf", std::env::var("HOME").expect("HOME")))
 }
 
 fn bench(extra: &[&str]) -> std::process::Output {
     let out = Command::new(env!("CARGO_BIN_EXE_peregrine"))
-        .args(["bench", "--device", "cpu", "--model", &model(), "--no-llamacpp", "--prompt-tokens", "16", "--gen-tokens", "4", "--short-prompt-tokens", "2"])
+        .args([
+            "bench",
+            "--device",
+            "cpu",
+            "--model",
+            &model(),
+            "--no-llamacpp",
+            "--prompt-tokens",
+            "16",
+            "--gen-tokens",
+            "4",
+            "--short-prompt-tokens",
+            "2",
+        ])
         .args(extra)
         .output()
         .expect("runs the binary");

@@ -82,14 +82,17 @@ async fn sixty_four_clients_a_thousand_requests_none_hang_memory_flat() {
     let t0 = Instant::now();
     let tasks: Vec<_> = (0..CLIENTS)
         .map(|_| {
-            let (client, url, next, finished, rss_100, outcomes) = (client.clone(), url.clone(), next.clone(), finished.clone(), rss_100.clone(), outcomes.clone());
+            let (client, url, next, finished, rss_100, outcomes) =
+                (client.clone(), url.clone(), next.clone(), finished.clone(), rss_100.clone(), outcomes.clone());
             tokio::spawn(async move {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     if i >= TOTAL {
                         return;
                     }
-                    let outcome = tokio::time::timeout(REQUEST_LIMIT, one_request(&client, &url, i)).await.unwrap_or_else(|_| panic!("request {i} hung"));
+                    let outcome = tokio::time::timeout(REQUEST_LIMIT, one_request(&client, &url, i))
+                        .await
+                        .unwrap_or_else(|_| panic!("request {i} hung"));
                     outcomes.lock().unwrap()[i] = Some(outcome);
                     if finished.fetch_add(1, Ordering::Relaxed) + 1 == 100 {
                         *rss_100.lock().unwrap() = Some(rss_bytes());

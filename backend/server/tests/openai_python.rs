@@ -16,7 +16,10 @@ const MODEL_ID: &str = "SmolLM2-135M-Instruct.Q4_1";
 
 /// `${XDG_CACHE_HOME:-~/.cache}/peregrine/venv-openai` with the pinned client installed.
 fn venv_python() -> PathBuf {
-    let cache = std::env::var_os("XDG_CACHE_HOME").filter(|p| !p.is_empty()).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache"));
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache"));
     let venv = cache.join("peregrine/venv-openai");
     let python = venv.join("bin/python");
     let marker = venv.join(format!(".installed-{OPENAI_PACKAGE}"));
@@ -37,7 +40,10 @@ async fn the_official_openai_client_works_against_v1() {
     let server = start(AppState::new(dist_with_index()).with_engine(real_engine(), MODEL_ID)).await;
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/openai_client.py");
     let base = server.base.clone();
-    let out = tokio::task::spawn_blocking(move || Command::new(python).arg(script).arg(base).arg(MODEL_ID).output()).await.unwrap().expect("run python");
+    let out = tokio::task::spawn_blocking(move || Command::new(python).arg(script).arg(base).arg(MODEL_ID).output())
+        .await
+        .unwrap()
+        .expect("run python");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "the openai client checks failed:\n{stdout}\n{stderr}");

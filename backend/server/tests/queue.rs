@@ -226,7 +226,12 @@ async fn an_openai_stream_that_fails_ends_with_a_data_error_object() {
     let (s, gate) = gated_engine(4);
     let server = serve(&s, Settings { request_timeout: Some(Duration::from_millis(500)), ..Settings::default() }).await;
     let client = reqwest::Client::new();
-    let res = client.post(server.url("/v1/chat/completions")).json(&json!({ "messages": [{ "role": "user", "content": "Hi" }], "max_tokens": 5, "stream": true })).send().await.unwrap();
+    let res = client
+        .post(server.url("/v1/chat/completions"))
+        .json(&json!({ "messages": [{ "role": "user", "content": "Hi" }], "max_tokens": 5, "stream": true }))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 200);
     let events = SseReader::new(res).collect().await;
     let last = events.last().unwrap();

@@ -65,7 +65,10 @@ async fn openai_completions_streamed_and_not_agree() {
     let choice = &full["choices"][0];
     let text = choice["text"].as_str().unwrap().to_string();
     assert!(!text.is_empty(), "{full}");
-    assert_eq!(full["usage"]["total_tokens"].as_u64().unwrap(), full["usage"]["prompt_tokens"].as_u64().unwrap() + full["usage"]["completion_tokens"].as_u64().unwrap());
+    assert_eq!(
+        full["usage"]["total_tokens"].as_u64().unwrap(),
+        full["usage"]["prompt_tokens"].as_u64().unwrap() + full["usage"]["completion_tokens"].as_u64().unwrap()
+    );
     assert_eq!(choice["logprobs"]["tokens"].as_array().unwrap().len() as u64, full["usage"]["completion_tokens"].as_u64().unwrap());
     assert!(choice["logprobs"]["token_logprobs"].as_array().unwrap().iter().all(|l| l.as_f64().unwrap() <= 0.0));
     assert!(full["timings"]["predicted_n"].as_u64().unwrap() > 0);
@@ -88,7 +91,8 @@ async fn openai_completions_streamed_and_not_agree() {
 
     // The same prompt as token ids gives the same completion.
     let ids: Value = post(&server, "/tokenize", json!({ "content": PROMPT, "add_special": true })).await.json().await.unwrap();
-    let by_ids: Value = post(&server, "/v1/completions", json!({ "prompt": ids["tokens"], "max_tokens": 5, "temperature": 0 })).await.json().await.unwrap();
+    let by_ids: Value =
+        post(&server, "/v1/completions", json!({ "prompt": ids["tokens"], "max_tokens": 5, "temperature": 0 })).await.json().await.unwrap();
     assert_eq!(by_ids["choices"][0]["text"].as_str(), Some(text.as_str()));
 }
 
@@ -97,7 +101,11 @@ async fn echo_with_max_tokens_zero_scores_the_prompt() {
     let _turn = engine_lock().await;
     let server = serve().await;
     let prompt = "The capital of France is Paris";
-    let v: Value = post(&server, "/v1/completions", json!({ "prompt": prompt, "max_tokens": 0, "echo": true, "logprobs": 3 })).await.json().await.unwrap();
+    let v: Value = post(&server, "/v1/completions", json!({ "prompt": prompt, "max_tokens": 0, "echo": true, "logprobs": 3 }))
+        .await
+        .json()
+        .await
+        .unwrap();
     let choice = &v["choices"][0];
     assert_eq!(choice["text"], prompt, "{v}");
     assert_eq!(choice["finish_reason"], "length");
@@ -123,7 +131,15 @@ async fn chat_completions_streamed_and_not() {
     let _turn = engine_lock().await;
     let server = serve().await;
     let messages = json!([{ "role": "system", "content": "Be brief." }, { "role": "user", "content": "Hi" }]);
-    let v: Value = post(&server, "/v1/chat/completions", json!({ "messages": messages, "max_tokens": 3, "temperature": 0, "logprobs": true, "top_logprobs": 2 })).await.json().await.unwrap();
+    let v: Value = post(
+        &server,
+        "/v1/chat/completions",
+        json!({ "messages": messages, "max_tokens": 3, "temperature": 0, "logprobs": true, "top_logprobs": 2 }),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
     let choice = &v["choices"][0];
     assert_eq!(v["object"], "chat.completion");
     assert_eq!(choice["message"]["role"], "assistant");
@@ -133,7 +149,16 @@ async fn chat_completions_streamed_and_not() {
     assert_eq!(lp.len() as u64, v["usage"]["completion_tokens"].as_u64().unwrap());
     assert!(lp.iter().all(|t| t["top_logprobs"].as_array().unwrap().len() == 2 && t["bytes"].is_array()));
 
-    let events = SseReader::new(post(&server, "/v1/chat/completions", json!({ "messages": messages, "max_tokens": 3, "temperature": 0, "stream": true, "stream_options": { "include_usage": true } })).await).collect().await;
+    let events = SseReader::new(
+        post(
+            &server,
+            "/v1/chat/completions",
+            json!({ "messages": messages, "max_tokens": 3, "temperature": 0, "stream": true, "stream_options": { "include_usage": true } }),
+        )
+        .await,
+    )
+    .collect()
+    .await;
     assert_eq!(events.last().unwrap().data, "[DONE]");
     let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| e.json()).collect();
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
@@ -177,17 +202,24 @@ async fn disconnecting_mid_stream_cancels_and_frees_the_engine() {
     let _turn = engine_lock().await;
     let server = serve().await;
     let before = metric(&metrics(&server).await, "peregrine_requests_total{finish_reason=\"cancelled\"}").unwrap();
-    check_disconnect_frees_the_engine(&server, "/api/generate", json!({ "prompt": PROMPT, "max_tokens": 400, "ignore_eos": true }), |e| e.event == "token").await;
-    check_disconnect_frees_the_engine(&server, "/v1/completions", json!({ "prompt": PROMPT, "max_tokens": 400, "ignore_eos": true, "stream": true }), |e| {
-        e.json()["choices"][0]["text"].as_str().is_some_and(|t| !t.is_empty())
+    check_disconnect_frees_the_engine(&server, "/api/generate", json!({ "prompt": PROMPT, "max_tokens": 400, "ignore_eos": true }), |e| {
+        e.event == "token"
     })
+    .await;
+    check_disconnect_frees_the_engine(
+        &server,
+        "/v1/completions",
+        json!({ "prompt": PROMPT, "max_tokens": 400, "ignore_eos": true, "stream": true }),
+        |e| e.json()["choices"][0]["text"].as_str().is_some_and(|t| !t.is_empty()),
+    )
     .await;
     let after = metric(&metrics(&server).await, "peregrine_requests_total{finish_reason=\"cancelled\"}").unwrap();
     assert_eq!(after - before, 2.0);
 
     // A non-streaming request whose client gives up is cancelled too.
     let client = reqwest::Client::builder().timeout(Duration::from_millis(700)).build().unwrap();
-    let gave_up = client.post(server.url("/v1/completions")).json(&json!({ "prompt": PROMPT, "max_tokens": 400, "ignore_eos": true })).send().await;
+    let gave_up =
+        client.post(server.url("/v1/completions")).json(&json!({ "prompt": PROMPT, "max_tokens": 400, "ignore_eos": true })).send().await;
     assert!(gave_up.is_err(), "the client timed out");
     let engine = real_engine();
     assert!(wait_for(Duration::from_secs(2), || !engine.busy()).await, "the engine stopped the abandoned request");

@@ -11,7 +11,9 @@ pub fn ShareNotice() -> impl IntoView {
     let pg = expect_context::<Playground>();
     move || match pg.shared.get() {
         ShareView::None => ().into_any(),
-        ShareView::Loading(id) => view! { <p class="notice" role="status">{format!("Loading shared run \u{201c}{id}\u{201d}…")}</p> }.into_any(),
+        ShareView::Loading(id) => {
+            view! { <p class="notice" role="status">{format!("Loading shared run \u{201c}{id}\u{201d}…")}</p> }.into_any()
+        }
         ShareView::Loaded(share) => {
             let text = if share.share.run.is_some() {
                 "Restored a shared prompt, its settings and its run. Press Run to race it and compare side by side."

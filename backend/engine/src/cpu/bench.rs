@@ -37,7 +37,13 @@ pub struct BenchPlan {
 impl BenchPlan {
     /// Deterministic prompts from the benchmark text (or a fixed id pattern when
     /// the model has no tokenizer).
-    pub fn new(tokenizer: Option<&Tokenizer>, vocab_size: usize, prompt_tokens: usize, short_tokens: usize, gen_tokens: usize) -> Result<BenchPlan> {
+    pub fn new(
+        tokenizer: Option<&Tokenizer>,
+        vocab_size: usize,
+        prompt_tokens: usize,
+        short_tokens: usize,
+        gen_tokens: usize,
+    ) -> Result<BenchPlan> {
         if prompt_tokens == 0 || short_tokens == 0 || gen_tokens == 0 {
             return Err(Error::InvalidRequest("benchmark prompt and generation lengths must be at least 1".into()));
         }
@@ -76,7 +82,8 @@ pub fn measure(rt: &mut dyn Runtime, plan: &BenchPlan) -> Result<Figures> {
 
     // gen_tokens + 1 tokens: the first comes from the prompt, the rest are decode steps.
     let mut stamps: Vec<Instant> = Vec::with_capacity(plan.gen_tokens + 1);
-    let job = DecodeJob { prompt: &plan.short_prompt, max_tokens: plan.gen_tokens + 1, sampling: &sampling, stop_tokens: &[], top_logprobs: 0 };
+    let job =
+        DecodeJob { prompt: &plan.short_prompt, max_tokens: plan.gen_tokens + 1, sampling: &sampling, stop_tokens: &[], top_logprobs: 0 };
     rt.generate(&job, &mut |_| {
         stamps.push(Instant::now());
         Flow::Continue

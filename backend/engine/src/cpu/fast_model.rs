@@ -115,7 +115,10 @@ fn pack_all(tensors: &[&Tensor], threads: usize) -> Result<Vec<PackedMatrix>> {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 s.spawn(move || {
-                    (t..tensors.len()).step_by(threads).map(|i| PackedMatrix::from_tensor(tensors[i]).map(|m| (i, m))).collect::<Result<Vec<_>>>()
+                    (t..tensors.len())
+                        .step_by(threads)
+                        .map(|i| PackedMatrix::from_tensor(tensors[i]).map(|m| (i, m)))
+                        .collect::<Result<Vec<_>>>()
                 })
             })
             .collect();

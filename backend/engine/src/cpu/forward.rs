@@ -12,6 +12,7 @@
 use std::ops::Range;
 use std::sync::Mutex;
 
+use crate::config::RopeLayout;
 use crate::cpu::act_quant::{QuantView, TokenActs, QBLOCK};
 use crate::cpu::fast_model::{FastLayer, FastModel};
 use crate::cpu::kernels::{matmul, MatmulIo};
@@ -21,7 +22,6 @@ use crate::cpu::pool::{Pool, Team};
 use crate::cpu::shared::SharedSlice;
 use crate::cpu::vecops;
 use crate::cpu::workspace::{NormBuffer, Strides, Workspace, OWN_NORM_ROWS};
-use crate::config::RopeLayout;
 use crate::error::{Error, Result};
 
 /// Which positions of a batch need logits.

@@ -94,7 +94,9 @@ impl LlamaCpp {
     pub fn measure(&mut self, plan: &BenchPlan) -> Result<Figures> {
         let request = Request { prompt: &plan.prompt, short_prompt: &plan.short_prompt, gen_tokens: plan.gen_tokens };
         let line = serde_json::to_string(&request).map_err(|e| Error::Unavailable(format!("encoding a llama.cpp request: {e}")))?;
-        writeln!(self.stdin, "{line}").and_then(|_| self.stdin.flush()).map_err(|e| Error::Unavailable(format!("llama.cpp worker: {e}")))?;
+        writeln!(self.stdin, "{line}")
+            .and_then(|_| self.stdin.flush())
+            .map_err(|e| Error::Unavailable(format!("llama.cpp worker: {e}")))?;
         let reply = self.read_reply()?;
         Ok(Figures { prefill_tok_s: reply.prefill_tok_s, decode_tok_s: reply.decode_tok_s })
     }
@@ -105,7 +107,8 @@ impl LlamaCpp {
         if n == 0 {
             return Err(Error::Unavailable("the llama.cpp worker exited (see its messages above)".into()));
         }
-        let reply: Reply = serde_json::from_str(&line).map_err(|e| Error::Unavailable(format!("llama.cpp worker sent `{}`: {e}", line.trim())))?;
+        let reply: Reply =
+            serde_json::from_str(&line).map_err(|e| Error::Unavailable(format!("llama.cpp worker sent `{}`: {e}", line.trim())))?;
         match reply.error {
             Some(e) => Err(Error::Unavailable(format!("llama.cpp worker: {e}"))),
             None => Ok(reply),

@@ -178,9 +178,8 @@ impl ReferenceModel {
         for head in 0..c.num_heads {
             let kvh = head / group;
             let qh = &q[head * hd..(head + 1) * hd];
-            let mut scores: Vec<f32> = (0..=pos)
-                .map(|p| dot(qh, &keys[p * kv_dim + kvh * hd..p * kv_dim + (kvh + 1) * hd]) * scale)
-                .collect();
+            let mut scores: Vec<f32> =
+                (0..=pos).map(|p| dot(qh, &keys[p * kv_dim + kvh * hd..p * kv_dim + (kvh + 1) * hd]) * scale).collect();
             softmax_in_place(&mut scores);
             let oh = &mut out[head * hd..(head + 1) * hd];
             for (p, &s) in scores.iter().enumerate() {

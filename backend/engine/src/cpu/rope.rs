@@ -6,9 +6,7 @@ use crate::config::{ModelConfig, RopeLayout, RopeScaling};
 /// Inverse frequencies of one head, `head_dim / 2` entries, scaled as configured.
 pub fn inv_freq(config: &ModelConfig) -> Vec<f32> {
     let half = config.head_dim / 2;
-    let base: Vec<f32> = (0..half)
-        .map(|i| 1.0 / config.rope_theta.powf((2 * i) as f32 / config.head_dim as f32))
-        .collect();
+    let base: Vec<f32> = (0..half).map(|i| 1.0 / config.rope_theta.powf((2 * i) as f32 / config.head_dim as f32)).collect();
     match config.rope_scaling {
         RopeScaling::None => base,
         RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position } => {

@@ -68,7 +68,9 @@ impl CudaBenchPlan {
     /// Kernel options for `config`, or why the plan does not fit its KV cache.
     pub fn kernel_options(&self, config: &ModelConfig) -> Result<KernelOptions> {
         if self.prompt_tokens == 0 || self.gen_tokens < CHECKED_TOKENS || self.ttft_prompt_tokens == 0 || self.runs == 0 {
-            return Err(Error::InvalidRequest(format!("bench needs --prompt ≥ 1, --gen ≥ {CHECKED_TOKENS}, a TTFT prompt ≥ 1 and --runs ≥ 1")));
+            return Err(Error::InvalidRequest(format!(
+                "bench needs --prompt ≥ 1, --gen ≥ {CHECKED_TOKENS}, a TTFT prompt ≥ 1 and --runs ≥ 1"
+            )));
         }
         let mut options = KernelOptions::default();
         if let Some(c) = self.context {
@@ -77,7 +79,10 @@ impl CudaBenchPlan {
         let cap = layout::kv_positions(config, &options);
         let need = (self.prompt_tokens + self.gen_tokens).max(self.ttft_prompt_tokens + 1);
         if need > cap {
-            return Err(Error::InvalidRequest(format!("{}: the bench needs {need} KV positions but the cache holds {cap} (--context)", config.name)));
+            return Err(Error::InvalidRequest(format!(
+                "{}: the bench needs {need} KV positions but the cache holds {cap} (--context)",
+                config.name
+            )));
         }
         Ok(options)
     }
@@ -205,7 +210,14 @@ fn verify(rt: &mut CudaRuntime, config: &ModelConfig, weights: &Weights, prompt:
     };
     let reference_rel_err = pairs.iter().map(|(g, c)| rel_err(g, c)).fold(0.0, f64::max);
     let reference_top1 = pairs.iter().filter(|(g, c)| argmax(g) == argmax(c)).count();
-    Ok(Verification { tokens, argmax_consistent, reference_rel_err, reference_positions: pairs.len(), reference_top1, reference_kind: kind })
+    Ok(Verification {
+        tokens,
+        argmax_consistent,
+        reference_rel_err,
+        reference_positions: pairs.len(),
+        reference_top1,
+        reference_kind: kind,
+    })
 }
 
 /// Benchmarks one shape on device `ordinal`; `bandwidth` is the measured copy

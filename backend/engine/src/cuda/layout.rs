@@ -286,14 +286,18 @@ mod tests {
                 rest = &tail[end..];
             }
             for (prefix, table) in [("ARG_", Arg::NAMES), ("LW_", LayerSlot::NAMES)] {
-                let macro_name = if prefix == "ARG_" { ["ARG_PTR(", "ARG_U32(", "ARG_F32("] } else { ["LAYER_PTR(", "LAYER_PTR(", "LAYER_PTR("] };
+                let macro_name =
+                    if prefix == "ARG_" { ["ARG_PTR(", "ARG_U32(", "ARG_F32("] } else { ["LAYER_PTR(", "LAYER_PTR(", "LAYER_PTR("] };
                 for m in macro_name {
                     for call in src.split(m).skip(1) {
                         let inner = &call[..call.find(')').unwrap_or(0)];
                         let name = inner.rsplit(',').next().unwrap_or("").trim();
                         let known: Vec<String> = table.iter().map(|n| screaming(n)).collect();
                         let is_macro_param = name == "NAME" || name == "SLOT";
-                        assert!(name.is_empty() || is_macro_param || known.iter().any(|k| k == name), "{file}: {m}{inner}) names unknown slot {prefix}{name}");
+                        assert!(
+                            name.is_empty() || is_macro_param || known.iter().any(|k| k == name),
+                            "{file}: {m}{inner}) names unknown slot {prefix}{name}"
+                        );
                     }
                 }
             }

@@ -57,7 +57,9 @@ fn find_lib(dir: &Path, prefix: &str) -> Option<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix) && n.contains(".so") && !n.contains(".alt.")))
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix) && n.contains(".so") && !n.contains(".alt."))
+        })
         .collect();
     found.sort();
     found.into_iter().next()
@@ -123,7 +125,9 @@ pub fn cache_dir() -> Option<PathBuf> {
     if let Some(d) = std::env::var_os(CUBIN_CACHE_ENV) {
         return Some(PathBuf::from(d));
     }
-    let base = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
     Some(base.join("peregrine").join("cubins"))
 }
 
@@ -198,7 +202,14 @@ fn compile(opts: &[String]) -> Result<Vec<u8>> {
     // SAFETY: every pointer refers to a NUL-terminated CString alive for this call;
     // the header arrays have `headers.len()` entries each.
     check("nvrtcCreateProgram", unsafe {
-        nvrtc_sys::nvrtcCreateProgram(&mut prog, c_main.as_ptr(), c_name.as_ptr(), headers.len() as i32, header_ptrs.as_ptr(), header_name_ptrs.as_ptr())
+        nvrtc_sys::nvrtcCreateProgram(
+            &mut prog,
+            c_main.as_ptr(),
+            c_name.as_ptr(),
+            headers.len() as i32,
+            header_ptrs.as_ptr(),
+            header_name_ptrs.as_ptr(),
+        )
     })?;
     // SAFETY: `prog` was created above; the options outlive the call.
     let compiled = unsafe { nvrtc_sys::nvrtcCompileProgram(prog, opt_ptrs.len() as i32, opt_ptrs.as_ptr()) };

@@ -7,7 +7,9 @@ use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg};
+use cudarc::driver::{
+    sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg,
+};
 
 use crate::config::ModelConfig;
 use crate::cpu::reference_runtime::check_fits;
@@ -178,7 +180,12 @@ fn to_bf16(values: &[f32]) -> Vec<u16> {
 
 fn expect_shape(t: &Tensor, shape: &[usize]) -> Result<()> {
     if t.shape != shape {
-        return Err(Error::ShapeMismatch { path: "<weights>".into(), tensor: t.name.clone(), expected: shape.to_vec(), found: t.shape.clone() });
+        return Err(Error::ShapeMismatch {
+            path: "<weights>".into(),
+            tensor: t.name.clone(),
+            expected: shape.to_vec(),
+            found: t.shape.clone(),
+        });
     }
     Ok(())
 }
@@ -207,7 +214,8 @@ impl CudaRuntime {
         let stream = ctx.new_stream().map_err(cuda_err("cuStreamCreate"))?;
         let (major, minor) = ctx.compute_capability().map_err(cuda_err("compute capability"))?;
         let arch = nvrtc::arch_for(major, minor);
-        let sm_count = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(cuda_err("SM count"))? as u32;
+        let sm_count =
+            ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(cuda_err("SM count"))? as u32;
         let kernel = Self::load_kernel(&ctx, &stream, config, &options, &arch, sm_count)?;
         let weights = Self::upload_weights(&stream, config, weights)?;
         let kv_cap = layout::kv_positions(config, &options);
@@ -251,14 +259,24 @@ impl CudaRuntime {
         })
     }
 
-    fn load_kernel(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, config: &ModelConfig, options: &KernelOptions, arch: &str, sm_count: u32) -> Result<Kernel> {
+    fn load_kernel(
+        ctx: &Arc<CudaContext>,
+        stream: &Arc<CudaStream>,
+        config: &ModelConfig,
+        options: &KernelOptions,
+        arch: &str,
+        sm_count: u32,
+    ) -> Result<Kernel> {
         let (cubin, from_cache) = nvrtc::cubin(arch, &layout::defines(config, options))?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(cuda_err("cuModuleLoadData"))?;
         let func = module.load_function(nvrtc::KERNEL_NAME).map_err(cuda_err("cuModuleGetFunction"))?;
         let read_u32 = |name: &str| -> Result<u32> {
             let view = module.get_global(name, stream).map_err(cuda_err("cuModuleGetGlobal"))?;
             let bytes = stream.clone_dtoh(&view).map_err(cuda_err("read kernel constant"))?;
-            let arr: [u8; 4] = bytes.get(..4).and_then(|b| b.try_into().ok()).ok_or_else(|| Error::Cuda(format!("kernel constant {name} is not a u32")))?;
+            let arr: [u8; 4] = bytes
+                .get(..4)
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| Error::Cuda(format!("kernel constant {name} is not a u32")))?;
             Ok(u32::from_le_bytes(arr))
         };
         let smem_bytes = read_u32("pg_smem_bytes")?;
@@ -266,9 +284,14 @@ impl CudaRuntime {
         let partial_floats = read_u32("pg_partial_floats")? as usize;
         func.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes as i32)
             .map_err(cuda_err("raise the kernel's shared-memory limit"))?;
-        let per_sm = func.occupancy_max_active_blocks_per_multiprocessor(options.threads, smem_bytes as usize, None).map_err(cuda_err("occupancy"))?;
+        let per_sm = func
+            .occupancy_max_active_blocks_per_multiprocessor(options.threads, smem_bytes as usize, None)
+            .map_err(cuda_err("occupancy"))?;
         if per_sm < 1 {
-            return Err(Error::Cuda(format!("the decode kernel does not fit on an SM ({} threads, {smem_bytes} B shared)", options.threads)));
+            return Err(Error::Cuda(format!(
+                "the decode kernel does not fit on an SM ({} threads, {smem_bytes} B shared)",
+                options.threads
+            )));
         }
         let _ = sm_count;
         Ok(Kernel { func, smem_bytes, num_counters, partial_floats, from_cache })
@@ -355,7 +378,14 @@ impl CudaRuntime {
         Ok(DeviceWeights { _bf16: bf16s, _f32: f32s, layer_table, embed, lm_head, final_norm, inv_freq, streamed_bytes: streamed })
     }
 
-    fn alloc_state(stream: &Arc<CudaStream>, c: &ModelConfig, options: &KernelOptions, kv_cap: usize, k: &Kernel, grid: u32) -> Result<State> {
+    fn alloc_state(
+        stream: &Arc<CudaStream>,
+        c: &ModelConfig,
+        options: &KernelOptions,
+        kv_cap: usize,
+        k: &Kernel,
+        grid: u32,
+    ) -> Result<State> {
         let (qd, kvd) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
         let f32s = |n: usize| stream.alloc_zeros::<f32>(n.max(1)).map_err(cuda_err("cuMemAlloc"));
         Ok(State {
@@ -378,7 +408,11 @@ impl CudaRuntime {
     /// Recompiles the kernel with other variants, keeping weights and buffers
     /// (`kv_positions` and `ring` must stay as they are).
     pub fn set_options(&mut self, options: KernelOptions) -> Result<()> {
-        if options.kv_positions != self.options.kv_positions || options.ring != self.options.ring || options.threads != self.options.threads || options.attn_max_splits > self.alloc_splits {
+        if options.kv_positions != self.options.kv_positions
+            || options.ring != self.options.ring
+            || options.threads != self.options.threads
+            || options.attn_max_splits > self.alloc_splits
+        {
             return Err(Error::Cuda("set_options cannot change kv_positions, ring or threads, nor raise attn_max_splits".into()));
         }
         if let Some(why) = layout::unsupported(&self.config, &options) {
@@ -446,7 +480,12 @@ impl CudaRuntime {
 
     /// Common launch: uploads the tokens and `seen`, zeroes counters and control
     /// words, fills the arguments.
-    fn prepare(&mut self, prompt: &[u32], job_args: impl FnOnce(&mut KernelArgs), debug_rows: usize) -> Result<(KernelArgs, Option<CudaSlice<f32>>)> {
+    fn prepare(
+        &mut self,
+        prompt: &[u32],
+        job_args: impl FnOnce(&mut KernelArgs),
+        debug_rows: usize,
+    ) -> Result<(KernelArgs, Option<CudaSlice<f32>>)> {
         if let Some(why) = &self.poisoned {
             return Err(Error::Cuda(format!("the GPU runtime is unusable after an earlier failure: {why}")));
         }
@@ -464,7 +503,8 @@ impl CudaRuntime {
         for i in 0..ctl::WORDS {
             self.set_host_word(i, 0);
         }
-        let dbg = if debug_rows > 0 { Some(self.stream.alloc_zeros::<f32>(debug_rows * v).map_err(cuda_err("debug logits"))?) } else { None };
+        let dbg =
+            if debug_rows > 0 { Some(self.stream.alloc_zeros::<f32>(debug_rows * v).map_err(cuda_err("debug logits"))?) } else { None };
         let mut a = KernelArgs([0; Arg::COUNT]);
         let st = &self.state;
         let w = &self.weights;
@@ -473,7 +513,16 @@ impl CudaRuntime {
         a.set(Arg::LmHead, w.lm_head);
         a.set(Arg::FinalNorm, w.final_norm);
         a.set(Arg::InvFreq, w.inv_freq);
-        for (slot, buf) in [(Arg::X, &st.x), (Arg::Qkv, &st.qkv), (Arg::Attn, &st.attn), (Arg::AttnPart, &st.attn_part), (Arg::Act, &st.act), (Arg::Logits, &st.logits), (Arg::Adj, &st.adj), (Arg::Partials, &st.partials)] {
+        for (slot, buf) in [
+            (Arg::X, &st.x),
+            (Arg::Qkv, &st.qkv),
+            (Arg::Attn, &st.attn),
+            (Arg::AttnPart, &st.attn_part),
+            (Arg::Act, &st.act),
+            (Arg::Logits, &st.logits),
+            (Arg::Adj, &st.adj),
+            (Arg::Partials, &st.partials),
+        ] {
             a.set(slot, self.dptr(buf));
         }
         a.set(Arg::Kv, self.dptr(&st.kv));
@@ -491,7 +540,11 @@ impl CudaRuntime {
     }
 
     fn launch(&self, args: &KernelArgs) -> Result<()> {
-        let cfg = LaunchConfig { grid_dim: (self.sm_count, 1, 1), block_dim: (self.options.threads, 1, 1), shared_mem_bytes: self.kernel.smem_bytes };
+        let cfg = LaunchConfig {
+            grid_dim: (self.sm_count, 1, 1),
+            block_dim: (self.options.threads, 1, 1),
+            shared_mem_bytes: self.kernel.smem_bytes,
+        };
         let mut b = self.stream.launch_builder(&self.kernel.func);
         b.arg(args);
         // SAFETY: `args` holds pointers to live buffers of the sizes the kernel was
@@ -627,7 +680,11 @@ impl Runtime for CudaRuntime {
                 // SAFETY: querying a live stream of this context has no other preconditions.
                 let status = unsafe { sys::cuStreamQuery(self.stream.cu_stream()) };
                 if status != sys::CUresult::CUDA_ERROR_NOT_READY && self.host_word(ctl::DONE) == 0 {
-                    let why = if status == sys::CUresult::CUDA_SUCCESS { "the decode kernel exited without ending the run".to_string() } else { format!("the decode kernel failed: {status:?}") };
+                    let why = if status == sys::CUresult::CUDA_SUCCESS {
+                        "the decode kernel exited without ending the run".to_string()
+                    } else {
+                        format!("the decode kernel failed: {status:?}")
+                    };
                     self.poisoned = Some(why.clone());
                     return Err(Error::Cuda(why));
                 }

@@ -94,7 +94,13 @@ pub struct BaselinePlan {
 
 /// Runs the script once for every shape (one import of torch) and returns one
 /// entry per shape, in order; `log` gets each of the script's stderr lines.
-pub fn run(python: &Path, script: &Path, configs: &[ModelConfig], plan: &BaselinePlan, log: &mut dyn FnMut(&str)) -> Result<Vec<BaselineFigures>> {
+pub fn run(
+    python: &Path,
+    script: &Path,
+    configs: &[ModelConfig],
+    plan: &BaselinePlan,
+    log: &mut dyn FnMut(&str),
+) -> Result<Vec<BaselineFigures>> {
     let request = Request {
         shapes: configs.iter().map(|c| ShapeRequest { name: c.name.clone(), config: crate::hf::hf_config_json(c) }).collect(),
         prompt_tokens: plan.prompt_tokens,
@@ -120,7 +126,8 @@ pub fn run(python: &Path, script: &Path, configs: &[ModelConfig], plan: &Baselin
     let stderr = child.stderr.take();
     let stdout = child.stdout.take();
     let (figures, log_lines) = std::thread::scope(|s| {
-        let err_thread = s.spawn(move || stderr.map(|e| BufReader::new(e).lines().map_while(|l| l.ok()).collect::<Vec<_>>()).unwrap_or_default());
+        let err_thread =
+            s.spawn(move || stderr.map(|e| BufReader::new(e).lines().map_while(|l| l.ok()).collect::<Vec<_>>()).unwrap_or_default());
         let figures: Vec<BaselineFigures> = stdout
             .map(|o| BufReader::new(o).lines().map_while(|l| l.ok()).filter_map(|l| serde_json::from_str(l.trim()).ok()).collect())
             .unwrap_or_default();
@@ -132,7 +139,11 @@ pub fn run(python: &Path, script: &Path, configs: &[ModelConfig], plan: &Baselin
     let status = child.wait().map_err(io_err)?;
     if figures.is_empty() {
         let tail = log_lines.iter().rev().take(5).rev().cloned().collect::<Vec<_>>().join(" | ");
-        return Err(Error::Unavailable(format!("the PyTorch baseline ({} {}) gave no figures ({status}): {tail}", python.display(), script.display())));
+        return Err(Error::Unavailable(format!(
+            "the PyTorch baseline ({} {}) gave no figures ({status}): {tail}",
+            python.display(),
+            script.display()
+        )));
     }
     Ok(configs
         .iter()
@@ -170,7 +181,17 @@ mod tests {
             return;
         }
         let base = crate::synthetic::preset("qwen2.5-coder-1.5b").expect("preset");
-        let tiny = ModelConfig { name: "tiny-qwen".into(), vocab_size: 512, hidden_size: 128, intermediate_size: 256, num_layers: 2, num_heads: 4, num_kv_heads: 2, head_dim: 32, ..base };
+        let tiny = ModelConfig {
+            name: "tiny-qwen".into(),
+            vocab_size: 512,
+            hidden_size: 128,
+            intermediate_size: 256,
+            num_layers: 2,
+            num_heads: 4,
+            num_kv_heads: 2,
+            head_dim: 32,
+            ..base
+        };
         let plan = BaselinePlan { prompt_tokens: 8, gen_tokens: 16, ttft_prompt_tokens: 32, runs: 2, seed: 1 };
         let rows = run(&find_python(None), &find_script().expect("script"), &[tiny], &plan, &mut |l| eprintln!("{l}")).expect("figures");
         assert_eq!(rows.len(), 1);

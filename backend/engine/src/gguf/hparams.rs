@@ -90,9 +90,13 @@ pub fn model_config(g: &GgufFile) -> Result<ModelConfig> {
         return Err(bad(g, format!("attention.value_length {:?} differs from key length {head_dim}", h.value_length)));
     }
     if h.rope_dimension_count.is_some_and(|r| r != head_dim as u64) {
-        return Err(bad(g, format!("partial RoPE (rope.dimension_count {:?} of head_dim {head_dim}) is not supported", h.rope_dimension_count)));
+        return Err(bad(
+            g,
+            format!("partial RoPE (rope.dimension_count {:?} of head_dim {head_dim}) is not supported", h.rope_dimension_count),
+        ));
     }
-    let embd = g.tensor_info("token_embd.weight").ok_or_else(|| Error::MissingTensor { path: path.clone(), name: "token_embd.weight".into() })?;
+    let embd =
+        g.tensor_info("token_embd.weight").ok_or_else(|| Error::MissingTensor { path: path.clone(), name: "token_embd.weight".into() })?;
     let vocab_size = match embd.shape[..] {
         [vocab, _] => vocab,
         _ => return Err(bad(g, format!("token_embd.weight has shape {:?}, expected [vocab, hidden]", embd.shape))),
@@ -145,13 +149,20 @@ fn display_name(g: &GgufFile, general_name: Option<&str>) -> String {
         Some((base, suffix)) if is_quant_label(suffix) && !base.is_empty() => base.to_string(),
         _ => stem,
     };
-    if base.is_empty() { general_name.unwrap_or("model").to_string() } else { base }
+    if base.is_empty() {
+        general_name.unwrap_or("model").to_string()
+    } else {
+        base
+    }
 }
 
 /// `Q4_1`, `Q4_K_M`, `IQ2_XS`, `F16`, `BF16`, `F32`...
 fn is_quant_label(s: &str) -> bool {
     let u = s.to_ascii_uppercase();
-    matches!(u.as_str(), "F16" | "BF16" | "F32") || ((u.starts_with('Q') || u.starts_with("IQ")) && u.chars().any(|c| c.is_ascii_digit()) && u.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+    matches!(u.as_str(), "F16" | "BF16" | "F32")
+        || ((u.starts_with('Q') || u.starts_with("IQ"))
+            && u.chars().any(|c| c.is_ascii_digit())
+            && u.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
 }
 
 #[cfg(test)]

@@ -20,8 +20,8 @@ use crate::tensor::{DType, Storage, Tensor};
 pub use hparams::{model_config, GgufHparams, DEFAULT_ROPE_FREQ_BASE};
 pub use loader::{load_gguf, tensor_name};
 pub use meta::MetaValue;
-pub use rope_freqs::{llama3_factors, llama3_from_factors};
 use reader::Cursor;
+pub use rope_freqs::{llama3_factors, llama3_from_factors};
 
 /// `"GGUF"` read as a little-endian u32.
 pub const GGUF_MAGIC: u32 = 0x4655_4747;
@@ -106,9 +106,7 @@ impl GgufFile {
     /// A tensor borrowing the shared map; errors on missing names or unsupported types.
     pub fn tensor(&self, name: &str) -> Result<Tensor> {
         let path = self.path.display().to_string();
-        let info = self
-            .tensor_info(name)
-            .ok_or_else(|| Error::MissingTensor { path: path.clone(), name: name.to_string() })?;
+        let info = self.tensor_info(name).ok_or_else(|| Error::MissingTensor { path: path.clone(), name: name.to_string() })?;
         let dtype = DType::from_ggml(info.dtype_id).ok_or_else(|| Error::UnsupportedDType {
             path: path.clone(),
             tensor: name.to_string(),

@@ -14,11 +14,7 @@ const QK_K: usize = 256;
 pub fn dequantize(dtype: DType, src: &[u8], dst: &mut [f32]) -> std::result::Result<(), String> {
     let (bs, bb) = (dtype.block_size(), dtype.block_bytes());
     if src.len() % bb != 0 || src.len() / bb * bs != dst.len() {
-        return Err(format!(
-            "{} bytes of {dtype:?} do not decode to {} values ({bb}-byte blocks of {bs})",
-            src.len(),
-            dst.len()
-        ));
+        return Err(format!("{} bytes of {dtype:?} do not decode to {} values ({bb}-byte blocks of {bs})", src.len(), dst.len()));
     }
     let blocks = src.chunks_exact(bb).zip(dst.chunks_exact_mut(bs));
     match dtype {
@@ -49,8 +45,12 @@ impl Tensor {
         if row >= rows || out.len() != cols {
             return Err(self.data_error(format!("row {row} of {rows} into a buffer of {} (row length {cols})", out.len())));
         }
-        let row_bytes = self.dtype.bytes_for(cols).ok_or_else(|| self.data_error(format!("row length {cols} is not whole {:?} blocks", self.dtype)))?;
-        let bytes = self.bytes().get(row * row_bytes..(row + 1) * row_bytes).ok_or_else(|| self.data_error("data shorter than its shape".into()))?;
+        let row_bytes =
+            self.dtype.bytes_for(cols).ok_or_else(|| self.data_error(format!("row length {cols} is not whole {:?} blocks", self.dtype)))?;
+        let bytes = self
+            .bytes()
+            .get(row * row_bytes..(row + 1) * row_bytes)
+            .ok_or_else(|| self.data_error("data shorter than its shape".into()))?;
         dequantize(self.dtype, bytes, out).map_err(|reason| self.data_error(reason))
     }
 

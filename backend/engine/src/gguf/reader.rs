@@ -33,11 +33,7 @@ impl<'a> Cursor<'a> {
 
     pub fn take(&mut self, n: usize, what: &str) -> ReadResult<&'a [u8]> {
         if n > self.remaining() {
-            return Err(format!(
-                "{what} at byte {} needs {n} bytes but only {} remain (truncated file?)",
-                self.pos,
-                self.remaining()
-            ));
+            return Err(format!("{what} at byte {} needs {n} bytes but only {} remain (truncated file?)", self.pos, self.remaining()));
         }
         let s = &self.buf[self.pos..self.pos + n];
         self.pos += n;

@@ -12,9 +12,7 @@ pub fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Va
     let indent = match indent.or(kwargs.get::<Option<Value>>("indent")?) {
         None => None,
         Some(v) if v.is_none() || v.is_undefined() => None,
-        Some(v) => {
-            Some(usize::try_from(v).map_err(|_| bad("indent must be a non-negative integer"))?)
-        }
+        Some(v) => Some(usize::try_from(v).map_err(|_| bad("indent must be a non-negative integer"))?),
     };
     // Python's defaults we already match; accepting them keeps templates that pass them working.
     let _: Option<bool> = kwargs.get("ensure_ascii")?;
@@ -24,10 +22,7 @@ pub fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Va
     let written = match indent {
         Some(n) => {
             let spaces = vec![b' '; n];
-            value.serialize(&mut Serializer::with_formatter(
-                &mut out,
-                PrettyFormatter::with_indent(&spaces),
-            ))
+            value.serialize(&mut Serializer::with_formatter(&mut out, PrettyFormatter::with_indent(&spaces)))
         }
         None => value.serialize(&mut Serializer::with_formatter(&mut out, PythonFormatter)),
     };
@@ -44,11 +39,7 @@ fn bad(msg: &str) -> Error {
 struct PythonFormatter;
 
 impl Formatter for PythonFormatter {
-    fn begin_array_value<W: ?Sized + std::io::Write>(
-        &mut self,
-        w: &mut W,
-        first: bool,
-    ) -> std::io::Result<()> {
+    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
         if first {
             Ok(())
         } else {
@@ -56,11 +47,7 @@ impl Formatter for PythonFormatter {
         }
     }
 
-    fn begin_object_key<W: ?Sized + std::io::Write>(
-        &mut self,
-        w: &mut W,
-        first: bool,
-    ) -> std::io::Result<()> {
+    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
         if first {
             Ok(())
         } else {

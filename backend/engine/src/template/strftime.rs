@@ -5,36 +5,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use minijinja::{Error, ErrorKind};
 
-const MONTHS: [&str; 12] = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-];
-const WEEKDAYS: [&str; 7] = [
-    "Monday",
-    "Tuesday",
-    "Wednesday",
-    "Thursday",
-    "Friday",
-    "Saturday",
-    "Sunday",
-];
+const MONTHS: [&str; 12] =
+    ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];
+const WEEKDAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
 
 /// Formats the current UTC time like Python's `datetime.now().strftime(format)`.
 pub fn strftime_now(format: &str) -> Result<String, Error> {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     format_unix(format, secs)
 }
 
@@ -70,10 +47,7 @@ pub fn format_unix(format: &str, secs: u64) -> Result<String, Error> {
             other => {
                 return Err(Error::new(
                     ErrorKind::InvalidOperation,
-                    format!(
-                        "strftime_now: unsupported directive %{}",
-                        other.map(String::from).unwrap_or_default()
-                    ),
+                    format!("strftime_now: unsupported directive %{}", other.map(String::from).unwrap_or_default()),
                 ))
             }
         }
@@ -104,10 +78,7 @@ mod tests {
         assert_eq!(format_unix("%d %b %Y", 0).unwrap(), "01 Jan 1970");
         // 2024-07-26 12:34:56 UTC, a Friday (Llama 3.1's default "Today Date").
         let t = 1_721_997_296;
-        assert_eq!(
-            format_unix("%A %d %B %Y %H:%M:%S %%", t).unwrap(),
-            "Friday 26 July 2024 12:34:56 %"
-        );
+        assert_eq!(format_unix("%A %d %B %Y %H:%M:%S %%", t).unwrap(), "Friday 26 July 2024 12:34:56 %");
         assert_eq!(format_unix("%Y-%m-%d", 951_782_400).unwrap(), "2000-02-29");
     }
 

@@ -63,11 +63,7 @@ const FEATURES: &str = r#"{% if messages | length == 0 %}{{ raise_exception('nee
 "#;
 
 fn conversation(with_system: bool) -> Vec<ChatMessage> {
-    let mut m = if with_system {
-        vec![ChatMessage::new("system", "Be terse.")]
-    } else {
-        vec![]
-    };
+    let mut m = if with_system { vec![ChatMessage::new("system", "Be terse.")] } else { vec![] };
     m.extend(vec![
         ChatMessage::new("user", "Write fizzbuzz in Rust."),
         ChatMessage::new("assistant", "  fn main() {}\n"),
@@ -77,10 +73,7 @@ fn conversation(with_system: bool) -> Vec<ChatMessage> {
 }
 
 fn render(source: &str, messages: &[ChatMessage]) -> String {
-    ChatTemplate::new(source, BOS, EOS)
-        .unwrap()
-        .render(messages, true)
-        .unwrap()
+    ChatTemplate::new(source, BOS, EOS).unwrap().render(messages, true).unwrap()
 }
 
 #[test]
@@ -109,23 +102,14 @@ fn hf_features_match_jinja2() {
         ChatMessage::new("user", "now STOP"),
         ChatMessage::new("user", "never"),
     ];
-    assert_eq!(
-        render(FEATURES, &messages),
-        "  [2:USER] hi there|\n  [3:USER] now STOP\n{\"k\": \"sys\"}\na=1x-y 2"
-    );
+    assert_eq!(render(FEATURES, &messages), "  [2:USER] hi there|\n  [3:USER] now STOP\n{\"k\": \"sys\"}\na=1x-y 2");
 }
 
 #[test]
 fn raise_exception_becomes_a_template_error() {
-    let err = ChatTemplate::new(FEATURES, BOS, EOS)
-        .unwrap()
-        .render(&[], true)
-        .unwrap_err();
+    let err = ChatTemplate::new(FEATURES, BOS, EOS).unwrap().render(&[], true).unwrap_err();
     assert!(matches!(err, Error::Template(_)));
-    assert!(
-        err.to_string().contains("need at least one message"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("need at least one message"), "{err}");
 }
 
 #[test]
@@ -139,23 +123,17 @@ fn no_generation_prompt_and_strftime() {
     let t = ChatTemplate::new(SMOLLM2, BOS, EOS).unwrap();
     let text = t.render(&[ChatMessage::new("user", "hi")], false).unwrap();
     assert!(text.ends_with("<|im_start|>user\nhi<|im_end|>\n"), "{text}");
-    let dated = ChatTemplate::new("{{ strftime_now('%Y') }}", BOS, EOS)
-        .unwrap()
-        .render(&[], false)
-        .unwrap();
+    let dated = ChatTemplate::new("{{ strftime_now('%Y') }}", BOS, EOS).unwrap().render(&[], false).unwrap();
     assert!(dated.len() == 4 && dated.starts_with('2'), "{dated}");
 }
 
 #[test]
 fn tojson_indent_and_messages_from_json() {
     // Field order is the struct's, as Python keeps a message dict's insertion order.
-    let messages: Vec<ChatMessage> =
-        serde_json::from_str(r#"[{"role":"user","content":"<b>"}]"#).unwrap();
-    let t = ChatTemplate::new(
-        "{{ messages | tojson(indent=2) }}|{{ messages[0] | tojson }}",
-        BOS,
-        EOS,
-    )
-    .unwrap();
-    assert_eq!(t.render(&messages, false).unwrap(), "[\n  {\n    \"role\": \"user\",\n    \"content\": \"<b>\"\n  }\n]|{\"role\": \"user\", \"content\": \"<b>\"}");
+    let messages: Vec<ChatMessage> = serde_json::from_str(r#"[{"role":"user","content":"<b>"}]"#).unwrap();
+    let t = ChatTemplate::new("{{ messages | tojson(indent=2) }}|{{ messages[0] | tojson }}", BOS, EOS).unwrap();
+    assert_eq!(
+        t.render(&messages, false).unwrap(),
+        "[\n  {\n    \"role\": \"user\",\n    \"content\": \"<b>\"\n  }\n]|{\"role\": \"user\", \"content\": \"<b>\"}"
+    );
 }

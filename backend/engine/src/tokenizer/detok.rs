@@ -16,11 +16,7 @@ pub struct Detokenizer<'a> {
 
 impl<'a> Detokenizer<'a> {
     pub(super) fn new(pieces: &'a TokenPieces) -> Self {
-        Self {
-            pieces,
-            pending: Vec::new(),
-            at_start: true,
-        }
+        Self { pieces, pending: Vec::new(), at_start: true }
     }
 
     /// Adds one token and returns the text it completes (possibly empty while a
@@ -84,17 +80,8 @@ mod tests {
 
     fn byte_pieces(all: &[&[u8]]) -> TokenPieces {
         // Spell raw bytes in the byte-level alphabet so the table maps them back.
-        let table: Vec<String> = all
-            .iter()
-            .map(|bytes| bytes.iter().map(|&b| byte_level_char(b)).collect())
-            .collect();
-        TokenPieces::new(
-            table
-                .iter()
-                .enumerate()
-                .map(|(i, s)| (i as u32, s.as_str(), false)),
-            PieceStyle::ByteLevel,
-        )
+        let table: Vec<String> = all.iter().map(|bytes| bytes.iter().map(|&b| byte_level_char(b)).collect()).collect();
+        TokenPieces::new(table.iter().enumerate().map(|(i, s)| (i as u32, s.as_str(), false)), PieceStyle::ByteLevel)
     }
 
     fn byte_level_char(b: u8) -> char {
@@ -102,9 +89,7 @@ mod tests {
         if printable {
             return char::from(b);
         }
-        let rank = (0..b)
-            .filter(|&x| !((b'!'..=b'~').contains(&x) || (0xA1..=0xAC).contains(&x) || x >= 0xAE))
-            .count() as u32;
+        let rank = (0..b).filter(|&x| !((b'!'..=b'~').contains(&x) || (0xA1..=0xAC).contains(&x) || x >= 0xAE)).count() as u32;
         char::from_u32(256 + rank).unwrap_or('?')
     }
 
@@ -135,12 +120,7 @@ mod tests {
 
     #[test]
     fn sentencepiece_drops_only_the_first_space() {
-        let pieces = TokenPieces::new(
-            [(0, "▁Hi", false), (1, "▁there", false)],
-            PieceStyle::SentencePiece {
-                strip_leading_space: true,
-            },
-        );
+        let pieces = TokenPieces::new([(0, "▁Hi", false), (1, "▁there", false)], PieceStyle::SentencePiece { strip_leading_space: true });
         assert_eq!(stream(&pieces, &[0, 1]).concat(), "Hi there");
     }
 

@@ -54,23 +54,14 @@ impl Tokenizer {
         let types = token_types(meta, tokens.len())?;
         let merges = parse_merges(&string_array(meta, "tokenizer.ggml.merges")?)?;
         // llama.cpp reads a missing name as "default" (old converters wrote none).
-        let pre_name = meta
-            .get("tokenizer.ggml.pre")
-            .and_then(MetaValue::as_str)
-            .unwrap_or("default");
+        let pre_name = meta.get("tokenizer.ggml.pre").and_then(MetaValue::as_str).unwrap_or("default");
         let spec = pretok::spec_for(pre_name)?;
 
         let mut inner = byte_level_bpe(&tokens, merges, &spec)?;
         add_special_tokens(&mut inner, &tokens, &types);
 
         let is_added = |i: usize| matches!(types[i], TOKEN_TYPE_CONTROL | TOKEN_TYPE_USER_DEFINED);
-        let pieces = TokenPieces::new(
-            tokens
-                .iter()
-                .enumerate()
-                .map(|(i, t)| (i as u32, t.as_str(), is_added(i))),
-            PieceStyle::ByteLevel,
-        );
+        let pieces = TokenPieces::new(tokens.iter().enumerate().map(|(i, t)| (i as u32, t.as_str(), is_added(i))), PieceStyle::ByteLevel);
         let id = |key: &str| special_id(meta, key, tokens.len());
         let flag = |key: &str| meta.get(key).and_then(MetaValue::as_bool);
         Ok(Tokenizer::assemble(Parts {
@@ -80,32 +71,19 @@ impl Tokenizer {
             eos: id("tokenizer.ggml.eos_token_id"),
             add_bos: flag("tokenizer.ggml.add_bos_token").unwrap_or(spec.default_add_bos),
             add_eos: flag("tokenizer.ggml.add_eos_token").unwrap_or(false),
-            extra_stops: ["tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"]
-                .iter()
-                .filter_map(|k| id(k))
-                .collect(),
-            chat_template: meta
-                .get("tokenizer.chat_template")
-                .and_then(MetaValue::as_str)
-                .map(str::to_owned),
+            extra_stops: ["tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"].iter().filter_map(|k| id(k)).collect(),
+            chat_template: meta.get("tokenizer.chat_template").and_then(MetaValue::as_str).map(str::to_owned),
         }))
     }
 }
 
 /// A metadata array whose every element is a string.
 fn string_array(meta: &BTreeMap<String, MetaValue>, key: &str) -> Result<Vec<String>> {
-    let values = meta
-        .get(key)
-        .and_then(MetaValue::as_array)
-        .ok_or_else(|| Error::Tokenizer(format!("GGUF has no array `{key}`")))?;
+    let values = meta.get(key).and_then(MetaValue::as_array).ok_or_else(|| Error::Tokenizer(format!("GGUF has no array `{key}`")))?;
     values
         .iter()
         .enumerate()
-        .map(|(i, v)| {
-            v.as_str()
-                .map(str::to_owned)
-                .ok_or_else(|| Error::Tokenizer(format!("`{key}`[{i}] is not a string")))
-        })
+        .map(|(i, v)| v.as_str().map(str::to_owned).ok_or_else(|| Error::Tokenizer(format!("`{key}`[{i}] is not a string"))))
         .collect()
 }
 
@@ -114,25 +92,14 @@ fn token_types(meta: &BTreeMap<String, MetaValue>, n_tokens: usize) -> Result<Ve
     let Some(values) = meta.get("tokenizer.ggml.token_type") else {
         return Ok(vec![1; n_tokens]);
     };
-    let values = values
-        .as_array()
-        .ok_or_else(|| Error::Tokenizer("`tokenizer.ggml.token_type` is not an array".into()))?;
+    let values = values.as_array().ok_or_else(|| Error::Tokenizer("`tokenizer.ggml.token_type` is not an array".into()))?;
     if values.len() != n_tokens {
-        return Err(Error::Tokenizer(format!(
-            "`tokenizer.ggml.token_type` has {} entries for {n_tokens} tokens",
-            values.len()
-        )));
+        return Err(Error::Tokenizer(format!("`tokenizer.ggml.token_type` has {} entries for {n_tokens} tokens", values.len())));
     }
     values
         .iter()
         .enumerate()
-        .map(|(i, v)| {
-            v.as_i64().ok_or_else(|| {
-                Error::Tokenizer(format!(
-                    "`tokenizer.ggml.token_type`[{i}] is not an integer"
-                ))
-            })
-        })
+        .map(|(i, v)| v.as_i64().ok_or_else(|| Error::Tokenizer(format!("`tokenizer.ggml.token_type`[{i}] is not an integer"))))
         .collect()
 }
 
@@ -143,32 +110,18 @@ fn parse_merges(lines: &[String]) -> Result<Merges> {
         .iter()
         .enumerate()
         .map(|(i, line)| {
-            let split = line
-                .char_indices()
-                .skip(1)
-                .find(|&(_, c)| c == ' ')
-                .map(|(at, _)| at);
+            let split = line.char_indices().skip(1).find(|&(_, c)| c == ' ').map(|(at, _)| at);
             split
                 .map(|at| (line[..at].to_owned(), line[at + 1..].to_owned()))
-                .ok_or_else(|| {
-                    Error::Tokenizer(format!("merge {i} `{line}` has no space separator"))
-                })
+                .ok_or_else(|| Error::Tokenizer(format!("merge {i} `{line}` has no space separator")))
         })
         .collect()
 }
 
 /// The BPE model, pre-tokenizer and decoder for a GPT-2 style vocabulary.
-fn byte_level_bpe(
-    tokens: &[String],
-    merges: Merges,
-    spec: &pretok::PreTokenizerSpec,
-) -> Result<tokenizers::Tokenizer> {
+fn byte_level_bpe(tokens: &[String], merges: Merges, spec: &pretok::PreTokenizerSpec) -> Result<tokenizers::Tokenizer> {
     // Later duplicates win, as in llama.cpp's token_to_id map.
-    let vocab: Vocab = tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.clone(), i as u32))
-        .collect();
+    let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
     let bpe = BPE::builder()
         .vocab_and_merges(vocab, merges)
         .ignore_merges(spec.ignore_merges)
@@ -176,12 +129,8 @@ fn byte_level_bpe(
         .map_err(|e| Error::Tokenizer(format!("building BPE from GGUF vocabulary: {e}")))?;
     let mut steps: Vec<PreTokenizerWrapper> = Vec::with_capacity(spec.regexes.len() + 1);
     for regex in &spec.regexes {
-        let split = Split::new(
-            SplitPattern::Regex((*regex).to_owned()),
-            SplitDelimiterBehavior::Isolated,
-            false,
-        )
-        .map_err(|e| Error::Tokenizer(format!("pre-tokenizer regex `{regex}`: {e}")))?;
+        let split = Split::new(SplitPattern::Regex((*regex).to_owned()), SplitDelimiterBehavior::Isolated, false)
+            .map_err(|e| Error::Tokenizer(format!("pre-tokenizer regex `{regex}`: {e}")))?;
         steps.push(split.into());
     }
     // The regexes above did the splitting; ByteLevel only maps bytes to its alphabet.
@@ -203,12 +152,8 @@ fn add_special_tokens(inner: &mut tokenizers::Tokenizer, tokens: &[String], type
             continue; // an empty pattern would match between every pair of chars
         }
         match ty {
-            TOKEN_TYPE_CONTROL | TOKEN_TYPE_UNKNOWN => {
-                special.push(AddedToken::from(text.clone(), true))
-            }
-            TOKEN_TYPE_USER_DEFINED => {
-                user.push(AddedToken::from(text.clone(), false).normalized(false))
-            }
+            TOKEN_TYPE_CONTROL | TOKEN_TYPE_UNKNOWN => special.push(AddedToken::from(text.clone(), true)),
+            TOKEN_TYPE_USER_DEFINED => user.push(AddedToken::from(text.clone(), false).normalized(false)),
             _ => {}
         }
     }
@@ -220,9 +165,7 @@ fn add_special_tokens(inner: &mut tokenizers::Tokenizer, tokens: &[String], type
 /// and ignores it.
 fn special_id(meta: &BTreeMap<String, MetaValue>, key: &str, n_tokens: usize) -> Option<u32> {
     let id = meta.get(key)?.as_u64()?;
-    u32::try_from(id)
-        .ok()
-        .filter(|&id| (id as usize) < n_tokens)
+    u32::try_from(id).ok().filter(|&id| (id as usize) < n_tokens)
 }
 
 #[cfg(test)]
@@ -238,29 +181,15 @@ mod tests {
     fn toy_meta() -> BTreeMap<String, MetaValue> {
         let mut tokens: Vec<String> = vec!["<|endoftext|>".into(), "<|im_start|>".into()];
         tokens.extend(('a'..='z').map(String::from));
-        tokens.extend(
-            [
-                "Ġ", "!", "<", "|", ">", "_", "0", "1", "\u{010A}", "he", "ll", "hell", "hello",
-                "Ġw", "Ġwo",
-            ]
-            .map(String::from),
-        );
-        let types: Vec<MetaValue> = (0..tokens.len())
-            .map(|i| MetaValue::I32(if i < 2 { 3 } else { 1 }))
-            .collect();
+        tokens.extend(["Ġ", "!", "<", "|", ">", "_", "0", "1", "\u{010A}", "he", "ll", "hell", "hello", "Ġw", "Ġwo"].map(String::from));
+        let types: Vec<MetaValue> = (0..tokens.len()).map(|i| MetaValue::I32(if i < 2 { 3 } else { 1 })).collect();
         let merges = ["h e", "l l", "he ll", "hell o", "Ġ w", "Ġw o"];
         let mut m = BTreeMap::new();
         m.insert("tokenizer.ggml.model".into(), s("gpt2"));
         m.insert("tokenizer.ggml.pre".into(), s("smollm"));
-        m.insert(
-            "tokenizer.ggml.tokens".into(),
-            MetaValue::Array(tokens.iter().map(|t| s(t)).collect()),
-        );
+        m.insert("tokenizer.ggml.tokens".into(), MetaValue::Array(tokens.iter().map(|t| s(t)).collect()));
         m.insert("tokenizer.ggml.token_type".into(), MetaValue::Array(types));
-        m.insert(
-            "tokenizer.ggml.merges".into(),
-            MetaValue::Array(merges.iter().map(|t| s(t)).collect()),
-        );
+        m.insert("tokenizer.ggml.merges".into(), MetaValue::Array(merges.iter().map(|t| s(t)).collect()));
         m.insert("tokenizer.ggml.bos_token_id".into(), MetaValue::U32(1));
         m.insert("tokenizer.ggml.eos_token_id".into(), MetaValue::U32(0));
         m.insert("tokenizer.ggml.add_bos_token".into(), MetaValue::Bool(true));
@@ -273,10 +202,7 @@ mod tests {
         let id = |t: &str| tok.token_id(t).unwrap();
         let ids = tok.encode("<|im_start|>hello wo", true).unwrap();
         assert_eq!(ids, [1, 1, id("hello"), id("Ġwo")]);
-        assert_eq!(
-            tok.decode(&ids).unwrap(),
-            "<|im_start|><|im_start|>hello wo"
-        );
+        assert_eq!(tok.decode(&ids).unwrap(), "<|im_start|><|im_start|>hello wo");
         let plain = tok.encode_plain("<|im_start|>", false).unwrap();
         assert!(plain.len() > 1 && !plain.contains(&1), "{plain:?}");
         assert_eq!(tok.eos_ids(), [0]);
@@ -287,10 +213,7 @@ mod tests {
     fn digits_are_isolated_by_the_smollm_split() {
         let tok = Tokenizer::from_gguf_metadata(&toy_meta()).unwrap();
         let ids = tok.encode("10", false).unwrap();
-        assert_eq!(
-            ids,
-            [tok.token_id("1").unwrap(), tok.token_id("0").unwrap()]
-        );
+        assert_eq!(ids, [tok.token_id("1").unwrap(), tok.token_id("0").unwrap()]);
     }
 
     #[test]
@@ -308,16 +231,10 @@ mod tests {
     #[test]
     fn malformed_metadata_is_an_error_not_a_panic() {
         let mut m = toy_meta();
-        m.insert(
-            "tokenizer.ggml.merges".into(),
-            MetaValue::Array(vec![s("nospace")]),
-        );
+        m.insert("tokenizer.ggml.merges".into(), MetaValue::Array(vec![s("nospace")]));
         assert!(Tokenizer::from_gguf_metadata(&m).is_err());
         let mut m = toy_meta();
-        m.insert(
-            "tokenizer.ggml.token_type".into(),
-            MetaValue::Array(vec![MetaValue::I32(1)]),
-        );
+        m.insert("tokenizer.ggml.token_type".into(), MetaValue::Array(vec![MetaValue::I32(1)]));
         assert!(Tokenizer::from_gguf_metadata(&m).is_err());
         let mut m = toy_meta();
         m.remove("tokenizer.ggml.tokens");
@@ -327,12 +244,6 @@ mod tests {
     #[test]
     fn merge_separator_skips_a_leading_space() {
         let merges = parse_merges(&[" a b".to_owned(), "é x".to_owned()]).unwrap();
-        assert_eq!(
-            merges,
-            [
-                (" a".to_owned(), "b".to_owned()),
-                ("é".to_owned(), "x".to_owned())
-            ]
-        );
+        assert_eq!(merges, [(" a".to_owned(), "b".to_owned()), ("é".to_owned(), "x".to_owned())]);
     }
 }

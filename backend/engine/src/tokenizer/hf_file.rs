@@ -14,23 +14,16 @@ use crate::{Error, Result};
 impl Tokenizer {
     /// Loads `tokenizer.json` (or the one inside a model directory) and its sibling configs.
     pub fn from_file(path: &Path) -> Result<Self> {
-        let path: PathBuf = if path.is_dir() {
-            path.join("tokenizer.json")
-        } else {
-            path.to_path_buf()
-        };
+        let path: PathBuf = if path.is_dir() { path.join("tokenizer.json") } else { path.to_path_buf() };
         let dir = path.parent().unwrap_or(Path::new("."));
         let json = read_text(&path)?;
-        let inner = tokenizers::Tokenizer::from_str(&json)
-            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+        let inner = tokenizers::Tokenizer::from_str(&json).map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
         let config = read_json(&dir.join("tokenizer_config.json"))?.unwrap_or(Value::Null);
         let generation = read_json(&dir.join("generation_config.json"))?.unwrap_or(Value::Null);
 
         let decoder = serde_json::to_value(inner.get_decoder()).unwrap_or(Value::Null);
         let style = piece_style(&decoder).map_err(|e| match e {
-            Error::UnsupportedTokenizer(msg) => {
-                Error::UnsupportedTokenizer(format!("{}: {msg}", path.display()))
-            }
+            Error::UnsupportedTokenizer(msg) => Error::UnsupportedTokenizer(format!("{}: {msg}", path.display())),
             other => other,
         })?;
         let vocab = inner.get_vocab(true);
@@ -42,40 +35,22 @@ impl Tokenizer {
         let eos = named("eos_token").or_else(|| gen_eos.first().copied());
         // Without an explicit flag, whatever the post-processor wraps around "" is what
         // transformers adds (Llama-3 prepends <|begin_of_text|>, Qwen2 adds nothing).
-        let wrapped = inner
-            .encode("", true)
-            .map_err(|e| Error::Tokenizer(format!("{}: post-processor: {e}", path.display())))?;
+        let wrapped = inner.encode("", true).map_err(|e| Error::Tokenizer(format!("{}: post-processor: {e}", path.display())))?;
         let wrapped = wrapped.get_ids();
-        let add_bos = config["add_bos_token"]
-            .as_bool()
-            .unwrap_or(bos.is_some() && wrapped.first() == bos.as_ref());
-        let add_eos = config["add_eos_token"]
-            .as_bool()
-            .unwrap_or(eos.is_some() && wrapped.last() == eos.as_ref());
+        let add_bos = config["add_bos_token"].as_bool().unwrap_or(bos.is_some() && wrapped.first() == bos.as_ref());
+        let add_eos = config["add_eos_token"].as_bool().unwrap_or(eos.is_some() && wrapped.last() == eos.as_ref());
         let chat_template = match template_from_config(&config["chat_template"]) {
             Some(t) => Some(t),
             None => read_optional_text(&dir.join("chat_template.jinja"))?,
         };
-        Ok(Tokenizer::assemble(Parts {
-            inner,
-            pieces,
-            bos,
-            eos,
-            add_bos,
-            add_eos,
-            extra_stops: gen_eos,
-            chat_template,
-        }))
+        Ok(Tokenizer::assemble(Parts { inner, pieces, bos, eos, add_bos, add_eos, extra_stops: gen_eos, chat_template }))
     }
 }
 
 /// How the tokenizer.json decoder spells bytes, from its serialized form.
 fn piece_style(decoder: &Value) -> Result<PieceStyle> {
     let steps: Vec<&Value> = match decoder["type"].as_str() {
-        Some("Sequence") => decoder["decoders"]
-            .as_array()
-            .map(|d| d.iter().collect())
-            .unwrap_or_default(),
+        Some("Sequence") => decoder["decoders"].as_array().map(|d| d.iter().collect()).unwrap_or_default(),
         Some(_) => vec![decoder],
         None => vec![],
     };
@@ -88,19 +63,13 @@ fn piece_style(decoder: &Value) -> Result<PieceStyle> {
             Some(scheme) => scheme != "never",
             None => meta["add_prefix_space"].as_bool().unwrap_or(true),
         };
-        return Ok(PieceStyle::SentencePiece {
-            strip_leading_space: prepends,
-        });
+        return Ok(PieceStyle::SentencePiece { strip_leading_space: prepends });
     }
     if kind("ByteFallback").is_some() || kind("Replace").is_some() {
-        return Ok(PieceStyle::SentencePiece {
-            strip_leading_space: kind("Strip").is_some(),
-        });
+        return Ok(PieceStyle::SentencePiece { strip_leading_space: kind("Strip").is_some() });
     }
     let names: Vec<&str> = steps.iter().filter_map(|s| s["type"].as_str()).collect();
-    Err(Error::UnsupportedTokenizer(format!(
-        "decoder {names:?}: only byte-level BPE and SentencePiece-style decoders are supported"
-    )))
+    Err(Error::UnsupportedTokenizer(format!("decoder {names:?}: only byte-level BPE and SentencePiece-style decoders are supported")))
 }
 
 /// A token named in tokenizer_config.json: a plain string or an AddedToken object.
@@ -126,19 +95,11 @@ fn template_from_config(v: &Value) -> Option<String> {
         return Some(s.to_owned());
     }
     let named = v.as_array()?;
-    named
-        .iter()
-        .find(|t| t["name"] == "default")
-        .or_else(|| named.first())
-        .and_then(|t| t["template"].as_str())
-        .map(str::to_owned)
+    named.iter().find(|t| t["name"] == "default").or_else(|| named.first()).and_then(|t| t["template"].as_str()).map(str::to_owned)
 }
 
 fn read_text(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|source| Error::Io {
-        path: path.display().to_string(),
-        source,
-    })
+    std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.display().to_string(), source })
 }
 
 fn read_optional_text(path: &Path) -> Result<Option<String>> {
@@ -154,9 +115,7 @@ fn read_json(path: &Path) -> Result<Option<Value>> {
     let Some(text) = read_optional_text(path)? else {
         return Ok(None);
     };
-    serde_json::from_str(&text)
-        .map(Some)
-        .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))
+    serde_json::from_str(&text).map(Some).map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))
 }
 
 #[cfg(test)]
@@ -166,25 +125,12 @@ mod tests {
 
     #[test]
     fn decoder_styles() {
-        assert_eq!(
-            piece_style(&json!({"type": "ByteLevel"})).unwrap(),
-            PieceStyle::ByteLevel
-        );
+        assert_eq!(piece_style(&json!({"type": "ByteLevel"})).unwrap(), PieceStyle::ByteLevel);
         let llama2 = json!({"type": "Sequence", "decoders": [
             {"type": "Replace"}, {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip"}]});
-        assert_eq!(
-            piece_style(&llama2).unwrap(),
-            PieceStyle::SentencePiece {
-                strip_leading_space: true
-            }
-        );
+        assert_eq!(piece_style(&llama2).unwrap(), PieceStyle::SentencePiece { strip_leading_space: true });
         let never = json!({"type": "Metaspace", "prepend_scheme": "never"});
-        assert_eq!(
-            piece_style(&never).unwrap(),
-            PieceStyle::SentencePiece {
-                strip_leading_space: false
-            }
-        );
+        assert_eq!(piece_style(&never).unwrap(), PieceStyle::SentencePiece { strip_leading_space: false });
         assert!(piece_style(&json!({"type": "WordPiece"})).is_err());
         assert!(piece_style(&Value::Null).is_err());
     }
@@ -194,8 +140,7 @@ mod tests {
         assert_eq!(token_name(&json!({"content": "<s>"})), Some("<s>"));
         assert_eq!(id_list(&json!([1, 2])), [1, 2]);
         assert_eq!(id_list(&json!(7)), [7]);
-        let named =
-            json!([{"name": "tool_use", "template": "t"}, {"name": "default", "template": "d"}]);
+        let named = json!([{"name": "tool_use", "template": "t"}, {"name": "default", "template": "d"}]);
         assert_eq!(template_from_config(&named).as_deref(), Some("d"));
     }
 }

@@ -75,11 +75,7 @@ struct Parts {
 impl Tokenizer {
     fn assemble(p: Parts) -> Self {
         let mut stop_ids: Vec<u32> = p.eos.into_iter().chain(p.extra_stops).collect();
-        stop_ids.extend(
-            EOG_TOKEN_TEXTS
-                .iter()
-                .filter_map(|t| p.inner.token_to_id(t)),
-        );
+        stop_ids.extend(EOG_TOKEN_TEXTS.iter().filter_map(|t| p.inner.token_to_id(t)));
         stop_ids.retain(|&id| (id as usize) < p.pieces.len());
         stop_ids.sort_unstable();
         stop_ids.dedup();
@@ -114,15 +110,8 @@ impl Tokenizer {
         self.encode_with(plain, text, add_special)
     }
 
-    fn encode_with(
-        &self,
-        tok: &tokenizers::Tokenizer,
-        text: &str,
-        add_special: bool,
-    ) -> Result<Vec<u32>> {
-        let enc = tok
-            .encode(text, false)
-            .map_err(|e| Error::Tokenizer(format!("encoding failed: {e}")))?;
+    fn encode_with(&self, tok: &tokenizers::Tokenizer, text: &str, add_special: bool) -> Result<Vec<u32>> {
+        let enc = tok.encode(text, false).map_err(|e| Error::Tokenizer(format!("encoding failed: {e}")))?;
         let mut ids = Vec::with_capacity(enc.len() + 2);
         if add_special && self.add_bos {
             ids.extend(self.bos);
@@ -187,9 +176,7 @@ impl Tokenizer {
 
     /// The equivalent Hugging Face `tokenizer.json` text (e.g. to export a GGUF's tokenizer).
     pub fn to_json(&self) -> Result<String> {
-        self.inner
-            .to_string(false)
-            .map_err(|e| Error::Tokenizer(format!("serializing: {e}")))
+        self.inner.to_string(false).map_err(|e| Error::Tokenizer(format!("serializing: {e}")))
     }
 
     /// The model's own Jinja chat template, if it ships one.

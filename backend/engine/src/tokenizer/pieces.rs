@@ -25,10 +25,7 @@ impl TokenPieces {
     /// Builds the table from `(id, token string, raw)` triples; a `raw` token is its own UTF-8
     /// text (llama.cpp prints control and user-defined tokens that way); ids never named
     /// decode to nothing.
-    pub fn new<'a>(
-        tokens: impl IntoIterator<Item = (u32, &'a str, bool)>,
-        style: PieceStyle,
-    ) -> Self {
+    pub fn new<'a>(tokens: impl IntoIterator<Item = (u32, &'a str, bool)>, style: PieceStyle) -> Self {
         let byte_of = byte_level_decoder_table();
         let mut bytes: Vec<Box<[u8]>> = Vec::new();
         for (id, text, raw) in tokens {
@@ -43,16 +40,8 @@ impl TokenPieces {
             }
             bytes[idx] = piece.into_boxed_slice();
         }
-        let strip_leading_space = matches!(
-            style,
-            PieceStyle::SentencePiece {
-                strip_leading_space: true
-            }
-        );
-        Self {
-            bytes,
-            strip_leading_space,
-        }
+        let strip_leading_space = matches!(style, PieceStyle::SentencePiece { strip_leading_space: true });
+        Self { bytes, strip_leading_space }
     }
 
     /// One past the largest id in the table.
@@ -62,13 +51,7 @@ impl TokenPieces {
 
     /// The bytes of one token, or an error for an id past the vocabulary.
     pub fn get(&self, id: u32) -> Result<&[u8]> {
-        self.bytes
-            .get(id as usize)
-            .map(|b| &b[..])
-            .ok_or(Error::TokenOutOfRange {
-                id,
-                vocab_size: self.bytes.len(),
-            })
+        self.bytes.get(id as usize).map(|b| &b[..]).ok_or(Error::TokenOutOfRange { id, vocab_size: self.bytes.len() })
     }
 
     /// Whether the first space of a decoded sequence is dropped (SentencePiece's prefix space).
@@ -111,19 +94,13 @@ fn byte_level_decoder_table() -> std::collections::HashMap<char, u8> {
 /// A byte-level token's bytes; a string with a char outside the byte alphabet (an added
 /// token such as a user-defined word with a space) is taken as raw UTF-8, as transformers does.
 fn byte_level_bytes(text: &str, byte_of: &std::collections::HashMap<char, u8>) -> Vec<u8> {
-    text.chars()
-        .map(|c| byte_of.get(&c).copied())
-        .collect::<Option<Vec<u8>>>()
-        .unwrap_or_else(|| text.as_bytes().to_vec())
+    text.chars().map(|c| byte_of.get(&c).copied()).collect::<Option<Vec<u8>>>().unwrap_or_else(|| text.as_bytes().to_vec())
 }
 
 /// A SentencePiece token's bytes: `<0xNN>` byte-fallback pieces, `▁` as space.
 fn sentencepiece_bytes(text: &str) -> Vec<u8> {
     let hex = text.strip_prefix("<0x").and_then(|t| t.strip_suffix('>'));
-    if let Some(byte) = hex
-        .filter(|h| h.len() == 2)
-        .and_then(|h| u8::from_str_radix(h, 16).ok())
-    {
+    if let Some(byte) = hex.filter(|h| h.len() == 2).and_then(|h| u8::from_str_radix(h, 16).ok()) {
         return vec![byte];
     }
     text.replace('\u{2581}', " ").into_bytes()
@@ -145,43 +122,22 @@ mod tests {
     #[test]
     fn byte_level_keeps_added_tokens_raw() {
         let pieces = TokenPieces::new(
-            [
-                (0, "ĠhÃ©", false),
-                (1, "<|im_start|>", false),
-                (2, "two words", false),
-                (3, "ĠA", true),
-            ],
+            [(0, "ĠhÃ©", false), (1, "<|im_start|>", false), (2, "two words", false), (3, "ĠA", true)],
             PieceStyle::ByteLevel,
         );
         assert_eq!(pieces.get(0).unwrap(), " hé".as_bytes());
         assert_eq!(pieces.get(1).unwrap(), b"<|im_start|>");
         assert_eq!(pieces.get(2).unwrap(), b"two words");
         assert_eq!(pieces.get(3).unwrap(), "ĠA".as_bytes());
-        assert!(matches!(
-            pieces.get(4),
-            Err(Error::TokenOutOfRange {
-                id: 4,
-                vocab_size: 4
-            })
-        ));
+        assert!(matches!(pieces.get(4), Err(Error::TokenOutOfRange { id: 4, vocab_size: 4 })));
     }
 
     #[test]
     fn sentencepiece_bytes_and_leading_space() {
         let pieces = TokenPieces::new(
-            [
-                (0, "▁Hello", false),
-                (1, "<0xE2>", false),
-                (2, "<0x82>", false),
-                (3, "<0xAC>", false),
-            ],
-            PieceStyle::SentencePiece {
-                strip_leading_space: true,
-            },
+            [(0, "▁Hello", false), (1, "<0xE2>", false), (2, "<0x82>", false), (3, "<0xAC>", false)],
+            PieceStyle::SentencePiece { strip_leading_space: true },
         );
-        assert_eq!(
-            pieces.concat(&[0, 1, 2, 3, 0]).unwrap(),
-            "Hello€ Hello".as_bytes()
-        );
+        assert_eq!(pieces.concat(&[0, 1, 2, 3, 0]).unwrap(), "Hello€ Hello".as_bytes());
     }
 }

@@ -58,41 +58,17 @@ pub const KNOWN_PRE_TOKENIZERS: &[&str] = &[
 
 /// The pre-tokenizer llama.cpp uses for the GGUF `tokenizer.ggml.pre` value `name`.
 pub fn spec_for(name: &str) -> Result<PreTokenizerSpec> {
-    let spec = |regexes: Vec<&'static str>, ignore_merges, default_add_bos| PreTokenizerSpec {
-        regexes,
-        ignore_merges,
-        default_add_bos,
-    };
+    let spec = |regexes: Vec<&'static str>, ignore_merges, default_add_bos| PreTokenizerSpec { regexes, ignore_merges, default_add_bos };
     Ok(match name {
         // llama.cpp's fallback when a converter wrote no name (or "default").
-        "default" => spec(
-            vec![r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", "[0-9][0-9][0-9]"],
-            false,
-            false,
-        ),
-        "gpt-2" | "gpt2" | "phi-2" | "mpt" | "olmo" | "mellum" | "exaone4" => {
-            spec(vec![GPT2], false, false)
-        }
+        "default" => spec(vec![r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", "[0-9][0-9][0-9]"], false, false),
+        "gpt-2" | "gpt2" | "phi-2" | "mpt" | "olmo" | "mellum" | "exaone4" => spec(vec![GPT2], false, false),
         // StarCoder-family vocabularies isolate every digit before the GPT-2 split.
-        "smollm" | "starcoder" | "refact" | "codeshell" | "command-r" | "exaone" | "minerva-7b" => {
-            spec(vec![r"\p{N}", GPT2], false, false)
-        }
-        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "lfm2" => {
-            spec(vec![LLAMA3], true, true)
-        }
+        "smollm" | "starcoder" | "refact" | "codeshell" | "command-r" | "exaone" | "minerva-7b" => spec(vec![r"\p{N}", GPT2], false, false),
+        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "lfm2" => spec(vec![LLAMA3], true, true),
         "dbrx" | "smaug-bpe" => spec(vec![LLAMA3], false, false),
         "qwen2" | "deepseek-r1-qwen" | "stablelm2" => spec(vec![QWEN2], false, false),
-        "deepseek-coder" => spec(
-            vec![
-                r"[\r\n]",
-                r"\s?\p{L}+",
-                r"\s?\p{P}+",
-                "[一-龥ࠀ-一가-퟿]+",
-                r"\p{N}",
-            ],
-            false,
-            false,
-        ),
+        "deepseek-coder" => spec(vec![r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", "[一-龥ࠀ-一가-퟿]+", r"\p{N}"], false, false),
         other => {
             return Err(Error::UnsupportedTokenizer(format!(
                 "GGUF pre-tokenizer `{other}` is not known (known: {})",

@@ -24,7 +24,8 @@ impl GgufWriter {
 
     pub fn f32_tensor(mut self, name: &str, shape: Vec<usize>, seed: u32) -> Self {
         let n: usize = shape.iter().product();
-        let bytes = (0..n).flat_map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) as f32 / u32::MAX as f32 - 0.5).to_le_bytes()).collect();
+        let bytes =
+            (0..n).flat_map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) as f32 / u32::MAX as f32 - 0.5).to_le_bytes()).collect();
         self.tensors.push((name.into(), 0, shape, bytes));
         self
     }

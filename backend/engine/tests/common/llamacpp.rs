@@ -33,7 +33,9 @@ pub fn forward_fixture() -> ForwardFixture {
 /// `$PEREGRINE_DEFAULT_MODEL`, else the cached default model; fails with what to run when absent.
 pub fn default_model() -> PathBuf {
     let path = std::env::var_os("PEREGRINE_DEFAULT_MODEL").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/peregrine/models").join(peregrine_engine::model::DEFAULT_MODEL_FILE)
+        PathBuf::from(std::env::var_os("HOME").expect("HOME"))
+            .join(".cache/peregrine/models")
+            .join(peregrine_engine::model::DEFAULT_MODEL_FILE)
     });
     assert!(path.exists(), "default model missing at {}: run scripts/fetch-model.sh", path.display());
     path

@@ -74,7 +74,11 @@ fn messages(req: &ChatRequest) -> Result<Vec<ChatMessage>> {
 }
 
 /// Handles a chat completion request.
-pub async fn chat_completions(State(state): State<AppState>, ClientIp(client): ClientIp, body: Result<JsonBody<ChatRequest>>) -> std::result::Result<Response, OpenAiError> {
+pub async fn chat_completions(
+    State(state): State<AppState>,
+    ClientIp(client): ClientIp,
+    body: Result<JsonBody<ChatRequest>>,
+) -> std::result::Result<Response, OpenAiError> {
     let JsonBody(req) = body?;
     let engine = state.engine.get()?;
     req.common.check_model(&engine)?;
@@ -110,7 +114,13 @@ pub async fn chat_completions(State(state): State<AppState>, ClientIp(client): C
     };
     let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/v1/chat/completions", client, ticker: false })?;
     let steps = Steps { job, text: engine.handle.text().clone(), logprobs: top.is_some() };
-    let out = Chat { id: response_id("chatcmpl"), created: unix_now(), model: engine.model_id.clone(), logprobs: top.is_some(), include_usage: req.common.include_usage() };
+    let out = Chat {
+        id: response_id("chatcmpl"),
+        created: unix_now(),
+        model: engine.model_id.clone(),
+        logprobs: top.is_some(),
+        include_usage: req.common.include_usage(),
+    };
     if req.common.streaming() {
         Ok(sse(steps, out, state.settings.keep_alive))
     } else {
@@ -133,7 +143,8 @@ impl Chat {
     }
 
     fn chunk(&self, delta: Value, logprobs: Value, finish: Option<&str>) -> Value {
-        let mut c = self.object("chat.completion.chunk", json!([{ "index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish }]));
+        let mut c =
+            self.object("chat.completion.chunk", json!([{ "index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish }]));
         if self.include_usage {
             c["usage"] = Value::Null;
         }
@@ -154,7 +165,10 @@ impl Chat {
                 Step::Done { reason, usage, timings } => {
                     let lp = if self.logprobs { logprobs::chat(&tokens) } else { Value::Null };
                     let message = json!({ "role": "assistant", "content": text });
-                    let mut out = self.object("chat.completion", json!([{ "index": 0, "message": message, "logprobs": lp, "finish_reason": finish_reason(reason) }]));
+                    let mut out = self.object(
+                        "chat.completion",
+                        json!([{ "index": 0, "message": message, "logprobs": lp, "finish_reason": finish_reason(reason) }]),
+                    );
                     out["usage"] = json!(usage);
                     out["timings"] = json!(timings);
                     return Ok(out);

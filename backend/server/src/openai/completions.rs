@@ -43,7 +43,14 @@ pub struct CompletionRequest {
 fn parse_prompt(v: Option<&Value>) -> Result<(Prompt, Option<String>)> {
     let bad = || Error::bad("prompt", "prompt must be a string, an array of token ids, or a one-element array of either");
     let ids = |items: &[Value]| -> Result<Vec<u32>> {
-        items.iter().map(|v| v.as_u64().and_then(|i| u32::try_from(i).ok()).ok_or_else(|| Error::bad("prompt", "token ids must be non-negative integers"))).collect()
+        items
+            .iter()
+            .map(|v| {
+                v.as_u64()
+                    .and_then(|i| u32::try_from(i).ok())
+                    .ok_or_else(|| Error::bad("prompt", "token ids must be non-negative integers"))
+            })
+            .collect()
     };
     match v {
         None | Some(Value::Null) => Err(Error::bad("prompt", "prompt is required")),
@@ -61,7 +68,11 @@ fn parse_prompt(v: Option<&Value>) -> Result<(Prompt, Option<String>)> {
 }
 
 /// Handles a completion request.
-pub async fn completions(State(state): State<AppState>, ClientIp(client): ClientIp, body: Result<JsonBody<CompletionRequest>>) -> std::result::Result<Response, OpenAiError> {
+pub async fn completions(
+    State(state): State<AppState>,
+    ClientIp(client): ClientIp,
+    body: Result<JsonBody<CompletionRequest>>,
+) -> std::result::Result<Response, OpenAiError> {
     let JsonBody(req) = body?;
     let engine = state.engine.get()?;
     req.common.check_model(&engine)?;
@@ -79,7 +90,8 @@ pub async fn completions(State(state): State<AppState>, ClientIp(client): Client
     let max_tokens = req.max_tokens.unwrap_or(DEFAULT_COMPLETION_MAX_TOKENS) as usize;
     prompt::check_fits(&engine, ids.len(), max_tokens)?;
     let text = engine.handle.text().clone();
-    let echo_text = req.echo.then(|| prompt_text.unwrap_or_else(|| text.tokenizer.as_ref().and_then(|t| t.decode(&ids).ok()).unwrap_or_default()));
+    let echo_text =
+        req.echo.then(|| prompt_text.unwrap_or_else(|| text.tokenizer.as_ref().and_then(|t| t.decode(&ids).ok()).unwrap_or_default()));
     let request = Request {
         max_tokens,
         sampling,
@@ -91,7 +103,15 @@ pub async fn completions(State(state): State<AppState>, ClientIp(client): Client
     };
     let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/v1/completions", client, ticker: false })?;
     let steps = Steps { job, text, logprobs: top.is_some() };
-    let out = Completion { id: response_id("cmpl"), created: unix_now(), model: engine.model_id.clone(), echo: echo_text, logprobs: top.is_some(), include_usage: req.common.include_usage(), offset: 0 };
+    let out = Completion {
+        id: response_id("cmpl"),
+        created: unix_now(),
+        model: engine.model_id.clone(),
+        echo: echo_text,
+        logprobs: top.is_some(),
+        include_usage: req.common.include_usage(),
+        offset: 0,
+    };
     if req.common.streaming() {
         Ok(sse(steps, out, state.settings.keep_alive))
     } else {
@@ -140,7 +160,8 @@ impl Completion {
                 Step::Failed(e) => return Err(e),
                 Step::Done { reason, usage, timings } => {
                     let logprobs = if self.logprobs { legacy(&tokens, &mut self.offset) } else { Value::Null };
-                    let mut out = self.object(json!([{ "index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason(reason) }]));
+                    let mut out =
+                        self.object(json!([{ "index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason(reason) }]));
                     out["usage"] = json!(usage);
                     out["timings"] = json!(timings);
                     return Ok(out);

@@ -34,7 +34,11 @@ pub enum Step {
 }
 
 fn token_lp(text: &TextModel, s: &Sampled) -> TokenLp {
-    TokenLp { token: text.token_str(s.id), logprob: Some(s.logprob), top: s.top.iter().map(|t| (text.token_str(t.id), t.logprob)).collect() }
+    TokenLp {
+        token: text.token_str(s.id),
+        logprob: Some(s.logprob),
+        top: s.top.iter().map(|t| (text.token_str(t.id), t.logprob)).collect(),
+    }
 }
 
 /// Reads a job as steps.

@@ -21,7 +21,11 @@ use crate::jobs::{self, Job, JobSpec};
 use crate::prompt;
 
 /// Starts a playground run.
-pub async fn generate(State(state): State<AppState>, ClientIp(client): ClientIp, body: Result<JsonBody<GenerateRequest>>) -> Result<Response> {
+pub async fn generate(
+    State(state): State<AppState>,
+    ClientIp(client): ClientIp,
+    body: Result<JsonBody<GenerateRequest>>,
+) -> Result<Response> {
     let JsonBody(req) = body?;
     if req.prompt.len() > MAX_PROMPT_BYTES {
         return Err(Error::TooLarge(format!("the prompt is {} bytes; the limit is {MAX_PROMPT_BYTES}", req.prompt.len())));
@@ -38,7 +42,13 @@ pub async fn generate(State(state): State<AppState>, ClientIp(client): ClientIp,
     prompt::check_fits(&engine, ids.len(), p.max_tokens as usize)?;
     let request = Request {
         max_tokens: p.max_tokens as usize,
-        sampling: SamplingParams { temperature: p.temperature, top_k: p.top_k as usize, top_p: p.top_p, seed: p.seed.unwrap_or_else(crate::ids::random_seed), ..SamplingParams::default() },
+        sampling: SamplingParams {
+            temperature: p.temperature,
+            top_k: p.top_k as usize,
+            top_p: p.top_p,
+            seed: p.seed.unwrap_or_else(crate::ids::random_seed),
+            ..SamplingParams::default()
+        },
         stop: p.stop.clone(),
         ignore_eos: p.ignore_eos,
         ..Request::new(Prompt::Tokens(ids))

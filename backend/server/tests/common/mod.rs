@@ -21,10 +21,9 @@ use serde_json::Value;
 
 /// The default model: `$PEREGRINE_DEFAULT_MODEL`, else the cached download.
 pub fn model_path() -> PathBuf {
-    let path = std::env::var_os("PEREGRINE_DEFAULT_MODEL")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache/peregrine/models/SmolLM2-135M-Instruct.Q4_1.gguf"));
+    let path = std::env::var_os("PEREGRINE_DEFAULT_MODEL").filter(|p| !p.is_empty()).map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache/peregrine/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    });
     assert!(path.exists(), "the default model is missing at {}; run scripts/fetch-model.sh", path.display());
     path
 }
@@ -39,7 +38,12 @@ pub fn real_engine() -> EngineHandle {
         .get_or_init(|| {
             let path = model_path();
             EngineHandle::start(
-                move || peregrine_engine::model::build_generator(peregrine_engine::model::load_model(&path)?, peregrine_engine::model::Device::Cpu),
+                move || {
+                    peregrine_engine::model::build_generator(
+                        peregrine_engine::model::load_model(&path)?,
+                        peregrine_engine::model::Device::Cpu,
+                    )
+                },
                 REAL_MAX_QUEUE,
             )
             .expect("the default model loads")
@@ -92,7 +96,13 @@ impl Runtime for ScriptedRuntime {
                 Pace::Every(d) => std::thread::sleep(*d),
             }
             let id = self.output[i % self.output.len()];
-            let s = Sampled { id, logprob: -0.25, top: (0..job.top_logprobs as u32).map(|k| TokenLogprob { id: self.output[k as usize % self.output.len()], logprob: -1.0 - k as f32 }).collect() };
+            let s = Sampled {
+                id,
+                logprob: -0.25,
+                top: (0..job.top_logprobs as u32)
+                    .map(|k| TokenLogprob { id: self.output[k as usize % self.output.len()], logprob: -1.0 - k as f32 })
+                    .collect(),
+            };
             if on_token(&s) == Flow::Stop {
                 return Ok(RunEnd::Stopped);
             }
@@ -120,7 +130,10 @@ pub fn scripted_engine(pace: Pace, max_queue: usize) -> Scripted {
             let config = peregrine_engine::gguf::model_config(&file)?;
             let tokenizer = Tokenizer::from_gguf(&file)?;
             let text = |id: Option<u32>| id.and_then(|i| tokenizer.token_text(i)).unwrap_or_default();
-            let template = tokenizer.chat_template().map(|src| ChatTemplate::new(src, &text(tokenizer.bos_id()), &text(tokenizer.eos_id()))).transpose()?;
+            let template = tokenizer
+                .chat_template()
+                .map(|src| ChatTemplate::new(src, &text(tokenizer.bos_id()), &text(tokenizer.eos_id())))
+                .transpose()?;
             // " hello world" repeated: ordinary text tokens.
             let output = tokenizer.encode(" hello world", false)?;
             let runtime = ScriptedRuntime { config, pace, output, ran: thread_ran };

@@ -42,7 +42,13 @@ pub unsafe fn quant_matmul<K: QKind, const DUAL: bool>(w: &PackedMatrix, groups:
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn quant_tile<K: QKind, const TT: usize, const DUAL: bool>(panel: *const u8, steps: usize, acts: &[TokenActs], out: &[*mut f32], row0: usize) {
+unsafe fn quant_tile<K: QKind, const TT: usize, const DUAL: bool>(
+    panel: *const u8,
+    steps: usize,
+    acts: &[TokenActs],
+    out: &[*mut f32],
+    row0: usize,
+) {
     let q = K::FMT;
     let nv = q.vectors();
     // SAFETY: as the AVX-512 tile: the panel has `steps` chunks, each token `steps·sub`
@@ -66,7 +72,9 @@ unsafe fn quant_tile<K: QKind, const TT: usize, const DUAL: bool>(panel: *const 
                             let a = _mm256_set1_epi32(base.add(e0 + 4 * k).cast::<i32>().read_unaligned());
                             let pairs = match q.codes {
                                 Codes::Nibble if k < nv / 2 => _mm256_maddubs_epi16(_mm256_and_si256(load_half(p, k, h), mask), a),
-                                Codes::Nibble => _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16::<4>(load_half(p, k - nv / 2, h)), mask), a),
+                                Codes::Nibble => {
+                                    _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16::<4>(load_half(p, k - nv / 2, h)), mask), a)
+                                }
                                 Codes::Byte => {
                                     let s = _mm256_xor_si256(load_half(p, k, h), bias);
                                     _mm256_maddubs_epi16(_mm256_abs_epi8(s), _mm256_sign_epi8(a, s))
@@ -87,7 +95,8 @@ unsafe fn quant_tile<K: QKind, const TT: usize, const DUAL: bool>(panel: *const 
                 };
                 for t in 0..TT {
                     let a = &acts[t];
-                    let mut isum = if DUAL { _mm256_add_epi32(_mm256_slli_epi32::<{ HI_SHIFT as i32 }>(isum[t][0]), isum[t][1]) } else { isum[t][0] };
+                    let mut isum =
+                        if DUAL { _mm256_add_epi32(_mm256_slli_epi32::<{ HI_SHIFT as i32 }>(isum[t][0]), isum[t][1]) } else { isum[t][0] };
                     if q.codes == Codes::Byte {
                         let asum = if q.sub == QBLOCK { *a.isum16.add(2 * st) + *a.isum16.add(2 * st + 1) } else { *a.isum16.add(st) };
                         isum = _mm256_add_epi32(isum, _mm256_set1_epi32(BYTE_BIAS * asum));
@@ -158,7 +167,14 @@ unsafe fn float_column<K: FKind>(panel: *const u8, c: usize, h: usize) -> __m256
 /// One column into chain `u` of every token's accumulators.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn float_step<K: FKind, const TT: usize>(acc: &mut [[__m256; FLOAT_CHAINS]; TT], panel: *const u8, x: &[*const f32], c: usize, u: usize, h: usize) {
+unsafe fn float_step<K: FKind, const TT: usize>(
+    acc: &mut [[__m256; FLOAT_CHAINS]; TT],
+    panel: *const u8,
+    x: &[*const f32],
+    c: usize,
+    u: usize,
+    h: usize,
+) {
     // SAFETY: c < cols (caller), so the column and every token's x[c] are in bounds.
     unsafe {
         let wv = float_column::<K>(panel, c, h);

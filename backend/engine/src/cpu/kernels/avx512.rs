@@ -110,7 +110,13 @@ unsafe fn load_scales<K: QKind>(chunk: *const u8) -> (__m512, __m512) {
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")]
-unsafe fn quant_tile<K: QKind, const TT: usize, const DUAL: bool>(panel: *const u8, steps: usize, acts: &[TokenActs], out: &[*mut f32], row0: usize) {
+unsafe fn quant_tile<K: QKind, const TT: usize, const DUAL: bool>(
+    panel: *const u8,
+    steps: usize,
+    acts: &[TokenActs],
+    out: &[*mut f32],
+    row0: usize,
+) {
     let q = K::FMT;
     // SAFETY: the panel holds `steps` chunks of `chunk_bytes`; each token's planes
     // cover `steps · sub` bytes and its block arrays `steps` entries; each output
@@ -185,7 +191,13 @@ unsafe fn float_column<K: FKind>(panel: *const u8, c: usize) -> __m512 {
 /// One column into chain `u` of every token's accumulators.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,fma,f16c")]
-unsafe fn float_step<K: FKind, const TT: usize>(acc: &mut [[__m512; FLOAT_CHAINS]; TT], panel: *const u8, x: &[*const f32], c: usize, u: usize) {
+unsafe fn float_step<K: FKind, const TT: usize>(
+    acc: &mut [[__m512; FLOAT_CHAINS]; TT],
+    panel: *const u8,
+    x: &[*const f32],
+    c: usize,
+    u: usize,
+) {
     // SAFETY: c < cols (caller), so the column and every token's x[c] are in bounds.
     unsafe {
         let wv = float_column::<K>(panel, c);
