@@ -3,7 +3,7 @@
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use peregrine_api::playground::{GenerateRequest, Mode, Share, ShareCreated, ShareRequest, SharedRun};
+use peregrine_api::playground::{GenerateRequest, GenerationParams, Mode, Share, ShareCreated, ShareRequest, SharedRun};
 use peregrine_api::{FinishReason, Info};
 use peregrine_frontend::highlight;
 use peregrine_frontend::recent::{self, RecentRun};
@@ -157,20 +157,7 @@ impl Playground {
         if self.run.with_untracked(RunState::is_active) {
             return;
         }
-        let params = match self.form.with_untracked(SettingsForm::params) {
-            Ok(p) => p,
-            Err(errors) => {
-                self.show_errors.set(true);
-                self.focus.set(errors.first().map(|(f, _)| FocusTarget::Field(*f)));
-                return;
-            }
-        };
-        let prompt = self.prompt.get_untracked();
-        if let Some(message) = peregrine_frontend::settings::prompt_error(&prompt) {
-            self.prompt_error.set(Some(message));
-            self.focus.set(Some(FocusTarget::Prompt));
-            return;
-        }
+        let Some((params, prompt)) = self.checked_input() else { return };
         let request = GenerateRequest { prompt: prompt.clone(), mode: self.mode.get_untracked(), params };
         let controller = AbortController::new().ok();
         let signal = controller.as_ref().map(|c| c.signal());
@@ -273,23 +260,30 @@ impl Playground {
         client::save(recent::STORAGE_KEY, "[]");
     }
 
-    /// Saves the prompt, mode and settings (and the finished run of this prompt, if
-    /// any) as a share link, copies it and shows it.
-    pub fn share(self) {
+    /// The settings and prompt when both are valid; otherwise shows the errors and
+    /// focuses the first bad field (nothing is sent).
+    fn checked_input(self) -> Option<(GenerationParams, String)> {
         let params = match self.form.with_untracked(SettingsForm::params) {
             Ok(p) => p,
             Err(errors) => {
                 self.show_errors.set(true);
                 self.focus.set(errors.first().map(|(f, _)| FocusTarget::Field(*f)));
-                return;
+                return None;
             }
         };
         let prompt = self.prompt.get_untracked();
         if let Some(message) = peregrine_frontend::settings::prompt_error(&prompt) {
             self.prompt_error.set(Some(message));
             self.focus.set(Some(FocusTarget::Prompt));
-            return;
+            return None;
         }
+        Some((params, prompt))
+    }
+
+    /// Saves the prompt, mode and settings (and the finished run of this prompt, if
+    /// any) as a share link, copies it and shows it.
+    pub fn share(self) {
+        let Some((params, prompt)) = self.checked_input() else { return };
         let run = self.run.with_untracked(|r| match (&r.phase, r.timings) {
             (Phase::Done { finish_reason }, Some(timings)) if r.prompt == prompt => Some(SharedRun {
                 output: r.output.clone(),

@@ -146,19 +146,7 @@ mod imp {
         cand[keep - 1].0
     }
 
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-        fn tokens(&mut self, n: usize, vocab: usize) -> Vec<u32> {
-            (0..n).map(|_| (self.next() % vocab as u64) as u32).collect()
-        }
-    }
+    use peregrine_engine::rng::SplitMix64 as Rng;
 
     fn rel_err(got: &[f32], want: &[f32]) -> f64 {
         let (mut num, mut den) = (0.0f64, 0.0f64);

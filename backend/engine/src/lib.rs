@@ -11,6 +11,7 @@ pub mod handle;
 pub mod hf;
 pub mod model;
 pub mod request;
+pub mod rng;
 pub mod runtime;
 pub mod sampling;
 pub mod stop;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 pub use presets::{preset, PRESET_NAMES};
 
 use crate::config::ModelConfig;
+use crate::rng::SplitMix64;
 use crate::tensor::{DType, Storage, Tensor};
 use crate::weights::{LayerRole, LayerWeights, WeightRole, Weights};
 
@@ -83,22 +84,4 @@ fn random_tensor(config: &ModelConfig, role: WeightRole, seed: u64) -> Tensor {
         bytes.extend_from_slice(&(center + half_width * rng.next_signed()).to_le_bytes());
     }
     Tensor { name, dtype: DType::F32, shape, storage: Storage::Owned(Arc::new(bytes)) }
-}
-
-/// Vigna's splitmix64: tiny, fast, and good enough for weights.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [-1, 1) from the top 24 bits (exact in f32).
-    fn next_signed(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
 }

@@ -10,6 +10,7 @@ use peregrine_engine::cpu::act_quant::{ActPrecision, QuantActs, HI_SCALE, QBLOCK
 use peregrine_engine::cpu::isa::Isa;
 use peregrine_engine::cpu::kernels::{matmul, MatmulIo};
 use peregrine_engine::cpu::packed::PackedMatrix;
+use peregrine_engine::rng::SplitMix64;
 use peregrine_engine::tensor::{DType, Storage, Tensor};
 
 /// Every weight type the loaders accept.
@@ -21,45 +22,29 @@ const COLS: usize = 512;
 /// Largest batch tried: one full tile of 4 plus a remainder of 3.
 const MAX_TOKENS: usize = 7;
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [-1, 1).
-    fn signed(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-}
-
 /// A [rows, cols] tensor of random blocks with sane (finite, small) scales.
-fn random_tensor(dtype: DType, rows: usize, cols: usize, rng: &mut Rng) -> Tensor {
+fn random_tensor(dtype: DType, rows: usize, cols: usize, rng: &mut SplitMix64) -> Tensor {
     let n = rows * cols;
-    let mut bytes: Vec<u8> = (0..dtype.bytes_for(n).unwrap()).map(|_| rng.next() as u8).collect();
+    let mut bytes: Vec<u8> = (0..dtype.bytes_for(n).unwrap()).map(|_| rng.next_u64() as u8).collect();
     let put_half = |b: &mut [u8], at: usize, v: f32| b[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
     let bb = dtype.block_bytes();
     match dtype {
-        DType::F32 => bytes.chunks_exact_mut(4).for_each(|c| c.copy_from_slice(&rng.signed().to_le_bytes())),
-        DType::F16 => bytes.chunks_exact_mut(2).for_each(|c| put_half(c, 0, rng.signed())),
-        DType::BF16 => bytes.chunks_exact_mut(2).for_each(|c| c.copy_from_slice(&half::bf16::from_f32(rng.signed()).to_le_bytes())),
-        DType::Q4_0 | DType::Q8_0 => bytes.chunks_exact_mut(bb).for_each(|b| put_half(b, 0, 0.01 * rng.signed())),
+        DType::F32 => bytes.chunks_exact_mut(4).for_each(|c| c.copy_from_slice(&rng.next_signed().to_le_bytes())),
+        DType::F16 => bytes.chunks_exact_mut(2).for_each(|c| put_half(c, 0, rng.next_signed())),
+        DType::BF16 => bytes.chunks_exact_mut(2).for_each(|c| c.copy_from_slice(&half::bf16::from_f32(rng.next_signed()).to_le_bytes())),
+        DType::Q4_0 | DType::Q8_0 => bytes.chunks_exact_mut(bb).for_each(|b| put_half(b, 0, 0.01 * rng.next_signed())),
         DType::Q4_1 | DType::Q4_K => bytes.chunks_exact_mut(bb).for_each(|b| {
-            put_half(b, 0, 0.01 * rng.signed());
-            put_half(b, 2, 0.02 * rng.signed());
+            put_half(b, 0, 0.01 * rng.next_signed());
+            put_half(b, 2, 0.02 * rng.next_signed());
         }),
-        DType::Q6_K => bytes.chunks_exact_mut(bb).for_each(|b| put_half(b, 208, 0.001 * rng.signed())),
+        DType::Q6_K => bytes.chunks_exact_mut(bb).for_each(|b| put_half(b, 208, 0.001 * rng.next_signed())),
     }
     Tensor { name: format!("{dtype:?}"), dtype, shape: vec![rows, cols], storage: Storage::Owned(Arc::new(bytes)) }
 }
 
-fn activations(tokens: usize, rng: &mut Rng) -> Vec<Vec<f32>> {
+fn activations(tokens: usize, rng: &mut SplitMix64) -> Vec<Vec<f32>> {
     // A few outliers per row, as real hidden states have.
-    (0..tokens).map(|_| (0..COLS).map(|i| rng.signed() * if i % 97 == 0 { 8.0 } else { 1.0 }).collect()).collect()
+    (0..tokens).map(|_| (0..COLS).map(|i| rng.next_signed() * if i % 97 == 0 { 8.0 } else { 1.0 }).collect()).collect()
 }
 
 /// Both activation precisions.
@@ -85,7 +70,7 @@ fn run(isa: Isa, precision: ActPrecision, w: &PackedMatrix, x: &[Vec<f32>]) -> V
 
 #[test]
 fn packed_rows_dequantize_exactly_as_the_loader() {
-    let mut rng = Rng(1);
+    let mut rng = SplitMix64(1);
     for dtype in ALL_TYPES {
         let t = random_tensor(dtype, ROWS, COLS, &mut rng);
         let w = PackedMatrix::from_tensor(&t).unwrap();
@@ -103,7 +88,7 @@ fn packed_rows_dequantize_exactly_as_the_loader() {
 
 #[test]
 fn simd_activation_quantization_equals_portable() {
-    let mut rng = Rng(2);
+    let mut rng = SplitMix64(2);
     let x = activations(3, &mut rng);
     let mut zeros = vec![0.0; COLS];
     zeros[5] = -0.0;
@@ -141,7 +126,7 @@ fn simd_activation_quantization_equals_portable() {
 
 #[test]
 fn simd_matmul_equals_portable_for_every_type() {
-    let mut rng = Rng(3);
+    let mut rng = SplitMix64(3);
     eprintln!("instruction sets on this CPU: {:?}", Isa::available());
     for dtype in ALL_TYPES {
         let w = PackedMatrix::from_tensor(&random_tensor(dtype, ROWS, COLS, &mut rng)).unwrap();
@@ -166,7 +151,7 @@ fn simd_matmul_equals_portable_for_every_type() {
 
 #[test]
 fn portable_matmul_is_the_dot_of_dequantized_operands() {
-    let mut rng = Rng(4);
+    let mut rng = SplitMix64(4);
     for (dtype, precision) in ALL_TYPES.into_iter().flat_map(|d| PRECISIONS.map(|p| (d, p))) {
         let t = random_tensor(dtype, ROWS, COLS, &mut rng);
         let w = PackedMatrix::from_tensor(&t).unwrap();

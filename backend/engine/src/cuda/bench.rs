@@ -141,16 +141,7 @@ pub fn median(values: &[f64]) -> f64 {
 
 /// Deterministic token ids spread over the vocabulary (SplitMix64).
 pub fn bench_tokens(n: usize, vocab_size: usize, seed: u64) -> Vec<u32> {
-    let mut state = seed;
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            ((z ^ (z >> 31)) % vocab_size as u64) as u32
-        })
-        .collect()
+    crate::rng::SplitMix64(seed).tokens(n, vocab_size)
 }
 
 /// ‖got − want‖ / ‖want‖ (infinite when `got` has a non-finite value).

@@ -6,6 +6,7 @@
 
 pub mod bench;
 pub mod layout;
+mod run_stats;
 pub mod torch_baseline;
 
 #[cfg(feature = "cuda")]
@@ -13,14 +14,15 @@ pub mod nvrtc;
 #[cfg(feature = "cuda")]
 mod runtime;
 #[cfg(feature = "cuda")]
-pub use runtime::{compile_only, devices, measure_copy_bandwidth, CudaRuntime, RunStats, DEFAULT_STALL_TIMEOUT};
+pub use runtime::{compile_only, devices, measure_copy_bandwidth, CudaRuntime, DEFAULT_STALL_TIMEOUT};
 
 #[cfg(not(feature = "cuda"))]
 mod stub;
 #[cfg(not(feature = "cuda"))]
-pub use stub::{compile_only, devices, measure_copy_bandwidth, CudaRuntime, RunStats};
+pub use stub::{compile_only, devices, measure_copy_bandwidth, CudaRuntime};
 
 pub use layout::KernelOptions;
+pub use run_stats::RunStats;
 
 #[cfg(all(test, feature = "cuda"))]
 mod tests {

@@ -11,6 +11,7 @@ use cudarc::driver::{
     sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
 
+use super::RunStats;
 use crate::config::ModelConfig;
 use crate::cpu::reference_runtime::check_fits;
 use crate::cpu::rope;
@@ -49,30 +50,6 @@ impl KernelArgs {
     }
     fn set_f32(&mut self, slot: Arg, v: f32) {
         self.0[slot.index()] = v.to_bits() as u64;
-    }
-}
-
-/// Timings of the last `generate` run.
-#[derive(Debug, Clone, Default)]
-pub struct RunStats {
-    /// Prompt tokens run through the kernel.
-    pub prompt_tokens: usize,
-    /// Tokens published by the kernel (including any generated after a host stop).
-    pub published: usize,
-    /// GPU global-timer stamp (ns) of each published token.
-    pub token_times_ns: Vec<u64>,
-    /// Host clock: launch to the first token seen, and launch to the kernel's end.
-    pub first_token: Option<Duration>,
-    pub total: Duration,
-}
-
-impl RunStats {
-    /// Decode rate from the device's own timestamps: tokens after the first over the
-    /// time between the first and the last.
-    pub fn decode_tokens_per_s(&self) -> Option<f64> {
-        let (first, last) = (self.token_times_ns.first()?, self.token_times_ns.last()?);
-        let n = self.token_times_ns.len();
-        (n > 1 && last > first).then(|| (n - 1) as f64 / ((last - first) as f64 * 1e-9))
     }
 }
 

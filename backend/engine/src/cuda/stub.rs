@@ -1,8 +1,7 @@
 //! The CUDA API in a build without the `cuda` feature: same names, and every entry
 //! point says how to get the real one.
 
-use std::time::Duration;
-
+use super::RunStats;
 use crate::config::ModelConfig;
 use crate::cuda::layout::KernelOptions;
 use crate::error::{Error, Result};
@@ -12,22 +11,6 @@ use crate::weights::Weights;
 
 fn disabled<T>() -> Result<T> {
     Err(Error::Cuda("this build has no CUDA support (rebuild with the `cuda` feature, on by default)".into()))
-}
-
-/// Timings of the last `generate` run (never filled without CUDA).
-#[derive(Debug, Clone, Default)]
-pub struct RunStats {
-    pub prompt_tokens: usize,
-    pub published: usize,
-    pub token_times_ns: Vec<u64>,
-    pub first_token: Option<Duration>,
-    pub total: Duration,
-}
-
-impl RunStats {
-    pub fn decode_tokens_per_s(&self) -> Option<f64> {
-        None
-    }
 }
 
 /// Always an error: no CUDA in this build.

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::error::OpenAiError;
 use super::logprobs;
 use super::params::{check_top_logprobs, CommonParams};
-use super::steps::{finish_reason, Step, Steps, TokenLp};
+use super::steps::{finish_reason, Step, Steps};
 use super::stream::{sse, Render};
 use crate::app::AppState;
 use crate::error::{Error, Result};
@@ -151,31 +151,17 @@ impl Chat {
         c
     }
 
-    async fn collect(self, mut steps: Steps) -> Result<Value> {
-        let mut text = String::new();
-        let mut tokens: Vec<TokenLp> = Vec::new();
-        while let Some(step) = steps.next().await {
-            match step {
-                Step::Started | Step::Prompt(_) => {}
-                Step::Text { text: t, token } => {
-                    text.push_str(&t);
-                    tokens.extend(token);
-                }
-                Step::Failed(e) => return Err(e),
-                Step::Done { reason, usage, timings } => {
-                    let lp = if self.logprobs { logprobs::chat(&tokens) } else { Value::Null };
-                    let message = json!({ "role": "assistant", "content": text });
-                    let mut out = self.object(
-                        "chat.completion",
-                        json!([{ "index": 0, "message": message, "logprobs": lp, "finish_reason": finish_reason(reason) }]),
-                    );
-                    out["usage"] = json!(usage);
-                    out["timings"] = json!(timings);
-                    return Ok(out);
-                }
-            }
-        }
-        Err(Error::Internal("the request ended without a result".into()))
+    async fn collect(self, steps: Steps) -> Result<Value> {
+        let f = steps.finish().await?;
+        let lp = if self.logprobs { logprobs::chat(&f.output) } else { Value::Null };
+        let message = json!({ "role": "assistant", "content": f.text });
+        let mut out = self.object(
+            "chat.completion",
+            json!([{ "index": 0, "message": message, "logprobs": lp, "finish_reason": finish_reason(f.reason) }]),
+        );
+        out["usage"] = json!(f.usage);
+        out["timings"] = json!(f.timings);
+        Ok(out)
     }
 }
 

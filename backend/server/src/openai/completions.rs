@@ -146,29 +146,15 @@ impl Completion {
     }
 
     /// Waits for the end and builds the whole answer.
-    async fn collect(mut self, mut steps: Steps) -> Result<Value> {
-        let mut text = self.echo.clone().unwrap_or_default();
-        let mut tokens: Vec<TokenLp> = Vec::new();
-        while let Some(step) = steps.next().await {
-            match step {
-                Step::Started => {}
-                Step::Prompt(p) => tokens.extend(p),
-                Step::Text { text: t, token } => {
-                    text.push_str(&t);
-                    tokens.extend(token);
-                }
-                Step::Failed(e) => return Err(e),
-                Step::Done { reason, usage, timings } => {
-                    let logprobs = if self.logprobs { legacy(&tokens, &mut self.offset) } else { Value::Null };
-                    let mut out =
-                        self.object(json!([{ "index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason(reason) }]));
-                    out["usage"] = json!(usage);
-                    out["timings"] = json!(timings);
-                    return Ok(out);
-                }
-            }
-        }
-        Err(Error::Internal("the request ended without a result".into()))
+    async fn collect(mut self, steps: Steps) -> Result<Value> {
+        let f = steps.finish().await?;
+        let text = self.echo.clone().unwrap_or_default() + &f.text;
+        let tokens: Vec<TokenLp> = f.prompt.into_iter().chain(f.output).collect();
+        let logprobs = if self.logprobs { legacy(&tokens, &mut self.offset) } else { Value::Null };
+        let mut out = self.object(json!([{ "index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason(f.reason) }]));
+        out["usage"] = json!(f.usage);
+        out["timings"] = json!(f.timings);
+        Ok(out)
     }
 }
 

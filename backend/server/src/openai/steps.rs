@@ -76,6 +76,39 @@ impl Steps {
     }
 }
 
+/// A whole answer, for the non-streamed routes.
+pub struct Finished {
+    /// All output text.
+    pub text: String,
+    /// The scored prompt tokens (echo + logprobs).
+    pub prompt: Vec<TokenLp>,
+    /// The generated tokens (with logprobs).
+    pub output: Vec<TokenLp>,
+    pub reason: FinishReason,
+    pub usage: Usage,
+    pub timings: Timings,
+}
+
+impl Steps {
+    /// Waits for the end and gathers everything the steps carried.
+    pub async fn finish(mut self) -> Result<Finished, Error> {
+        let (mut text, mut prompt, mut output) = (String::new(), Vec::new(), Vec::new());
+        while let Some(step) = self.next().await {
+            match step {
+                Step::Started => {}
+                Step::Prompt(p) => prompt.extend(p),
+                Step::Text { text: t, token } => {
+                    text.push_str(&t);
+                    output.extend(token);
+                }
+                Step::Failed(e) => return Err(e),
+                Step::Done { reason, usage, timings } => return Ok(Finished { text, prompt, output, reason, usage, timings }),
+            }
+        }
+        Err(Error::Internal("the request ended without a result".into()))
+    }
+}
+
 /// OpenAI's `finish_reason` string.
 pub fn finish_reason(r: FinishReason) -> &'static str {
     match r {
