@@ -234,6 +234,17 @@ impl DtpSchedule {
         Combine::Delayed { received, send: n + d < layers }
     }
 
+    /// The schedule as NVRTC `-D` values (name, value), so the kernel never restates the
+    /// rule's constants: lanes, delay, early-layer mode (1 = `none`) and its lane-local scale.
+    pub fn kernel_defines(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("DTP_LANES", self.lanes.to_string()),
+            ("DTP_DELAY", self.delay.to_string()),
+            ("DTP_EARLY_NONE", u8::from(self.early_layers == EarlyLayers::None).to_string()),
+            ("DTP_LANE_SCALE", format!("{:?}f", (self.lanes as f32).sqrt())),
+        ]
+    }
+
     /// Layers whose partials travel between lanes (`d..N-d`; every layer when delay is 0).
     pub fn sent_layers(&self) -> std::ops::Range<usize> {
         self.delay..self.num_layers - self.delay

@@ -7,6 +7,7 @@ use super::*;
 use crate::config::{Architecture, ModelConfig};
 use crate::cpu::reference::{KvCache, ReferenceModel};
 use crate::synthetic::{dtp_preset, preset, synthetic_weights};
+use crate::weights::Weights;
 
 /// Relative logits bound of sharded vs unsharded runs (the issue's 1e-5).
 const REL_TOL: f64 = 1e-5;
@@ -19,7 +20,7 @@ fn tiny_llama() -> ModelConfig {
     c
 }
 
-/// Qwen2 (q/k/v biases), untied head, MHA-free GQA 8/4, 4 layers.
+/// Qwen2 (q/k/v biases), untied head, GQA 8/4, 4 layers.
 fn tiny_qwen() -> ModelConfig {
     let mut c = preset("qwen2.5-coder-1.5b").expect("preset");
     (c.name, c.vocab_size, c.hidden_size, c.intermediate_size, c.num_layers) = ("tiny-qwen".into(), 50, 48, 64, 4);
@@ -61,8 +62,6 @@ fn rel(a: &[Vec<f32>], b: &[Vec<f32>]) -> f64 {
     }
     (num / den).sqrt()
 }
-
-use crate::weights::Weights;
 
 #[test]
 fn standard_tp_at_1_2_4_8_equals_the_unsharded_reference() {
@@ -135,6 +134,9 @@ fn schedule_follows_gpu_md_for_dtp_2b() {
     assert_eq!(s.sent_layers(), 2..13);
     let none = DtpSchedule::new(&DtpConfig { early_layers: EarlyLayers::None, ..dtp_preset("dtp-2b").unwrap() }, &c, 4).unwrap();
     assert_eq!(none.combine(1), Combine::LaneLocal { scale: 2.0 });
+    let defines: Vec<(&str, String)> = none.kernel_defines();
+    let want = [("DTP_LANES", "4"), ("DTP_DELAY", "2"), ("DTP_EARLY_NONE", "1"), ("DTP_LANE_SCALE", "2.0f")];
+    assert_eq!(defines, want.map(|(k, v)| (k, v.to_string())));
     let standard = DtpSchedule::standard(&c, 2).unwrap();
     assert!((0..15).all(|n| standard.combine(n) == Combine::Delayed { received: Some(n), send: true }));
 }
@@ -265,4 +267,23 @@ fn read_model_dtp_reads_a_hf_directory() {
     assert_eq!(got.unwrap(), Some(DtpConfig { lanes: Lanes::RunTime, delay: 1, early_layers: EarlyLayers::Present }));
     assert_eq!(plain.unwrap(), None);
     assert!(read_model_dtp(std::path::Path::new("/nonexistent/model.gguf")).is_err());
+}
+
+#[test]
+fn benchmark_shapes_of_issue_9_shard_over_8_gpus() {
+    // Issue 9 runs these at TP 1, 2, 4, 8; qwen2.5-coder-1.5b's 12 heads stop at 4.
+    for name in ["llama-3.2-1b", "smollm2-1.7b", "dtp-2b"] {
+        let c = preset(name).unwrap();
+        for degree in [1, 2, 4, 8] {
+            let p = ShardPlan::new(&c, degree).unwrap_or_else(|e| panic!("{name} at {degree}: {e}"));
+            assert_eq!(p.lanes.iter().map(|l| l.q_heads.len()).sum::<usize>(), c.num_heads);
+            assert_eq!(p.lanes.iter().map(|l| l.vocab.len()).sum::<usize>(), c.vocab_size);
+        }
+    }
+    let q = preset("qwen2.5-coder-1.5b").unwrap();
+    assert!(ShardPlan::new(&q, 4).is_ok());
+    assert!(ShardPlan::new(&q, 8).unwrap_err().to_string().contains("12 query heads"));
+    // llama-3.2-1b at 8: one KV head per lane; dtp-2b at 8: two.
+    assert!(ShardPlan::new(&preset("llama-3.2-1b").unwrap(), 8).unwrap().lanes.iter().all(|l| l.kv_heads.len() == 1));
+    assert!(ShardPlan::new(&preset("dtp-2b").unwrap(), 8).unwrap().lanes.iter().all(|l| l.kv_heads.len() == 2));
 }
