@@ -25,6 +25,9 @@ use peregrine_engine::synthetic::{dtp_preset, preset, synthetic_weights};
 use peregrine_engine::weights::{LayerRole, WeightRole, Weights};
 use peregrine_engine::{Error, Result};
 
+/// Every position's logits of one token sequence.
+type Scorer = Box<dyn Fn(&[u32]) -> Result<Vec<Vec<f32>>>>;
+
 /// Seed of the synthetic weights unless --seed says otherwise (the bench's).
 const DEFAULT_SEED: u64 = 1234;
 
@@ -201,7 +204,7 @@ fn score(args: &[String]) -> Result<()> {
     };
     // One scorer per mode; each returns every position's logits of one sequence.
     let mut described = serde_json::json!({ "mode": mode, "lanes": lanes });
-    let scorer: Box<dyn Fn(&[u32]) -> Result<Vec<Vec<f32>>>> = match mode {
+    let scorer: Scorer = match mode {
         "unsharded" => {
             let m = ReferenceModel::new(&config, &weights)?;
             let cap = config.max_context;
