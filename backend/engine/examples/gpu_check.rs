@@ -1,9 +1,11 @@
 //! GPU engine check and benchmark in one binary (the GPU host has no Rust: build
 //! here, carry it there). `gpu_check all` runs correctness against the CPU float32
 //! reference on synthetic random-weight models, then times decode on the benchmark
-//! shapes; `gpu_check precompile` fills the cubin cache without a GPU.
+//! shapes; `gpu_check prefill` compares the batched prefill with the per-token prompt
+//! path (first-step logits and greedy tokens); `gpu_check precompile` fills the cubin
+//! cache without a GPU.
 //!
-//! Usage: gpu_check [all|correctness|bench|sanitize|precompile] [--quick]
+//! Usage: gpu_check [all|correctness|bench|sanitize|prefill|precompile] [--quick]
 //!        [--shapes a,b] [--runs N] [--prompt N] [--gen N] [--variants v1,v2,...]
 
 #[cfg(feature = "cuda")]
@@ -414,6 +416,73 @@ mod imp {
         Ok(())
     }
 
+    /// Batched prefill vs the per-token path on one runtime: the first generated step's
+    /// logits and `PREFILL_GEN` greedy tokens (with the per-step logits while they agree).
+    fn prefill_case(rt: &mut CudaRuntime, label: &str, prompt: &[u32], v: &mut Verdict) -> Result<()> {
+        const PREFILL_GEN: usize = 20;
+        let greedy = SamplingParams::default();
+        let base = rt.options().clone();
+        let run = |rt: &mut CudaRuntime, batched: bool| -> Result<(Vec<u32>, Vec<Vec<f32>>, usize, Option<f64>)> {
+            rt.set_options(KernelOptions { batched_prefill: batched, ..base.clone() })?;
+            rt.set_debug_logits(true);
+            let (out, _) = collect(rt, prompt, PREFILL_GEN, &greedy, &[], 0)?;
+            rt.set_debug_logits(false);
+            Ok((ids(&out), rt.debug_logits().to_vec(), rt.last_run().prefill_positions, rt.last_run().prefill_gpu_ms))
+        };
+        let (ids_b, lg_b, pos_b, gpu_ms) = run(rt, true)?;
+        let (ids_t, lg_t, pos_t, _) = run(rt, false)?;
+        rt.set_options(base)?;
+        let same = ids_b.iter().zip(&ids_t).take_while(|(a, b)| a == b).count();
+        let first_err = match (lg_b.first(), lg_t.first()) {
+            (Some(b), Some(t)) => rel_err(b, t),
+            _ => f64::INFINITY,
+        };
+        let step_err = (0..same.min(lg_b.len()).min(lg_t.len())).map(|t| rel_err(&lg_b[t], &lg_t[t])).fold(0.0, f64::max);
+        let margin = lg_t.get(same).map(|l| {
+            let top = top_k_indices(l, 2);
+            top[0].1 - top[1].1
+        });
+        v.check(
+            pos_b + 1 == prompt.len() && pos_t == 0 && first_err < MAX_REL_ERR && step_err < MAX_REL_ERR && same >= 16,
+            format!(
+                "{label}: {}-token prompt, batched prefill ({pos_b} positions, {:.3} ms GPU) vs token by token: first-step logits rel err {first_err:.2e}, per-step max {step_err:.2e} over {same} agreeing greedy tokens of {PREFILL_GEN}{}",
+                prompt.len(),
+                gpu_ms.unwrap_or(f64::NAN),
+                margin.map_or(String::new(), |m| format!(" (token-path top-2 margin at the first difference {m:.2e})"))
+            ),
+        );
+        Ok(())
+    }
+
+    /// `gpu_check prefill`: tiny shapes (one chunk and several chunks) and the
+    /// benchmark shapes, synthetic weights.
+    fn prefill_check(quick: bool) -> Result<Verdict> {
+        let mut v = Verdict::default();
+        let mut configs = tiny_shapes();
+        for s in ["smollm2-135m", "llama-3.2-1b", "qwen2.5-coder-1.5b", "smollm2-1.7b"] {
+            configs.push(preset(s).expect("preset"));
+        }
+        for config in configs {
+            println!("== prefill: {}", config.name);
+            let w = synthetic_weights(&config, WEIGHT_SEED);
+            let tiny = config.parameter_count() < 100_000_000;
+            let mut rng = Rng(0xBA7C4 ^ config.hidden_size as u64);
+            let mut rt = CudaRuntime::new(&config, &w, 0)?;
+            println!("  {}", rt.describe());
+            let n = if quick { 64 } else { 300 };
+            prefill_case(&mut rt, &config.name, &rng.tokens(n, config.vocab_size), &mut v)?;
+            prefill_case(&mut rt, &format!("{} 2-token prompt", config.name), &rng.tokens(2, config.vocab_size), &mut v)?;
+            if tiny {
+                drop(rt);
+                // Several chunks: later chunks attend to earlier chunks' cache rows.
+                let opts = KernelOptions { prefill_chunk: 48, ..KernelOptions::default() };
+                let mut rt = CudaRuntime::with_options(&config, &w, 0, opts)?;
+                prefill_case(&mut rt, &format!("{} 48-row chunks", config.name), &rng.tokens(173, config.vocab_size), &mut v)?;
+            }
+        }
+        Ok(v)
+    }
+
     fn race_check(config: &ModelConfig, weights: &Weights, n: usize, v: &mut Verdict) -> Result<()> {
         println!("== race check: {} ({n} greedy tokens, chaos delays vs none)", config.name);
         let mut rt = CudaRuntime::new(config, weights, 0)?;
@@ -565,15 +634,29 @@ mod imp {
         }
         let mut v = Verdict::default();
         if args.mode == "sanitize" {
-            // Small and short: compute-sanitizer slows every access down.
+            // Small and short: compute-sanitizer slows every access down. The prompt spans
+            // three 16-row prefill chunks and two attention key tiles.
             let c = &tiny_shapes()[0];
             let w = synthetic_weights(c, WEIGHT_SEED);
-            let mut rt = CudaRuntime::new(c, &w, 0)?;
-            let prompt = Rng(5).tokens(6, c.vocab_size);
+            let mut rt = CudaRuntime::with_options(c, &w, 0, KernelOptions { prefill_chunk: 16, ..KernelOptions::default() })?;
+            println!("{}", rt.describe());
+            let prompt = Rng(5).tokens(40, c.vocab_size);
             let sp = SamplingParams { temperature: 0.8, top_k: 20, top_p: 0.9, min_p: 0.02, repetition_penalty: 1.1, seed: 1 };
             let (out, end) = collect(&mut rt, &prompt, 8, &sp, &[], 4)?;
             let scores = rt.score(&prompt)?;
             println!("sanitize run: {} tokens, end {end:?}, {} scored positions", out.len(), scores.len());
+            return Ok(());
+        }
+        if args.mode == "prefill" {
+            let p = prefill_check(args.quick)?;
+            println!("\n==== summary ====");
+            for l in &p.lines {
+                println!("{l}");
+            }
+            println!("{} checks failed", p.failures.len());
+            if !p.failures.is_empty() {
+                std::process::exit(3);
+            }
             return Ok(());
         }
         let bw = cuda::measure_copy_bandwidth(0, 1 << 30, 10)?;

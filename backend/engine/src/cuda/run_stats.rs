@@ -12,9 +12,14 @@ pub struct RunStats {
     pub published: usize,
     /// GPU global-timer stamp (ns) of each published token.
     pub token_times_ns: Vec<u64>,
-    /// Host clock: launch to the first token seen, and launch to the kernel's end.
+    /// Host clock: start of the run (before the batched prefill is enqueued) to the
+    /// first token seen, and to the kernel's end.
     pub first_token: Option<Duration>,
     pub total: Duration,
+    /// Prompt positions run by the batched prefill before the persistent kernel (0: the
+    /// kernel ran every prompt token), and their GPU time (CUDA events).
+    pub prefill_positions: usize,
+    pub prefill_gpu_ms: Option<f64>,
 }
 
 impl RunStats {
