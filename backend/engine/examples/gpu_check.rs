@@ -422,7 +422,9 @@ mod imp {
         const PREFILL_GEN: usize = 20;
         let greedy = SamplingParams::default();
         let base = rt.options().clone();
-        let run = |rt: &mut CudaRuntime, batched: bool| -> Result<(Vec<u32>, Vec<Vec<f32>>, usize, Option<f64>)> {
+        // Greedy ids, per-step logits, prefill positions and prefill GPU ms of one run.
+        type Run = (Vec<u32>, Vec<Vec<f32>>, usize, Option<f64>);
+        let run = |rt: &mut CudaRuntime, batched: bool| -> Result<Run> {
             rt.set_options(KernelOptions { batched_prefill: batched, ..base.clone() })?;
             rt.set_debug_logits(true);
             let (out, _) = collect(rt, prompt, PREFILL_GEN, &greedy, &[], 0)?;
@@ -437,18 +439,30 @@ mod imp {
             (Some(b), Some(t)) => rel_err(b, t),
             _ => f64::INFINITY,
         };
-        let step_err = (0..same.min(lg_b.len()).min(lg_t.len())).map(|t| rel_err(&lg_b[t], &lg_t[t])).fold(0.0, f64::max);
-        let margin = lg_t.get(same).map(|l| {
-            let top = top_k_indices(l, 2);
-            top[0].1 - top[1].1
+        // Per-step logits while the two runs feed the same tokens (the first differing
+        // step included: both still saw the same inputs there).
+        let compared = (same + 1).min(PREFILL_GEN).min(lg_b.len()).min(lg_t.len());
+        let step_err = (0..compared).map(|t| rel_err(&lg_b[t], &lg_t[t])).fold(0.0, f64::max);
+        // A greedy difference is explained when it is a near-tie the measured logit
+        // difference can flip: the token path's margin between the two picks is at most
+        // twice the largest |Δ logit| between the paths at that step.
+        let flip = (same < PREFILL_GEN).then(|| {
+            let (b, t) = (&lg_b[same], &lg_t[same]);
+            let margin = t[ids_t[same] as usize] - t[ids_b[same] as usize];
+            let max_diff = b.iter().zip(t).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+            (margin, max_diff, margin <= 2.0 * max_diff)
         });
+        let tokens_ok = flip.is_none_or(|f| f.2);
         v.check(
-            pos_b + 1 == prompt.len() && pos_t == 0 && first_err < MAX_REL_ERR && step_err < MAX_REL_ERR && same >= 16,
+            pos_b + 1 == prompt.len() && pos_t == 0 && first_err < MAX_REL_ERR && step_err < MAX_REL_ERR && tokens_ok,
             format!(
-                "{label}: {}-token prompt, batched prefill ({pos_b} positions, {:.3} ms GPU) vs token by token: first-step logits rel err {first_err:.2e}, per-step max {step_err:.2e} over {same} agreeing greedy tokens of {PREFILL_GEN}{}",
+                "{label}: {}-token prompt, batched prefill ({pos_b} positions, {:.3} ms GPU, first run) vs token by token: first-step logits rel err {first_err:.2e}, per-step max {step_err:.2e}; greedy tokens agree {same}/{PREFILL_GEN}{}",
                 prompt.len(),
                 gpu_ms.unwrap_or(f64::NAN),
-                margin.map_or(String::new(), |m| format!(" (token-path top-2 margin at the first difference {m:.2e})"))
+                flip.map_or(String::new(), |(m, d, ok)| format!(
+                    ", then a near-tie: token-path margin {m:.2e} vs max |Δ logit| {d:.2e} ({})",
+                    if ok { "explained" } else { "NOT explained" }
+                ))
             ),
         );
         Ok(())

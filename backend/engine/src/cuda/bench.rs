@@ -242,7 +242,7 @@ pub fn bench_shape(config: &ModelConfig, weights: &Weights, ordinal: usize, plan
     }
     let long_prompt = bench_tokens(plan.ttft_prompt_tokens, config.vocab_size, PROMPT_SEED ^ 1);
     let default_options = rt.options().clone();
-    let (ttft_ms, prefill_gpu_ms, first_default) = ttft(&mut rt, &long_prompt, plan.runs)?;
+    let batched = ttft(&mut rt, &long_prompt, plan.runs)?;
     let prefill_split = if rt.batched_prefill() {
         rt.set_prefill_profile(true);
         ttft(&mut rt, &long_prompt, 1)?;
@@ -252,10 +252,8 @@ pub fn bench_shape(config: &ModelConfig, weights: &Weights, ordinal: usize, plan
         None
     };
     rt.set_options(KernelOptions { batched_prefill: false, ..default_options.clone() })?;
-    let (ttft_tokens_ms, _, first_tokens) = ttft(&mut rt, &long_prompt, plan.runs)?;
+    let tokens = ttft(&mut rt, &long_prompt, plan.runs)?;
     rt.set_options(default_options)?;
-    let prefill_rel_err = rel_err(&first_default.1, &first_tokens.1);
-    let prefill_same_token = first_default.0 == first_tokens.0;
     let bytes_per_token = rt.streamed_bytes_per_token();
     let decode_tok_s = median(&decode_runs);
     let bound_tok_s = bandwidth / bytes_per_token.max(1) as f64;
@@ -267,12 +265,12 @@ pub fn bench_shape(config: &ModelConfig, weights: &Weights, ordinal: usize, plan
         us_per_token: 1e6 / decode_tok_s,
         bound_tok_s,
         pct_of_bound: 100.0 * decode_tok_s / bound_tok_s,
-        ttft_ms,
-        ttft_tokens_ms,
-        prefill_gpu_ms,
+        ttft_ms: batched.ttft_ms,
+        ttft_tokens_ms: tokens.ttft_ms,
+        prefill_gpu_ms: batched.prefill_gpu_ms,
         prefill_split,
-        prefill_rel_err,
-        prefill_same_token,
+        prefill_rel_err: rel_err(&batched.logits, &tokens.logits),
+        prefill_same_token: batched.first == tokens.first,
         decode_runs,
         tokens_match,
         verification,
@@ -280,9 +278,19 @@ pub fn bench_shape(config: &ModelConfig, weights: &Weights, ordinal: usize, plan
     })
 }
 
-/// TTFT of `prompt` over `runs` runs (median, ms), the prefill's median GPU time, and
-/// the first token with its logits (from one more run with debug logits kept).
-fn ttft(rt: &mut CudaRuntime, prompt: &[u32], runs: usize) -> Result<(f64, Option<f64>, (u32, Vec<f32>))> {
+/// Time to first token of one prompt with the runtime's current options.
+struct Ttft {
+    /// Median over the timed runs, ms.
+    ttft_ms: f64,
+    /// The batched prefill's median GPU time, when it ran.
+    prefill_gpu_ms: Option<f64>,
+    /// First token and its logits (one more run, debug logits kept).
+    first: u32,
+    logits: Vec<f32>,
+}
+
+/// [`Ttft`] of `prompt` over `runs` runs.
+fn ttft(rt: &mut CudaRuntime, prompt: &[u32], runs: usize) -> Result<Ttft> {
     let sampling = SamplingParams::default();
     let job = DecodeJob { prompt, max_tokens: 1, sampling: &sampling, stop_tokens: &[], top_logprobs: 0 };
     let mut ttfts = Vec::with_capacity(runs);
@@ -308,7 +316,7 @@ fn ttft(rt: &mut CudaRuntime, prompt: &[u32], runs: usize) -> Result<(f64, Optio
     let logits = rt.debug_logits().first().cloned().unwrap_or_default();
     rt.set_debug_logits(false);
     run?;
-    Ok((median(&ttfts), (!gpu.is_empty()).then(|| median(&gpu)), (id, logits)))
+    Ok(Ttft { ttft_ms: median(&ttfts), prefill_gpu_ms: (!gpu.is_empty()).then(|| median(&gpu)), first: id, logits })
 }
 
 #[cfg(test)]

@@ -105,6 +105,7 @@ impl Blas {
     ///
     /// # Safety
     /// The pointers must address live device buffers of at least the sizes above.
+    #[allow(clippy::too_many_arguments)] // cuBLAS's own argument list, named
     pub unsafe fn gemm_bf16(&self, w: u64, a: u64, c: u64, rows: usize, n: usize, k: usize, beta: f32) -> Result<()> {
         let dim = |v: usize| i32::try_from(v).map_err(|_| Error::Cuda(format!("GEMM dimension {v} exceeds i32")));
         let (m, nn, kk) = (dim(n)?, dim(rows)?, dim(k)?);

@@ -138,7 +138,8 @@ impl Prefill {
         let ptr = |s: &CudaSlice<f32>| s.device_ptr(stream).0;
         let (x, qkv, gu) = (ptr(&self.x), ptr(&self.qkv), ptr(&self.gu));
         let a = self.a.device_ptr(stream).0;
-        let rows_cfg = |rows: usize| LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (PREFILL_ROW_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let rows_cfg =
+            |rows: usize| LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (PREFILL_ROW_THREADS, 1, 1), shared_mem_bytes: 0 };
         let mut timed = |op: PrefillOp, run: &mut dyn FnMut() -> Result<()>| -> Result<()> {
             let Some(events) = profile.as_deref_mut() else { return run() };
             let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
@@ -174,7 +175,9 @@ impl Prefill {
             })?;
             for (l, lw) in w.layers.iter().enumerate() {
                 let kc = kv + l as u64 * layer_kv_bytes;
-                timed(PrefillOp::Rows, &mut || launch(&self.rmsnorm, rows_cfg(rows), &[x, lw[LayerSlot::AttnNorm.index()], a], "prefill rmsnorm"))?;
+                timed(PrefillOp::Rows, &mut || {
+                    launch(&self.rmsnorm, rows_cfg(rows), &[x, lw[LayerSlot::AttnNorm.index()], a], "prefill rmsnorm")
+                })?;
                 timed(PrefillOp::Gemm, &mut || gemm(lw[LayerSlot::Wqkv.index()], a, qkv, rows, qd + 2 * kvd, d, 0.0))?;
                 timed(PrefillOp::Rows, &mut || {
                     let mut b = stream.launch_builder(&self.qkv_rope);
@@ -197,7 +200,9 @@ impl Prefill {
                     unsafe { b.launch(cfg) }.map(|_| ()).map_err(cuda_err("prefill attention"))
                 })?;
                 timed(PrefillOp::Gemm, &mut || gemm(lw[LayerSlot::Wo.index()], a, x, rows, d, qd, 1.0))?;
-                timed(PrefillOp::Rows, &mut || launch(&self.rmsnorm, rows_cfg(rows), &[x, lw[LayerSlot::FfnNorm.index()], a], "prefill rmsnorm"))?;
+                timed(PrefillOp::Rows, &mut || {
+                    launch(&self.rmsnorm, rows_cfg(rows), &[x, lw[LayerSlot::FfnNorm.index()], a], "prefill rmsnorm")
+                })?;
                 timed(PrefillOp::Gemm, &mut || gemm(lw[LayerSlot::WgateUp.index()], a, gu, rows, 2 * f, d, 0.0))?;
                 timed(PrefillOp::Rows, &mut || {
                     let total = (rows * f) as u32;
