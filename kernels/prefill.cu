@@ -15,7 +15,6 @@
 #include "ops/swiglu.cuh"
 
 constexpr int D = PG_D;
-constexpr int F = PG_F;
 constexpr int NH = PG_NH;
 constexpr int NKV = PG_NKV;
 constexpr int HD = PG_HD;
@@ -232,5 +231,185 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
     }
   }
 }
+
+// ---- causal attention on the tensor cores (FlashAttention-2 layout) -------------
+
+#if PG_PF_MMA
+/// Each warp owns 16 queries; S = Q·Kᵀ and O += P·V are mma.sync m16n8k16 bf16 tiles
+/// with f32 accumulators, the online softmax runs on the S accumulators in registers
+/// (the C layout of S is the A layout of P), keys come in tiles of MKT through shared
+/// memory: K row-major, V transposed, rows padded by 8 halves so fragment loads hit 32
+/// distinct banks. q and p are rounded to bf16 for the MMAs (K and V already are).
+constexpr int MKT = PG_PF_MMA_KT;
+constexpr int MWARPS = ATTN_THREADS / WARP_SIZE;
+constexpr int MQB = 16 * MWARPS;
+constexpr int KROW = HD + 8;   // halves per K row in shared memory
+constexpr int VROW = MKT + 8;  // halves per transposed V row
+constexpr int KSTEPS = HD / 16;
+constexpr int DTILES = HD / 8;
+constexpr int STILES = MKT / 8;
+static_assert(HD % 16 == 0 && MKT % 16 == 0, "mma attention needs head_dim and key tile multiples of 16");
+
+__device__ __forceinline__ u32 pack_bf16(float lo, float hi) { return (u32)f32_to_bf16(lo) | ((u32)f32_to_bf16(hi) << 16); }
+
+__device__ __forceinline__ void mma_bf16(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/// pg_pf_attention's contract on the tensor cores. Grid (ceil(n / MQB), NH).
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
+    pg_pf_attention_mma(const float* qkv, const bf16_t* kc, bf16_t* out, u32 c0, u32 n) {
+  __shared__ __align__(16) bf16_t k_s[MKT * KROW];
+  __shared__ __align__(16) bf16_t vt_s[HD * VROW];
+  const int h = blockIdx.y, grp = h / GROUP;
+  const int qb = gridDim.x - 1 - blockIdx.x;
+  const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+  const int g = lane / 4, t = lane % 4;  // fragment row group and column pair
+  const int kend = (int)c0 + min((qb + 1) * MQB, (int)n);
+  const int w0 = qb * MQB + warp * 16;  // the warp's first query row
+  const int ra = min(w0 + g, (int)n - 1), rb = min(w0 + g + 8, (int)n - 1);
+  const int pos_a = (int)c0 + ra, pos_b = (int)c0 + rb;
+  const int pos_lo = (int)c0 + min(w0, (int)n - 1), pos_hi = (int)c0 + min(w0 + 15, (int)n - 1);
+  const bf16_t* kg = kc + (size_t)grp * KV_CAP * HD;
+  const bf16_t* vg = kc + ((size_t)NKV + grp) * KV_CAP * HD;
+
+  // Q fragments (A operand, 16 queries × HD), pre-scaled into the log2 domain.
+  const float qscale = 1.4426950408889634f / sqrtf((float)HD);
+  u32 qf[KSTEPS][4];
+  {
+    const float* qa = qkv + (size_t)ra * QKV + h * HD;
+    const float* qbr = qkv + (size_t)rb * QKV + h * HD;
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; ++kk) {
+      const int d = kk * 16 + 2 * t;
+      const float2 x0 = *reinterpret_cast<const float2*>(qa + d);
+      const float2 x1 = *reinterpret_cast<const float2*>(qbr + d);
+      const float2 x2 = *reinterpret_cast<const float2*>(qa + d + 8);
+      const float2 x3 = *reinterpret_cast<const float2*>(qbr + d + 8);
+      qf[kk][0] = pack_bf16(x0.x * qscale, x0.y * qscale);
+      qf[kk][1] = pack_bf16(x1.x * qscale, x1.y * qscale);
+      qf[kk][2] = pack_bf16(x2.x * qscale, x2.y * qscale);
+      qf[kk][3] = pack_bf16(x3.x * qscale, x3.y * qscale);
+    }
+  }
+  float o[DTILES][4];
+#pragma unroll
+  for (int d = 0; d < DTILES; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
+  // Softmax state of rows g (a) and g + 8 (b); l is this thread's partial row sum.
+  float m_a = NEG_INF, m_b = NEG_INF, l_a = 0.f, l_b = 0.f;
+
+  constexpr int WORDS = MKT * HD / 8;  // 16-byte words per tile of K (or V)
+  for (int t0 = 0; t0 < kend; t0 += MKT) {
+    __syncthreads();
+    for (int w = threadIdx.x; w < WORDS; w += ATTN_THREADS) {
+      const int key = w / (HD / 8), d8 = (w % (HD / 8)) * 8;
+      uint4 kw = make_uint4(0, 0, 0, 0), vw = make_uint4(0, 0, 0, 0);
+      if (t0 + key < kend) {  // rows past the block's last query stay zero (never NaN)
+        kw = *reinterpret_cast<const uint4*>(kg + (size_t)(t0 + key) * HD + d8);
+        vw = *reinterpret_cast<const uint4*>(vg + (size_t)(t0 + key) * HD + d8);
+      }
+      *reinterpret_cast<uint4*>(k_s + key * KROW + d8) = kw;
+      const u32 vv[4] = {vw.x, vw.y, vw.z, vw.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        vt_s[(d8 + 2 * e) * VROW + key] = (bf16_t)(vv[e] & 0xffffu);
+        vt_s[(d8 + 2 * e + 1) * VROW + key] = (bf16_t)(vv[e] >> 16);
+      }
+    }
+    __syncthreads();
+    if (t0 > pos_hi) continue;  // warp-uniform: every key of this tile is in the future
+
+    float sc[STILES][4];
+#pragma unroll
+    for (int j = 0; j < STILES; ++j) {
+      sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+      const bf16_t* kr = k_s + (j * 8 + g) * KROW + 2 * t;
+#pragma unroll
+      for (int kk = 0; kk < KSTEPS; ++kk) {
+        const u32 b0 = *reinterpret_cast<const u32*>(kr + kk * 16);
+        const u32 b1 = *reinterpret_cast<const u32*>(kr + kk * 16 + 8);
+        mma_bf16(sc[j], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b0, b1);
+      }
+    }
+    if (t0 + MKT - 1 > pos_lo) {  // the diagonal: mask future keys
+#pragma unroll
+      for (int j = 0; j < STILES; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = t0 + j * 8 + 2 * t + e;
+          if (key > pos_a) sc[j][e] = NEG_INF;
+          if (key > pos_b) sc[j][2 + e] = NEG_INF;
+        }
+      }
+    }
+    float mx_a = m_a, mx_b = m_b;
+#pragma unroll
+    for (int j = 0; j < STILES; ++j) {
+      mx_a = fmaxf(mx_a, fmaxf(sc[j][0], sc[j][1]));
+      mx_b = fmaxf(mx_b, fmaxf(sc[j][2], sc[j][3]));
+    }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(FULL_MASK, mx_a, off));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(FULL_MASK, mx_b, off));
+    }
+    // A row with no visible key yet keeps max -inf: use 0 as the exponent base so
+    // exp2 gives 0 (not NaN) for its masked scores.
+    const float base_a = mx_a == NEG_INF ? 0.f : mx_a, base_b = mx_b == NEG_INF ? 0.f : mx_b;
+    const float corr_a = exp2f(m_a - base_a), corr_b = exp2f(m_b - base_b);
+    m_a = mx_a;
+    m_b = mx_b;
+    l_a *= corr_a;
+    l_b *= corr_b;
+#pragma unroll
+    for (int d = 0; d < DTILES; ++d) {
+      o[d][0] *= corr_a;
+      o[d][1] *= corr_a;
+      o[d][2] *= corr_b;
+      o[d][3] *= corr_b;
+    }
+#pragma unroll
+    for (int j = 0; j < STILES; ++j) {
+      sc[j][0] = exp2f(sc[j][0] - base_a);
+      sc[j][1] = exp2f(sc[j][1] - base_a);
+      sc[j][2] = exp2f(sc[j][2] - base_b);
+      sc[j][3] = exp2f(sc[j][3] - base_b);
+      l_a += sc[j][0] + sc[j][1];
+      l_b += sc[j][2] + sc[j][3];
+    }
+#pragma unroll
+    for (int jj = 0; jj < MKT / 16; ++jj) {
+      const u32 a0 = pack_bf16(sc[2 * jj][0], sc[2 * jj][1]);
+      const u32 a1 = pack_bf16(sc[2 * jj][2], sc[2 * jj][3]);
+      const u32 a2 = pack_bf16(sc[2 * jj + 1][0], sc[2 * jj + 1][1]);
+      const u32 a3 = pack_bf16(sc[2 * jj + 1][2], sc[2 * jj + 1][3]);
+#pragma unroll
+      for (int d = 0; d < DTILES; ++d) {
+        const bf16_t* vr = vt_s + (d * 8 + g) * VROW + jj * 16 + 2 * t;
+        const u32 b0 = *reinterpret_cast<const u32*>(vr);
+        const u32 b1 = *reinterpret_cast<const u32*>(vr + 8);
+        mma_bf16(o[d], a0, a1, a2, a3, b0, b1);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    l_a += __shfl_xor_sync(FULL_MASK, l_a, off);
+    l_b += __shfl_xor_sync(FULL_MASK, l_b, off);
+  }
+  const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;  // key 0 is always visible: l > 0
+  const bool valid_a = w0 + g < (int)n, valid_b = w0 + g + 8 < (int)n;
+#pragma unroll
+  for (int d = 0; d < DTILES; ++d) {
+    const int col = h * HD + d * 8 + 2 * t;
+    if (valid_a) *reinterpret_cast<u32*>(out + (size_t)ra * QD + col) = pack_bf16(o[d][0] * inv_a, o[d][1] * inv_a);
+    if (valid_b) *reinterpret_cast<u32*>(out + (size_t)rb * QD + col) = pack_bf16(o[d][2] * inv_b, o[d][3] * inv_b);
+  }
+}
+#endif  // PG_PF_MMA
 
 #endif  // PG_D && PG_PF_TPQ

@@ -47,6 +47,8 @@ mod imp {
         mode: String,
         quick: bool,
         shapes: Vec<String>,
+        /// `--shapes` was given (`prefill` then checks only those benchmark shapes).
+        shapes_given: bool,
         runs: usize,
         prompt: usize,
         gen: usize,
@@ -58,6 +60,7 @@ mod imp {
             mode: "all".into(),
             quick: false,
             shapes: vec!["smollm2-135m".into(), "llama-3.2-1b".into()],
+            shapes_given: false,
             runs: 5,
             prompt: 32,
             gen: 256,
@@ -68,7 +71,10 @@ mod imp {
             let mut val = || it.next().unwrap_or_default();
             match x.as_str() {
                 "--quick" => a.quick = true,
-                "--shapes" => a.shapes = val().split(',').map(String::from).collect(),
+                "--shapes" => {
+                    a.shapes = val().split(',').filter(|s| !s.is_empty()).map(String::from).collect();
+                    a.shapes_given = true;
+                }
                 "--variants" => a.variants = val().split(',').map(String::from).collect(),
                 "--runs" => a.runs = val().parse().unwrap_or(5),
                 "--prompt" => a.prompt = val().parse().unwrap_or(32),
@@ -468,13 +474,13 @@ mod imp {
         Ok(())
     }
 
-    /// `gpu_check prefill`: tiny shapes (one chunk and several chunks) and the
-    /// benchmark shapes, synthetic weights.
-    fn prefill_check(quick: bool) -> Result<Verdict> {
+    /// `gpu_check prefill`: tiny shapes (one chunk and several chunks, both attention
+    /// kernels) and the benchmark shapes `presets`, synthetic weights.
+    fn prefill_check(quick: bool, presets: &[String]) -> Result<Verdict> {
         let mut v = Verdict::default();
         let mut configs = tiny_shapes();
-        for s in ["smollm2-135m", "llama-3.2-1b", "qwen2.5-coder-1.5b", "smollm2-1.7b"] {
-            configs.push(preset(s).expect("preset"));
+        for s in presets {
+            configs.push(preset(s).unwrap_or_else(|| panic!("unknown shape {s}")));
         }
         for config in configs {
             println!("== prefill: {}", config.name);
@@ -490,8 +496,11 @@ mod imp {
                 drop(rt);
                 // Several chunks: later chunks attend to earlier chunks' cache rows.
                 let opts = KernelOptions { prefill_chunk: 48, ..KernelOptions::default() };
-                let mut rt = CudaRuntime::with_options(&config, &w, 0, opts)?;
-                prefill_case(&mut rt, &format!("{} 48-row chunks", config.name), &rng.tokens(173, config.vocab_size), &mut v)?;
+                let mut rt = CudaRuntime::with_options(&config, &w, 0, opts.clone())?;
+                let prompt = rng.tokens(173, config.vocab_size);
+                prefill_case(&mut rt, &format!("{} 48-row chunks", config.name), &prompt, &mut v)?;
+                rt.set_options(KernelOptions { prefill_mma_attention: false, ..opts })?;
+                prefill_case(&mut rt, &format!("{} 48-row chunks, CUDA-core attention", config.name), &prompt, &mut v)?;
             }
         }
         Ok(v)
@@ -657,12 +666,16 @@ mod imp {
             let prompt = Rng(5).tokens(40, c.vocab_size);
             let sp = SamplingParams { temperature: 0.8, top_k: 20, top_p: 0.9, min_p: 0.02, repetition_penalty: 1.1, seed: 1 };
             let (out, end) = collect(&mut rt, &prompt, 8, &sp, &[], 4)?;
+            // The same prompt through the CUDA-core prefill attention.
+            rt.set_options(KernelOptions { prefill_chunk: 16, prefill_mma_attention: false, ..KernelOptions::default() })?;
+            collect(&mut rt, &prompt, 2, &sp, &[], 0)?;
             let scores = rt.score(&prompt)?;
             println!("sanitize run: {} tokens, end {end:?}, {} scored positions", out.len(), scores.len());
             return Ok(());
         }
         if args.mode == "prefill" {
-            let p = prefill_check(args.quick)?;
+            let all = ["smollm2-135m", "llama-3.2-1b", "qwen2.5-coder-1.5b", "smollm2-1.7b"].map(String::from);
+            let p = prefill_check(args.quick, if args.shapes_given { &args.shapes } else { &all })?;
             println!("\n==== summary ====");
             for l in &p.lines {
                 println!("{l}");

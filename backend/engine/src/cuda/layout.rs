@@ -125,8 +125,12 @@ pub const DEFAULT_PREFILL_CHUNK: usize = 1024;
 pub const PREFILL_ROW_THREADS: u32 = 256;
 /// Threads per block of the prefill's attention kernel.
 pub const PREFILL_ATTN_THREADS: u32 = 128;
-/// Lanes that split each tile's keys per query in the prefill attention.
+/// Lanes that split each tile's keys per query in the prefill attention (CUDA-core kernel).
 pub const PREFILL_KEY_SPLIT: u32 = 4;
+/// Keys per shared-memory tile of the tensor-core prefill attention.
+pub const PREFILL_MMA_KEY_TILE: u32 = 64;
+/// Queries per warp of the tensor-core prefill attention (one m16n8k16 row block).
+pub const PREFILL_MMA_WARP_QUERIES: u32 = 16;
 /// Environment variable: `tokens` runs the prompt token by token inside the persistent
 /// kernel (the pre-prefill path, kept as a cross-check); anything else, or unset, batches it.
 pub const PREFILL_ENV: &str = "PEREGRINE_PREFILL";
@@ -156,6 +160,9 @@ pub struct KernelOptions {
     pub batched_prefill: bool,
     /// Prompt positions per prefill chunk.
     pub prefill_chunk: usize,
+    /// Prefill attention on the tensor cores (mma.sync, FlashAttention-2 layout) where
+    /// the shape allows it (`PrefillShape::mma`); off: the CUDA-core kernel.
+    pub prefill_mma_attention: bool,
 }
 
 impl Default for KernelOptions {
@@ -172,6 +179,7 @@ impl Default for KernelOptions {
             ring: DEFAULT_RING,
             batched_prefill: std::env::var(PREFILL_ENV).map_or(true, |v| v != "tokens"),
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
+            prefill_mma_attention: true,
         }
     }
 }
@@ -187,6 +195,11 @@ pub struct PrefillShape {
     pub key_tile: u32,
     /// Queries per attention block.
     pub queries_per_block: u32,
+    /// The tensor-core kernel exists for this shape (head_dim a multiple of 16, ≤ 128:
+    /// its K and transposed V tiles fit 48 KB of static shared memory).
+    pub mma: bool,
+    /// Queries per block of the tensor-core kernel.
+    pub mma_queries_per_block: u32,
 }
 
 /// The prefill attention's split for `config`, or why the batched prefill cannot run
@@ -201,7 +214,14 @@ pub fn prefill_shape(config: &ModelConfig) -> std::result::Result<PrefillShape, 
     let key_lanes = PREFILL_KEY_SPLIT;
     // Two f32 tiles (K and V) of key_tile × (hd + pad) stay under 48 KB of static shared memory.
     let key_tile = if hd <= 128 { 32 } else { 16 };
-    Ok(PrefillShape { dim_lanes, key_lanes, key_tile, queries_per_block: PREFILL_ATTN_THREADS / (dim_lanes * key_lanes) })
+    Ok(PrefillShape {
+        dim_lanes,
+        key_lanes,
+        key_tile,
+        queries_per_block: PREFILL_ATTN_THREADS / (dim_lanes * key_lanes),
+        mma: hd % 16 == 0 && hd <= 128,
+        mma_queries_per_block: PREFILL_ATTN_THREADS / 32 * PREFILL_MMA_WARP_QUERIES,
+    })
 }
 
 /// `LmHead` → `LM_HEAD`.
@@ -252,6 +272,8 @@ pub fn defines(config: &ModelConfig, options: &KernelOptions) -> Vec<(String, St
         put("PF_KT", pf.key_tile.to_string());
         put("PF_ATTN_THREADS", PREFILL_ATTN_THREADS.to_string());
         put("PF_ROW_THREADS", PREFILL_ROW_THREADS.to_string());
+        put("PF_MMA", u8::from(pf.mma).to_string());
+        put("PF_MMA_KT", PREFILL_MMA_KEY_TILE.to_string());
     }
     put("MAX_TOP", MAX_TOP_LOGPROBS.to_string());
     put("RING", options.ring.to_string());
@@ -337,8 +359,9 @@ mod tests {
             assert!(d.iter().any(|(k, v)| k == "PG_PF_TPQ" && *v == pf.dim_lanes.to_string()), "{name}");
         }
         let base = crate::synthetic::preset("smollm2-135m").expect("preset");
-        for (hd, lanes) in [(64, 1), (96, 2), (128, 2), (256, 4)] {
-            assert_eq!(prefill_shape(&ModelConfig { head_dim: hd, ..base.clone() }).map(|p| p.dim_lanes), Ok(lanes), "head_dim {hd}");
+        for (hd, lanes, mma) in [(64, 1, true), (96, 2, true), (128, 2, true), (256, 4, false), (144, 4, false), (40, 1, false)] {
+            let pf = prefill_shape(&ModelConfig { head_dim: hd, ..base.clone() });
+            assert_eq!(pf.map(|p| (p.dim_lanes, p.mma)), Ok((lanes, mma)), "head_dim {hd}");
         }
         // 200 = 4 × 50: 4-float chunks do not deal evenly over 4 lanes → per-token path, no PF defines.
         let odd = ModelConfig { head_dim: 200, ..base };

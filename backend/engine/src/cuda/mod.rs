@@ -51,8 +51,8 @@ mod tests {
     }
 
     /// The batched prefill's kernels compile for every benchmark shape and for the other
-    /// head-dim splits (96 and 128 over two lanes, 256 over four), and the cubin exports
-    /// each entry point prefill.rs loads.
+    /// head-dim splits (96 and 128 over two lanes, 256 over four, without the tensor-core
+    /// attention), and the cubin exports each entry point prefill.rs loads.
     #[test]
     fn prefill_kernels_compile_with_nvrtc() {
         if let Err(e) = nvrtc::preload() {
@@ -77,9 +77,12 @@ mod tests {
             assert!(layout::prefill_shape(config).is_ok(), "{}", config.name);
             let (cubin, _) = nvrtc::cubin_of(nvrtc::PREFILL_SOURCE, "sm_90a", &layout::defines(config, &options))
                 .unwrap_or_else(|e| panic!("{}: {e}", config.name));
+            let has = |name: &str| cubin.windows(name.len()).any(|w| w == name.as_bytes());
             for name in ["pg_pf_embed", "pg_pf_rmsnorm", "pg_pf_qkv_rope", "pg_pf_attention", "pg_pf_swiglu"] {
-                assert!(cubin.windows(name.len()).any(|w| w == name.as_bytes()), "{}: cubin lacks {name}", config.name);
+                assert!(has(name), "{}: cubin lacks {name}", config.name);
             }
+            let mma = layout::prefill_shape(config).map(|p| p.mma).unwrap_or(false);
+            assert_eq!(has("pg_pf_attention_mma"), mma, "{}: tensor-core attention present iff the shape allows it", config.name);
         }
     }
 }

@@ -54,6 +54,10 @@ pub struct Prefill {
     rmsnorm: CudaFunction,
     qkv_rope: CudaFunction,
     attention: CudaFunction,
+    /// The tensor-core attention, where the shape has it.
+    attention_mma: Option<CudaFunction>,
+    /// Use `attention_mma` (option and shape both allow it).
+    use_mma: bool,
     swiglu: CudaFunction,
     shape: PrefillShape,
     config: ModelConfig,
@@ -68,8 +72,8 @@ pub struct Prefill {
     qkv: CudaSlice<f32>,
     /// gate/up GEMM output (interleaved), f32 `[chunk × 2·ffn]`.
     gu: CudaSlice<f32>,
-    /// Where cuBLAS was loaded from, and whether the cubin came from the cache.
-    pub describe: String,
+    /// Where cuBLAS was loaded from, chunking, and whether the cubin came from the cache.
+    info: String,
 }
 
 impl Prefill {
@@ -99,6 +103,8 @@ impl Prefill {
             rmsnorm: load("pg_pf_rmsnorm")?,
             qkv_rope: load("pg_pf_qkv_rope")?,
             attention: load("pg_pf_attention")?,
+            attention_mma: if shape.mma { Some(load("pg_pf_attention_mma")?) } else { None },
+            use_mma: shape.mma && options.prefill_mma_attention,
             swiglu: load("pg_pf_swiglu")?,
             shape,
             config: config.clone(),
@@ -108,12 +114,24 @@ impl Prefill {
             a: stream.alloc_zeros::<u16>(chunk * widest).map_err(cuda_err("cuMemAlloc (prefill)"))?,
             qkv: f32s(chunk * (qd + 2 * kvd))?,
             gu: f32s(chunk * 2 * c.intermediate_size)?,
-            describe: format!(
-                "batched prefill: cuBLAS from {}, {chunk}-row chunks, attention {shape:?}, kernels {}",
+            info: format!(
+                "cuBLAS from {}, {chunk}-row chunks, kernels {}",
                 blas_dir.display(),
                 if from_cache { "from cubin cache" } else { "compiled" }
             ),
         })
+    }
+
+    /// One line for logs and benchmarks.
+    pub fn describe(&self) -> String {
+        let on = if self.use_mma { "tensor cores" } else { "CUDA cores" };
+        format!("batched prefill: {}, attention on {on} ({:?})", self.info, self.shape)
+    }
+
+    /// Chooses the attention kernel (`KernelOptions::prefill_mma_attention`); the
+    /// tensor-core one only where the shape has it.
+    pub fn set_mma_attention(&mut self, on: bool) {
+        self.use_mma = on && self.attention_mma.is_some();
     }
 
     /// Enqueues prompt positions `0..n` on `stream` (tokens already on the device at
@@ -164,6 +182,7 @@ impl Prefill {
             unsafe { self.blas.gemm_bf16(wt, input, out, rows, n_out, k, beta) }
         };
         let qb = self.shape.queries_per_block as usize;
+        let mma_qb = self.shape.mma_queries_per_block as usize;
         for c0 in (0..n).step_by(self.chunk) {
             let rows = self.chunk.min(n - c0);
             timed(PrefillOp::Rows, &mut || {
@@ -187,12 +206,16 @@ impl Prefill {
                     unsafe { b.launch(rows_cfg(rows)) }.map(|_| ()).map_err(cuda_err("prefill qkv rope"))
                 })?;
                 timed(PrefillOp::Attention, &mut || {
+                    let (func, per_block) = match (&self.attention_mma, self.use_mma) {
+                        (Some(f), true) => (f, mma_qb),
+                        _ => (&self.attention, qb),
+                    };
                     let cfg = LaunchConfig {
-                        grid_dim: (rows.div_ceil(qb) as u32, c.num_heads as u32, 1),
+                        grid_dim: (rows.div_ceil(per_block) as u32, c.num_heads as u32, 1),
                         block_dim: (PREFILL_ATTN_THREADS, 1, 1),
                         shared_mem_bytes: 0,
                     };
-                    let mut b = stream.launch_builder(&self.attention);
+                    let mut b = stream.launch_builder(func);
                     let (c0u, nu) = (c0 as u32, rows as u32);
                     b.arg(&qkv).arg(&kc).arg(&a).arg(&c0u).arg(&nu);
                     // SAFETY: the cache holds positions 0..c0+rows of this layer (written above

@@ -462,6 +462,9 @@ impl CudaRuntime {
         if options.batched_prefill && self.prefill.is_none() {
             *self.prefill = load_prefill(&self.ctx, &self.stream, &self.config, &options, &self.arch, self.kv_cap)?;
         }
+        if let Some(p) = self.prefill.as_mut() {
+            p.set_mma_attention(options.prefill_mma_attention);
+        }
         self.options = options;
         Ok(())
     }
@@ -505,7 +508,7 @@ impl CudaRuntime {
     /// Device, architecture, grid and kernel facts for logs and benchmarks.
     pub fn describe(&self) -> String {
         let prefill = match (&*self.prefill, self.options.batched_prefill) {
-            (Some(p), true) => p.describe.clone(),
+            (Some(p), true) => p.describe(),
             (_, false) => "prompt token by token in the persistent kernel".to_string(),
             (None, true) => "prompt token by token (shape unsupported by the batched prefill)".to_string(),
         };
