@@ -26,7 +26,7 @@ mod stub;
 pub use stub::{compile_only, devices, measure_copy_bandwidth, CudaRuntime};
 
 pub use layout::KernelOptions;
-pub use run_stats::RunStats;
+pub use run_stats::{PrefillSplit, RunStats};
 
 #[cfg(all(test, feature = "cuda"))]
 mod tests {

@@ -14,6 +14,7 @@ use crate::config::ModelConfig;
 use crate::cuda::cublas::{self, Blas};
 use crate::cuda::layout::{self, KernelOptions, LayerSlot, PrefillShape, PREFILL_ATTN_THREADS, PREFILL_ROW_THREADS};
 use crate::cuda::nvrtc;
+use crate::cuda::run_stats::PrefillSplit;
 use crate::error::{Error, Result};
 
 fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> Error + '_ {
@@ -29,14 +30,6 @@ pub enum PrefillOp {
     Attention,
     /// Embedding, RMSNorm, bias + RoPE + KV write, SwiGLU.
     Rows,
-}
-
-/// GPU milliseconds of the last profiled prefill, by kind.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PrefillSplit {
-    pub gemm_ms: f64,
-    pub attention_ms: f64,
-    pub rows_ms: f64,
 }
 
 /// Device pointers of the weights the prefill reads.
