@@ -153,11 +153,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
 
   const u32 G = gridDim.x;
   const u32 steps = score ? n_prompt : n_prompt + max_tokens - 1;
+  // Steps before `start` were run by the batched prefill (prefill.cu): their KV-cache
+  // rows are written; counters count this launch's steps only.
+  const u32 start = ARG_U32(START_STEP);
   u32 lm_runs = 0;        // LM-head runs finished before the current step
   u32 consumed_seen = 0;  // sampler (block 0, thread 0): host's consumed count, cached
 
-  for (u32 s = 0; s < steps; ++s) {
-    const u32 done = (s + 1) * G;  // a per-layer counter's value once step s is complete
+  for (u32 s = start; s < steps; ++s) {
+    const u32 done = (s - start + 1) * G;  // a per-layer counter's value once step s is complete
     const bool lm_here = score || s + 1 >= n_prompt;
     if (!score && s >= n_prompt) {
       // Every block waits here, work or not, so all of them see a halt.
@@ -179,10 +182,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           maybe_prefetch<D, QKV>(w);
           if (l > 0) {
             block_wait(layer_ctr(ctr, l - 1, PH_DOWN), done);
-          } else if (s > 0) {
+          } else if (s > start) {
             const bool lm_prev = score || s >= n_prompt;
             if (lm_prev) block_wait(step_ctr(ctr, CTR_LM), lm_runs * G);
-            else block_wait(layer_ctr(ctr, L - 1, PH_DOWN), s * G);
+            else block_wait(layer_ctr(ctr, L - 1, PH_DOWN), (s - start) * G);
           }
           if (l == 0) load_vec_bf16<THREADS>(vec, emb_row, D);
           else load_vec_f32<THREADS>(vec, x, D);

@@ -5,21 +5,26 @@
 #pragma once
 #include "common.cuh"
 
+/// Rotates pair `i` (0 ≤ i < HD/2) of one head `h` at position `pos`; the decode
+/// kernel (rope_smem) and the batched prefill (prefill.cu) share it.
+template <int HD>
+__device__ __forceinline__ void rope_pair(float* h, int i, int pos, const float* __restrict__ inv_freq) {
+  constexpr int HALF = HD / 2;
+  // f32 product then an accurate sincos, like the CPU reference.
+  const float angle = (float)pos * __ldg(inv_freq + i);
+  float s, c;
+  sincosf(angle, &s, &c);
+#if PG_ROPE_INTERLEAVED
+  const int a = 2 * i, b = 2 * i + 1;
+#else
+  const int a = i, b = i + HALF;
+#endif
+  const float x0 = h[a], x1 = h[b];
+  h[a] = x0 * c - x1 * s;
+  h[b] = x1 * c + x0 * s;
+}
+
 template <int THREADS, int HD>
 __device__ __forceinline__ void rope_smem(float* h, int pos, const float* __restrict__ inv_freq) {
-  constexpr int HALF = HD / 2;
-  for (int i = threadIdx.x; i < HALF; i += THREADS) {
-    // f32 product then an accurate sincos, like the CPU reference.
-    const float angle = (float)pos * __ldg(inv_freq + i);
-    float s, c;
-    sincosf(angle, &s, &c);
-#if PG_ROPE_INTERLEAVED
-    const int a = 2 * i, b = 2 * i + 1;
-#else
-    const int a = i, b = i + HALF;
-#endif
-    const float x0 = h[a], x1 = h[b];
-    h[a] = x0 * c - x1 * s;
-    h[b] = x1 * c + x0 * s;
-  }
+  for (int i = threadIdx.x; i < HD / 2; i += THREADS) rope_pair<HD>(h, i, pos, inv_freq);
 }

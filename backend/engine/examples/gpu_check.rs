@@ -1,9 +1,11 @@
 //! GPU engine check and benchmark in one binary (the GPU host has no Rust: build
 //! here, carry it there). `gpu_check all` runs correctness against the CPU float32
 //! reference on synthetic random-weight models, then times decode on the benchmark
-//! shapes; `gpu_check precompile` fills the cubin cache without a GPU.
+//! shapes; `gpu_check prefill` compares the batched prefill with the per-token prompt
+//! path (first-step logits and greedy tokens); `gpu_check precompile` fills the cubin
+//! cache without a GPU.
 //!
-//! Usage: gpu_check [all|correctness|bench|sanitize|precompile] [--quick]
+//! Usage: gpu_check [all|correctness|bench|sanitize|prefill|precompile] [--quick]
 //!        [--shapes a,b] [--runs N] [--prompt N] [--gen N] [--variants v1,v2,...]
 
 #[cfg(feature = "cuda")]
@@ -45,6 +47,8 @@ mod imp {
         mode: String,
         quick: bool,
         shapes: Vec<String>,
+        /// `--shapes` was given (`prefill` then checks only those benchmark shapes).
+        shapes_given: bool,
         runs: usize,
         prompt: usize,
         gen: usize,
@@ -56,6 +60,7 @@ mod imp {
             mode: "all".into(),
             quick: false,
             shapes: vec!["smollm2-135m".into(), "llama-3.2-1b".into()],
+            shapes_given: false,
             runs: 5,
             prompt: 32,
             gen: 256,
@@ -66,7 +71,10 @@ mod imp {
             let mut val = || it.next().unwrap_or_default();
             match x.as_str() {
                 "--quick" => a.quick = true,
-                "--shapes" => a.shapes = val().split(',').map(String::from).collect(),
+                "--shapes" => {
+                    a.shapes = val().split(',').filter(|s| !s.is_empty()).map(String::from).collect();
+                    a.shapes_given = true;
+                }
                 "--variants" => a.variants = val().split(',').map(String::from).collect(),
                 "--runs" => a.runs = val().parse().unwrap_or(5),
                 "--prompt" => a.prompt = val().parse().unwrap_or(32),
@@ -414,6 +422,90 @@ mod imp {
         Ok(())
     }
 
+    /// Batched prefill vs the per-token path on one runtime: the first generated step's
+    /// logits and `PREFILL_GEN` greedy tokens (with the per-step logits while they agree).
+    fn prefill_case(rt: &mut CudaRuntime, label: &str, prompt: &[u32], v: &mut Verdict) -> Result<()> {
+        const PREFILL_GEN: usize = 20;
+        let greedy = SamplingParams::default();
+        let base = rt.options().clone();
+        // Greedy ids, per-step logits, prefill positions and prefill GPU ms of one run.
+        type Run = (Vec<u32>, Vec<Vec<f32>>, usize, Option<f64>);
+        let run = |rt: &mut CudaRuntime, batched: bool| -> Result<Run> {
+            rt.set_options(KernelOptions { batched_prefill: batched, ..base.clone() })?;
+            rt.set_debug_logits(true);
+            let (out, _) = collect(rt, prompt, PREFILL_GEN, &greedy, &[], 0)?;
+            rt.set_debug_logits(false);
+            Ok((ids(&out), rt.debug_logits().to_vec(), rt.last_run().prefill_positions, rt.last_run().prefill_gpu_ms))
+        };
+        let (ids_b, lg_b, pos_b, gpu_ms) = run(rt, true)?;
+        let (ids_t, lg_t, pos_t, _) = run(rt, false)?;
+        rt.set_options(base)?;
+        let same = ids_b.iter().zip(&ids_t).take_while(|(a, b)| a == b).count();
+        let first_err = match (lg_b.first(), lg_t.first()) {
+            (Some(b), Some(t)) => rel_err(b, t),
+            _ => f64::INFINITY,
+        };
+        // Per-step logits while the two runs feed the same tokens (the first differing
+        // step included: both still saw the same inputs there).
+        let compared = (same + 1).min(PREFILL_GEN).min(lg_b.len()).min(lg_t.len());
+        let step_err = (0..compared).map(|t| rel_err(&lg_b[t], &lg_t[t])).fold(0.0, f64::max);
+        // A greedy difference is explained when it is a near-tie the measured logit
+        // difference can flip: the token path's margin between the two picks is at most
+        // twice the largest |Δ logit| between the paths at that step.
+        let flip = (same < PREFILL_GEN).then(|| {
+            let (b, t) = (&lg_b[same], &lg_t[same]);
+            let margin = t[ids_t[same] as usize] - t[ids_b[same] as usize];
+            let max_diff = b.iter().zip(t).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+            (margin, max_diff, margin <= 2.0 * max_diff)
+        });
+        let tokens_ok = flip.is_none_or(|f| f.2);
+        v.check(
+            pos_b + 1 == prompt.len() && pos_t == 0 && first_err < MAX_REL_ERR && step_err < MAX_REL_ERR && tokens_ok,
+            format!(
+                "{label}: {}-token prompt, batched prefill ({pos_b} positions, {:.3} ms GPU, first run) vs token by token: first-step logits rel err {first_err:.2e}, per-step max {step_err:.2e}; greedy tokens agree {same}/{PREFILL_GEN}{}",
+                prompt.len(),
+                gpu_ms.unwrap_or(f64::NAN),
+                flip.map_or(String::new(), |(m, d, ok)| format!(
+                    ", then a near-tie: token-path margin {m:.2e} vs max |Δ logit| {d:.2e} ({})",
+                    if ok { "explained" } else { "NOT explained" }
+                ))
+            ),
+        );
+        Ok(())
+    }
+
+    /// `gpu_check prefill`: tiny shapes (one chunk and several chunks, both attention
+    /// kernels) and the benchmark shapes `presets`, synthetic weights.
+    fn prefill_check(quick: bool, presets: &[String]) -> Result<Verdict> {
+        let mut v = Verdict::default();
+        let mut configs = tiny_shapes();
+        for s in presets {
+            configs.push(preset(s).unwrap_or_else(|| panic!("unknown shape {s}")));
+        }
+        for config in configs {
+            println!("== prefill: {}", config.name);
+            let w = synthetic_weights(&config, WEIGHT_SEED);
+            let tiny = config.parameter_count() < 100_000_000;
+            let mut rng = Rng(0xBA7C4 ^ config.hidden_size as u64);
+            let mut rt = CudaRuntime::new(&config, &w, 0)?;
+            println!("  {}", rt.describe());
+            let n = if quick { 64 } else { 300 };
+            prefill_case(&mut rt, &config.name, &rng.tokens(n, config.vocab_size), &mut v)?;
+            prefill_case(&mut rt, &format!("{} 2-token prompt", config.name), &rng.tokens(2, config.vocab_size), &mut v)?;
+            if tiny {
+                drop(rt);
+                // Several chunks: later chunks attend to earlier chunks' cache rows.
+                let opts = KernelOptions { prefill_chunk: 48, ..KernelOptions::default() };
+                let mut rt = CudaRuntime::with_options(&config, &w, 0, opts.clone())?;
+                let prompt = rng.tokens(173, config.vocab_size);
+                prefill_case(&mut rt, &format!("{} 48-row chunks", config.name), &prompt, &mut v)?;
+                rt.set_options(KernelOptions { prefill_mma_attention: false, ..opts })?;
+                prefill_case(&mut rt, &format!("{} 48-row chunks, CUDA-core attention", config.name), &prompt, &mut v)?;
+            }
+        }
+        Ok(v)
+    }
+
     fn race_check(config: &ModelConfig, weights: &Weights, n: usize, v: &mut Verdict) -> Result<()> {
         println!("== race check: {} ({n} greedy tokens, chaos delays vs none)", config.name);
         let mut rt = CudaRuntime::new(config, weights, 0)?;
@@ -565,15 +657,33 @@ mod imp {
         }
         let mut v = Verdict::default();
         if args.mode == "sanitize" {
-            // Small and short: compute-sanitizer slows every access down.
+            // Small and short: compute-sanitizer slows every access down. The prompt spans
+            // three 16-row prefill chunks and two attention key tiles.
             let c = &tiny_shapes()[0];
             let w = synthetic_weights(c, WEIGHT_SEED);
-            let mut rt = CudaRuntime::new(c, &w, 0)?;
-            let prompt = Rng(5).tokens(6, c.vocab_size);
+            let mut rt = CudaRuntime::with_options(c, &w, 0, KernelOptions { prefill_chunk: 16, ..KernelOptions::default() })?;
+            println!("{}", rt.describe());
+            let prompt = Rng(5).tokens(40, c.vocab_size);
             let sp = SamplingParams { temperature: 0.8, top_k: 20, top_p: 0.9, min_p: 0.02, repetition_penalty: 1.1, seed: 1 };
             let (out, end) = collect(&mut rt, &prompt, 8, &sp, &[], 4)?;
+            // The same prompt through the CUDA-core prefill attention.
+            rt.set_options(KernelOptions { prefill_chunk: 16, prefill_mma_attention: false, ..KernelOptions::default() })?;
+            collect(&mut rt, &prompt, 2, &sp, &[], 0)?;
             let scores = rt.score(&prompt)?;
             println!("sanitize run: {} tokens, end {end:?}, {} scored positions", out.len(), scores.len());
+            return Ok(());
+        }
+        if args.mode == "prefill" {
+            let all = ["smollm2-135m", "llama-3.2-1b", "qwen2.5-coder-1.5b", "smollm2-1.7b"].map(String::from);
+            let p = prefill_check(args.quick, if args.shapes_given { &args.shapes } else { &all })?;
+            println!("\n==== summary ====");
+            for l in &p.lines {
+                println!("{l}");
+            }
+            println!("{} checks failed", p.failures.len());
+            if !p.failures.is_empty() {
+                std::process::exit(3);
+            }
             return Ok(());
         }
         let bw = cuda::measure_copy_bandwidth(0, 1 << 30, 10)?;

@@ -90,7 +90,7 @@ pub fn run_blocking(args: &CudaBenchArgs, runs: usize, json: bool) -> Result<()>
             Ok(figures) => {
                 say(format!("  {}", figures.describe));
                 say(format!("  {} ({:.1}s in all)", shape_line(&figures, &plan), t0.elapsed().as_secs_f64()));
-                if !(figures.tokens_match && figures.verification.passed()) {
+                if !(figures.tokens_match && figures.verification.passed() && figures.prefill_rel_err < bench::MAX_REL_ERR) {
                     failed.push(format!("{}: correctness check failed", config.name));
                 }
                 rows.push(figures);
@@ -149,7 +149,7 @@ fn shape_line(r: &ShapeFigures, plan: &CudaBenchPlan) -> String {
     let lo = r.decode_runs.iter().cloned().fold(f64::INFINITY, f64::min);
     let hi = r.decode_runs.iter().cloned().fold(0.0, f64::max);
     format!(
-        "{:.0} tok/s (min {lo:.0}, max {hi:.0}), {:.1} µs/token, {:.1} MB/token, {:.1}% of the {:.0} tok/s bound, TTFT({}) {:.2} ms; verified run: argmax-consistent {}, vs CPU f32 reference ({} {}) rel err max {:.2e}, top-1 {}/{}; timed runs' first {CHECKED_TOKENS} tokens = verified: {}",
+        "{:.0} tok/s (min {lo:.0}, max {hi:.0}), {:.1} µs/token, {:.1} MB/token, {:.1}% of the {:.0} tok/s bound, TTFT({}) {:.2} ms ({}; token by token {:.2} ms; first-step logits batched vs token-by-token rel err {:.2e}, same first token {}); verified run: argmax-consistent {}, vs CPU f32 reference ({} {}) rel err max {:.2e}, top-1 {}/{}; timed runs' first {CHECKED_TOKENS} tokens = verified: {}",
         r.decode_tok_s,
         r.us_per_token,
         r.bytes_per_token as f64 / 1e6,
@@ -157,6 +157,10 @@ fn shape_line(r: &ShapeFigures, plan: &CudaBenchPlan) -> String {
         r.bound_tok_s,
         plan.ttft_prompt_tokens,
         r.ttft_ms,
+        prefill_detail(r),
+        r.ttft_tokens_ms,
+        r.prefill_rel_err,
+        r.prefill_same_token,
         v.argmax_consistent,
         v.reference_positions,
         v.reference_kind,
@@ -167,13 +171,26 @@ fn shape_line(r: &ShapeFigures, plan: &CudaBenchPlan) -> String {
     )
 }
 
+/// The batched prefill's GPU time and its split, or why there is none.
+fn prefill_detail(r: &ShapeFigures) -> String {
+    match (r.prefill_gpu_ms, r.prefill_split) {
+        (Some(ms), Some((g, a, o))) => {
+            format!("batched prefill {ms:.2} ms GPU; profiled: GEMMs {g:.2} ms, attention {a:.2} ms, row kernels {o:.2} ms")
+        }
+        (Some(ms), None) => format!("batched prefill {ms:.2} ms GPU"),
+        _ => "prompt token by token".to_string(),
+    }
+}
+
 fn print_table(rows: &[ShapeFigures], baseline: Option<&[BaselineFigures]>, bandwidth: f64, plan: &CudaBenchPlan) {
     println!(
         "decode: {}-token prompt, {} greedy tokens, median of {} runs · bound = {:.2} TB/s copy measured in this run / bytes per token · TTFT: {}-token prompt",
         plan.prompt_tokens, plan.gen_tokens, plan.runs, bandwidth / 1e12, plan.ttft_prompt_tokens
     );
     let with_base = baseline.is_some();
-    let mut head = "| shape | tok/s | µs/token | MB/token | % of bound | TTFT 512 (ms) | tokens = verified |".to_string();
+    let mut head =
+        "| shape | tok/s | µs/token | MB/token | % of bound | TTFT 512 (ms) | prefill GPU (ms) | TTFT 512 token by token (ms) | tokens = verified |"
+            .to_string();
     if with_base {
         head += " PyTorch CUDA graph tok/s | ratio | PyTorch prefill 512 (ms) |";
     }
@@ -182,13 +199,15 @@ fn print_table(rows: &[ShapeFigures], baseline: Option<&[BaselineFigures]>, band
     for (i, r) in rows.iter().enumerate() {
         let ok = r.tokens_match && r.verification.passed();
         let mut line = format!(
-            "| {} | {:.0} | {:.1} | {:.1} | {:.1}% | {:.1} | {} |",
+            "| {} | {:.0} | {:.1} | {:.1} | {:.1}% | {:.2} | {} | {:.1} | {} |",
             r.name,
             r.decode_tok_s,
             r.us_per_token,
             r.bytes_per_token as f64 / 1e6,
             r.pct_of_bound,
             r.ttft_ms,
+            r.prefill_gpu_ms.map_or("–".to_string(), |ms| format!("{ms:.2}")),
+            r.ttft_tokens_ms,
             if ok { "yes" } else { "NO" }
         );
         if let Some(b) = baseline.and_then(|b| b.get(i)) {
@@ -227,6 +246,11 @@ fn report_json(rows: &[ShapeFigures], baseline: Option<&[BaselineFigures]>, band
                 "bound_tok_s": r.bound_tok_s,
                 "pct_of_bound": r.pct_of_bound,
                 "ttft_ms": r.ttft_ms,
+                "ttft_tokens_ms": r.ttft_tokens_ms,
+                "prefill_gpu_ms": r.prefill_gpu_ms,
+                "prefill_split_ms": r.prefill_split.map(|(g, a, o)| json!({"gemm": g, "attention": a, "rows": o})),
+                "prefill_rel_err": r.prefill_rel_err,
+                "prefill_same_token": r.prefill_same_token,
                 "tokens_match": r.tokens_match,
                 "verification": {
                     "passed": v.passed(),

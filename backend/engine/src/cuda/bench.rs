@@ -2,7 +2,9 @@
 //! method: a verified (untimed, checked) greedy run first, then timed runs whose
 //! decode rate comes from the kernel's own per-token timestamps (median of runs),
 //! judged against the HBM bound measured in the same process, plus time to first
-//! token of a long prompt. Written against the CUDA runtime's public API only.
+//! token of a long prompt: through the batched prefill (the default) and, for
+//! comparison, token by token in the persistent kernel, with the first step's logits of
+//! the two paths compared. Written against the CUDA runtime's public API only.
 
 use std::time::Instant;
 
@@ -125,8 +127,19 @@ pub struct ShapeFigures {
     /// bandwidth / bytes_per_token, and the median's share of it.
     pub bound_tok_s: f64,
     pub pct_of_bound: f64,
-    /// Engine call → first token on the host, for the TTFT prompt (median).
+    /// Engine call → first token on the host, for the TTFT prompt (median), with the
+    /// runtime's default prompt path (the batched prefill where supported).
     pub ttft_ms: f64,
+    /// The same through the per-token path (the prompt as persistent-kernel steps).
+    pub ttft_tokens_ms: f64,
+    /// GPU time of the batched prefill itself in the TTFT runs (median), and one
+    /// profiled run's split: (GEMMs, attention, row kernels) in ms.
+    pub prefill_gpu_ms: Option<f64>,
+    pub prefill_split: Option<(f64, f64, f64)>,
+    /// First generated step's logits, batched prefill vs per-token path, on the TTFT
+    /// prompt: ‖Δ‖/‖per-token‖, and whether the greedy first tokens agree.
+    pub prefill_rel_err: f64,
+    pub prefill_same_token: bool,
     /// Every timed run produced `gen_tokens` tokens starting with the verified run's first [`CHECKED_TOKENS`].
     pub tokens_match: bool,
     pub verification: Verification,
@@ -228,18 +241,19 @@ pub fn bench_shape(config: &ModelConfig, weights: &Weights, ordinal: usize, plan
         decode_runs.push(rt.last_run().decode_tokens_per_s().unwrap_or(f64::NAN));
     }
     let long_prompt = bench_tokens(plan.ttft_prompt_tokens, config.vocab_size, PROMPT_SEED ^ 1);
-    let mut ttfts = Vec::with_capacity(plan.runs);
-    for _ in 0..plan.runs {
-        let started = Instant::now();
-        let mut first = None;
-        let sampling = SamplingParams::default();
-        let job = DecodeJob { prompt: &long_prompt, max_tokens: 1, sampling: &sampling, stop_tokens: &[], top_logprobs: 0 };
-        rt.generate(&job, &mut |_| {
-            first.get_or_insert(started.elapsed());
-            Flow::Continue
-        })?;
-        ttfts.push(first.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3));
-    }
+    let default_options = rt.options().clone();
+    let batched = ttft(&mut rt, &long_prompt, plan.runs)?;
+    let prefill_split = if rt.batched_prefill() {
+        rt.set_prefill_profile(true);
+        ttft(&mut rt, &long_prompt, 1)?;
+        rt.set_prefill_profile(false);
+        rt.last_prefill_split().map(|s| (s.gemm_ms, s.attention_ms, s.rows_ms))
+    } else {
+        None
+    };
+    rt.set_options(KernelOptions { batched_prefill: false, ..default_options.clone() })?;
+    let tokens = ttft(&mut rt, &long_prompt, plan.runs)?;
+    rt.set_options(default_options)?;
     let bytes_per_token = rt.streamed_bytes_per_token();
     let decode_tok_s = median(&decode_runs);
     let bound_tok_s = bandwidth / bytes_per_token.max(1) as f64;
@@ -251,12 +265,58 @@ pub fn bench_shape(config: &ModelConfig, weights: &Weights, ordinal: usize, plan
         us_per_token: 1e6 / decode_tok_s,
         bound_tok_s,
         pct_of_bound: 100.0 * decode_tok_s / bound_tok_s,
-        ttft_ms: median(&ttfts),
+        ttft_ms: batched.ttft_ms,
+        ttft_tokens_ms: tokens.ttft_ms,
+        prefill_gpu_ms: batched.prefill_gpu_ms,
+        prefill_split,
+        prefill_rel_err: rel_err(&batched.logits, &tokens.logits),
+        prefill_same_token: batched.first == tokens.first,
         decode_runs,
         tokens_match,
         verification,
         describe: rt.describe(),
     })
+}
+
+/// Time to first token of one prompt with the runtime's current options.
+struct Ttft {
+    /// Median over the timed runs, ms.
+    ttft_ms: f64,
+    /// The batched prefill's median GPU time, when it ran.
+    prefill_gpu_ms: Option<f64>,
+    /// First token and its logits (one more run, debug logits kept).
+    first: u32,
+    logits: Vec<f32>,
+}
+
+/// [`Ttft`] of `prompt` over `runs` runs.
+fn ttft(rt: &mut CudaRuntime, prompt: &[u32], runs: usize) -> Result<Ttft> {
+    let sampling = SamplingParams::default();
+    let job = DecodeJob { prompt, max_tokens: 1, sampling: &sampling, stop_tokens: &[], top_logprobs: 0 };
+    let mut ttfts = Vec::with_capacity(runs);
+    let mut gpu = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let started = Instant::now();
+        let mut first = None;
+        rt.generate(&job, &mut |_| {
+            first.get_or_insert(started.elapsed());
+            Flow::Continue
+        })?;
+        ttfts.push(first.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3));
+        if let Some(ms) = rt.last_run().prefill_gpu_ms {
+            gpu.push(ms);
+        }
+    }
+    rt.set_debug_logits(true);
+    let mut id = u32::MAX;
+    let run = rt.generate(&job, &mut |s: &Sampled| {
+        id = s.id;
+        Flow::Continue
+    });
+    let logits = rt.debug_logits().first().cloned().unwrap_or_default();
+    rt.set_debug_logits(false);
+    run?;
+    Ok(Ttft { ttft_ms: median(&ttfts), prefill_gpu_ms: (!gpu.is_empty()).then(|| median(&gpu)), first: id, logits })
 }
 
 #[cfg(test)]

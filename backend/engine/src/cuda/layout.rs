@@ -44,6 +44,9 @@ slots! {
         NPrompt, MaxTokens,
         /// 1: run the prompt only, LM head at every position, no sampling (scoring).
         ScoreMode,
+        /// First step the kernel runs: 0, or P-1 when the batched prefill (prefill.cu)
+        /// already wrote positions 0..P-2 into the KV cache.
+        StartStep,
         NStop, TopLogprobs, RepetitionPenalty, Temperature, TopK, TopP, MinP, Seed,
     }
 }
@@ -115,6 +118,22 @@ pub const MAX_DEVICE_STOP_TOKENS: usize = 16;
 pub const DEFAULT_ATTN_MAX_SPLITS: u32 = 16;
 /// KV-cache positions allocated when the model's context is longer.
 pub const DEFAULT_MAX_KV_POSITIONS: usize = 16_384;
+/// Prompt positions the batched prefill runs per chunk (bounds its activation buffers:
+/// ~70 MB for the ≤ 2B benchmark shapes).
+pub const DEFAULT_PREFILL_CHUNK: usize = 1024;
+/// Threads per block of the prefill's per-row kernels (embedding, RMSNorm, RoPE, SwiGLU).
+pub const PREFILL_ROW_THREADS: u32 = 256;
+/// Threads per block of the prefill's attention kernel.
+pub const PREFILL_ATTN_THREADS: u32 = 128;
+/// Lanes that split each tile's keys per query in the prefill attention (CUDA-core kernel).
+pub const PREFILL_KEY_SPLIT: u32 = 4;
+/// Keys per shared-memory tile of the tensor-core prefill attention.
+pub const PREFILL_MMA_KEY_TILE: u32 = 64;
+/// Queries per warp of the tensor-core prefill attention (one m16n8k16 row block).
+pub const PREFILL_MMA_WARP_QUERIES: u32 = 16;
+/// Environment variable: `tokens` runs the prompt token by token inside the persistent
+/// kernel (the pre-prefill path, kept as a cross-check); anything else, or unset, batches it.
+pub const PREFILL_ENV: &str = "PEREGRINE_PREFILL";
 
 /// Kernel variants and sizes chosen at load time.
 #[derive(Debug, Clone, PartialEq)]
@@ -135,6 +154,15 @@ pub struct KernelOptions {
     pub kv_positions: usize,
     /// Host ring records.
     pub ring: usize,
+    /// Run prompt positions 0..P-2 as a batch (cuBLAS GEMMs + prefill.cu) before the
+    /// persistent kernel, which then starts at P-1; off: every prompt token is a step of
+    /// the persistent kernel. Scoring always uses the per-token path.
+    pub batched_prefill: bool,
+    /// Prompt positions per prefill chunk.
+    pub prefill_chunk: usize,
+    /// Prefill attention on the tensor cores (mma.sync, FlashAttention-2 layout) where
+    /// the shape allows it (`PrefillShape::mma`); off: the CUDA-core kernel.
+    pub prefill_mma_attention: bool,
 }
 
 impl Default for KernelOptions {
@@ -149,8 +177,51 @@ impl Default for KernelOptions {
             attn_max_splits: DEFAULT_ATTN_MAX_SPLITS,
             kv_positions: DEFAULT_MAX_KV_POSITIONS,
             ring: DEFAULT_RING,
+            batched_prefill: std::env::var(PREFILL_ENV).map_or(true, |v| v != "tokens"),
+            prefill_chunk: DEFAULT_PREFILL_CHUNK,
+            prefill_mma_attention: true,
         }
     }
+}
+
+/// How the prefill attention splits one query's work over a lane group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefillShape {
+    /// Lanes splitting the head's dimensions (4-float chunks dealt round-robin).
+    pub dim_lanes: u32,
+    /// Lanes splitting each key tile.
+    pub key_lanes: u32,
+    /// Keys per shared-memory tile.
+    pub key_tile: u32,
+    /// Queries per attention block.
+    pub queries_per_block: u32,
+    /// The tensor-core kernel exists for this shape (head_dim a multiple of 16, ≤ 128:
+    /// its K and transposed V tiles fit 48 KB of static shared memory).
+    pub mma: bool,
+    /// Queries per block of the tensor-core kernel.
+    pub mma_queries_per_block: u32,
+}
+
+/// The prefill attention's split for `config`, or why the batched prefill cannot run
+/// it (the runtime then uses the per-token path).
+pub fn prefill_shape(config: &ModelConfig) -> std::result::Result<PrefillShape, String> {
+    let hd = config.head_dim as u32;
+    // Each dim lane holds ≤ 64 floats of q and of the accumulator in registers.
+    let dim_lanes = [1u32, 2, 4].into_iter().find(|&t| hd % (4 * t) == 0 && hd / t <= 64);
+    let Some(dim_lanes) = dim_lanes else {
+        return Err(format!("head_dim {hd} does not split into ≤ 4 lanes of ≤ 64 dims in 4-float chunks"));
+    };
+    let key_lanes = PREFILL_KEY_SPLIT;
+    // Two f32 tiles (K and V) of key_tile × (hd + pad) stay under 48 KB of static shared memory.
+    let key_tile = if hd <= 128 { 32 } else { 16 };
+    Ok(PrefillShape {
+        dim_lanes,
+        key_lanes,
+        key_tile,
+        queries_per_block: PREFILL_ATTN_THREADS / (dim_lanes * key_lanes),
+        mma: hd % 16 == 0 && hd <= 128,
+        mma_queries_per_block: PREFILL_ATTN_THREADS / 32 * PREFILL_MMA_WARP_QUERIES,
+    })
 }
 
 /// `LmHead` → `LM_HEAD`.
@@ -194,6 +265,15 @@ pub fn defines(config: &ModelConfig, options: &KernelOptions) -> Vec<(String, St
     put("ATTN_MAX_SPLITS", options.attn_max_splits.to_string());
     if options.chaos {
         put("CHAOS", "1".into());
+    }
+    if let Ok(pf) = prefill_shape(config) {
+        put("PF_TPQ", pf.dim_lanes.to_string());
+        put("PF_KS", pf.key_lanes.to_string());
+        put("PF_KT", pf.key_tile.to_string());
+        put("PF_ATTN_THREADS", PREFILL_ATTN_THREADS.to_string());
+        put("PF_ROW_THREADS", PREFILL_ROW_THREADS.to_string());
+        put("PF_MMA", u8::from(pf.mma).to_string());
+        put("PF_MMA_KT", PREFILL_MMA_KEY_TILE.to_string());
     }
     put("MAX_TOP", MAX_TOP_LOGPROBS.to_string());
     put("RING", options.ring.to_string());
@@ -242,6 +322,7 @@ pub fn unsupported(config: &ModelConfig, options: &KernelOptions) -> Option<Stri
         (options.rows_per_warp == 0 || options.rows_per_warp % 2 != 0, "rows_per_warp must be even".to_string()),
         (options.ring == 0, "ring must hold at least one record".to_string()),
         (options.attn_max_splits == 0, "attn_max_splits must be at least 1".to_string()),
+        (options.prefill_chunk == 0, "prefill_chunk must be at least 1".to_string()),
     ];
     checks.into_iter().find(|(bad, _)| *bad).map(|(_, m)| m)
 }
@@ -265,6 +346,34 @@ mod tests {
         assert_eq!(names.len(), d.len(), "duplicate define");
         assert!(names.contains("PG_ARG_DEBUG_LOGITS") && names.contains("PG_LW_WGATE_UP"));
         assert_eq!(d.iter().find(|(k, _)| k == "PG_EPS").map(|(_, v)| v.as_str()), Some("1e-5f"));
+    }
+
+    #[test]
+    fn prefill_shape_covers_every_benchmark_head_dim() {
+        for name in crate::synthetic::PRESET_NAMES {
+            let config = crate::synthetic::preset(name).expect("preset");
+            let pf = prefill_shape(&config).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(pf.queries_per_block * pf.dim_lanes * pf.key_lanes, PREFILL_ATTN_THREADS, "{name}");
+            assert!(config.head_dim as u32 / pf.dim_lanes <= 64 && pf.key_tile % pf.key_lanes == 0, "{name}: {pf:?}");
+            let d = defines(&config, &KernelOptions::default());
+            assert!(d.iter().any(|(k, v)| k == "PG_PF_TPQ" && *v == pf.dim_lanes.to_string()), "{name}");
+        }
+        let base = crate::synthetic::preset("smollm2-135m").expect("preset");
+        for (hd, lanes, mma) in [(64, 1, true), (96, 2, true), (128, 2, true), (256, 4, false), (144, 4, false), (40, 1, false)] {
+            let pf = prefill_shape(&ModelConfig { head_dim: hd, ..base.clone() });
+            assert_eq!(pf.map(|p| (p.dim_lanes, p.mma)), Ok((lanes, mma)), "head_dim {hd}");
+        }
+        // 200 = 4 × 50: 4-float chunks do not deal evenly over 4 lanes → per-token path, no PF defines.
+        let odd = ModelConfig { head_dim: 200, ..base };
+        assert!(prefill_shape(&odd).is_err());
+        assert!(!defines(&odd, &KernelOptions::default()).iter().any(|(k, _)| k.starts_with("PG_PF_")));
+    }
+
+    #[test]
+    fn start_step_has_a_slot() {
+        let d = defines(&crate::synthetic::preset("llama-3.2-1b").expect("preset"), &KernelOptions::default());
+        let slot = d.iter().find(|(k, _)| k == "PG_ARG_START_STEP").map(|(_, v)| v.clone());
+        assert_eq!(slot, Some(Arg::StartStep.index().to_string()));
     }
 
     #[cfg(feature = "cuda")]

@@ -10,7 +10,11 @@ mod run_stats;
 pub mod torch_baseline;
 
 #[cfg(feature = "cuda")]
+pub mod cublas;
+#[cfg(feature = "cuda")]
 pub mod nvrtc;
+#[cfg(feature = "cuda")]
+pub mod prefill;
 #[cfg(feature = "cuda")]
 mod runtime;
 #[cfg(feature = "cuda")]
@@ -22,7 +26,7 @@ mod stub;
 pub use stub::{compile_only, devices, measure_copy_bandwidth, CudaRuntime};
 
 pub use layout::KernelOptions;
-pub use run_stats::RunStats;
+pub use run_stats::{PrefillSplit, RunStats};
 
 #[cfg(all(test, feature = "cuda"))]
 mod tests {
@@ -43,6 +47,42 @@ mod tests {
             let config = crate::synthetic::preset(name).expect("preset");
             let bytes = compile_only(&config, &KernelOptions::default(), "sm_90a").unwrap_or_else(|e| panic!("{name}: {e}"));
             assert!(bytes > 0, "{name}: empty cubin");
+        }
+    }
+
+    /// The batched prefill's kernels compile for every benchmark shape and for the other
+    /// head-dim splits (96 and 128 over two lanes, 256 over four, without the tensor-core
+    /// attention), and the cubin exports each entry point prefill.rs loads.
+    #[test]
+    fn prefill_kernels_compile_with_nvrtc() {
+        if let Err(e) = nvrtc::preload() {
+            assert!(std::env::var_os(nvrtc::NVRTC_DIR_ENV).is_none(), "{} is set but NVRTC does not load: {e}", nvrtc::NVRTC_DIR_ENV);
+            eprintln!("skipped: {e}");
+            return;
+        }
+        let mut configs: Vec<_> = crate::synthetic::PRESET_NAMES.iter().map(|n| crate::synthetic::preset(n).expect("preset")).collect();
+        let base = configs[0].clone();
+        for (hd, heads, kv_heads, bias) in [(96, 4, 4, false), (128, 4, 2, true), (256, 4, 1, false)] {
+            configs.push(crate::config::ModelConfig {
+                name: format!("hd{hd}"),
+                head_dim: hd,
+                num_heads: heads,
+                num_kv_heads: kv_heads,
+                attention_bias: bias,
+                ..base.clone()
+            });
+        }
+        for config in &configs {
+            let options = KernelOptions::default();
+            assert!(layout::prefill_shape(config).is_ok(), "{}", config.name);
+            let (cubin, _) = nvrtc::cubin_of(nvrtc::PREFILL_SOURCE, "sm_90a", &layout::defines(config, &options))
+                .unwrap_or_else(|e| panic!("{}: {e}", config.name));
+            let has = |name: &str| cubin.windows(name.len()).any(|w| w == name.as_bytes());
+            for name in ["pg_pf_embed", "pg_pf_rmsnorm", "pg_pf_qkv_rope", "pg_pf_attention", "pg_pf_swiglu"] {
+                assert!(has(name), "{}: cubin lacks {name}", config.name);
+            }
+            let mma = layout::prefill_shape(config).map(|p| p.mma).unwrap_or(false);
+            assert_eq!(has("pg_pf_attention_mma"), mma, "{}: tensor-core attention present iff the shape allows it", config.name);
         }
     }
 }

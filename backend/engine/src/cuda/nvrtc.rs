@@ -1,4 +1,5 @@
-//! Run-time compilation of the decode kernel with NVRTC: the sources are embedded in
+//! Run-time compilation of the kernels with NVRTC (the persistent decode kernel and the
+//! batched prefill's kernels, two translation units): the sources are embedded in
 //! the binary, the model's shape arrives as `-D` defines (layout.rs), the output is
 //! a cubin for the device's own architecture (PTX from a newer NVRTC than the driver
 //! would be rejected), cached on disk by a hash of sources, architecture and defines.
@@ -13,6 +14,7 @@ use crate::error::{Error, Result};
 /// Kernel sources by include name (the names `#include` uses, relative to kernels/).
 pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("decode.cu", include_str!("../../../../kernels/decode.cu")),
+    ("prefill.cu", include_str!("../../../../kernels/prefill.cu")),
     ("common.cuh", include_str!("../../../../kernels/common.cuh")),
     ("sync.cuh", include_str!("../../../../kernels/sync.cuh")),
     ("ops/attention.cuh", include_str!("../../../../kernels/ops/attention.cuh")),
@@ -26,8 +28,10 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("ops/swiglu.cuh", include_str!("../../../../kernels/ops/swiglu.cuh")),
 ];
 
-/// The translation unit NVRTC compiles; the others are headers.
+/// The decode kernel's translation unit; for each compile the other sources are headers.
 pub const MAIN_SOURCE: &str = "decode.cu";
+/// The batched prefill's translation unit (kernels named `pg_pf_*`).
+pub const PREFILL_SOURCE: &str = "prefill.cu";
 /// The kernel's entry point.
 pub const KERNEL_NAME: &str = "pg_decode";
 /// Environment variable naming a folder that holds libnvrtc (checked first).
@@ -53,7 +57,7 @@ fn nvrtc_dirs() -> Vec<PathBuf> {
 }
 
 /// The first file in `dir` whose name starts with `prefix` and contains ".so".
-fn find_lib(dir: &Path, prefix: &str) -> Option<PathBuf> {
+pub(crate) fn find_lib(dir: &Path, prefix: &str) -> Option<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -138,11 +142,16 @@ fn options(arch: &str, defines: &[(String, String)]) -> Vec<String> {
     opts
 }
 
-/// The cubin for `arch` and `defines`, from the disk cache or freshly compiled.
-/// Returns the cubin and whether it came from the cache.
+/// The decode kernel's cubin for `arch` and `defines`, from the disk cache or freshly
+/// compiled. Returns the cubin and whether it came from the cache.
 pub fn cubin(arch: &str, defines: &[(String, String)]) -> Result<(Vec<u8>, bool)> {
+    cubin_of(MAIN_SOURCE, arch, defines)
+}
+
+/// [`cubin`] of the translation unit `main` (one of [`KERNEL_SOURCES`]).
+pub fn cubin_of(main: &str, arch: &str, defines: &[(String, String)]) -> Result<(Vec<u8>, bool)> {
     let opts = options(arch, defines);
-    let mut parts: Vec<&[u8]> = Vec::new();
+    let mut parts: Vec<&[u8]> = vec![main.as_bytes()];
     for (name, src) in KERNEL_SOURCES {
         parts.push(name.as_bytes());
         parts.push(src.as_bytes());
@@ -150,7 +159,8 @@ pub fn cubin(arch: &str, defines: &[(String, String)]) -> Result<(Vec<u8>, bool)
     let joined = opts.join(" ");
     parts.push(joined.as_bytes());
     let key = fnv1a(&parts);
-    let path = cache_dir().map(|d| d.join(format!("decode-{arch}-{key:016x}.cubin")));
+    let stem = main.trim_end_matches(".cu");
+    let path = cache_dir().map(|d| d.join(format!("{stem}-{arch}-{key:016x}.cubin")));
     if let Some(p) = &path {
         if let Ok(bytes) = std::fs::read(p) {
             if !bytes.is_empty() {
@@ -158,7 +168,7 @@ pub fn cubin(arch: &str, defines: &[(String, String)]) -> Result<(Vec<u8>, bool)
             }
         }
     }
-    let bytes = compile(&opts)?;
+    let bytes = compile(main, &opts)?;
     if let Some(p) = &path {
         // Best effort: a read-only cache only costs a recompile next time.
         if let Some(dir) = p.parent() {
@@ -184,13 +194,17 @@ fn check(what: &str, r: nvrtc_sys::nvrtcResult) -> Result<()> {
     }
 }
 
-/// Compiles the embedded sources with `opts` into a cubin.
-fn compile(opts: &[String]) -> Result<Vec<u8>> {
+/// Compiles the embedded translation unit `main_name` with `opts` into a cubin.
+fn compile(main_name: &str, opts: &[String]) -> Result<Vec<u8>> {
     preload()?;
-    let main = KERNEL_SOURCES.iter().find(|(n, _)| *n == MAIN_SOURCE).map(|(_, s)| *s).unwrap_or_default();
-    let headers: Vec<_> = KERNEL_SOURCES.iter().filter(|(n, _)| *n != MAIN_SOURCE).collect();
+    let main = KERNEL_SOURCES
+        .iter()
+        .find(|(n, _)| *n == main_name)
+        .map(|(_, s)| *s)
+        .ok_or_else(|| Error::Cuda(format!("no embedded kernel source {main_name}")))?;
+    let headers: Vec<_> = KERNEL_SOURCES.iter().filter(|(n, _)| *n != main_name).collect();
     let c_main = cstring(main)?;
-    let c_name = cstring(MAIN_SOURCE)?;
+    let c_name = cstring(main_name)?;
     let c_headers = headers.iter().map(|(_, s)| cstring(s)).collect::<Result<Vec<_>>>()?;
     let c_header_names = headers.iter().map(|(n, _)| cstring(n)).collect::<Result<Vec<_>>>()?;
     let header_ptrs: Vec<_> = c_headers.iter().map(|c| c.as_ptr()).collect();
@@ -216,7 +230,7 @@ fn compile(opts: &[String]) -> Result<Vec<u8>> {
     let result = if compiled == nvrtc_sys::nvrtcResult::NVRTC_SUCCESS {
         get_cubin(prog)
     } else {
-        Err(Error::Cuda(format!("NVRTC failed to compile {MAIN_SOURCE}: {compiled:?}\n{}", program_log(prog))))
+        Err(Error::Cuda(format!("NVRTC failed to compile {main_name}: {compiled:?}\n{}", program_log(prog))))
     };
     // SAFETY: `prog` is a live program, destroyed exactly once.
     unsafe { nvrtc_sys::nvrtcDestroyProgram(&mut prog) };

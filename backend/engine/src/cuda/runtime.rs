@@ -1,14 +1,16 @@
 //! [`Runtime`] on one CUDA GPU: weights uploaded once as bf16, the persistent decode
 //! kernel (kernels/decode.cu) compiled by NVRTC for the device, one launch per
-//! request. The host thread only polls the token ring in host-mapped memory, calls
-//! `on_token`, and raises the stop flag when asked to stop.
+//! request, preceded on the same stream by the batched prefill of the prompt
+//! (prefill.rs) unless `KernelOptions::batched_prefill` is off. The host thread only
+//! polls the token ring in host-mapped memory, calls `on_token`, and raises the stop
+//! flag when asked to stop.
 
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{
-    sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg,
+    sys, CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
 
 use super::RunStats;
@@ -17,6 +19,8 @@ use crate::cpu::reference_runtime::check_fits;
 use crate::cpu::rope;
 use crate::cuda::layout::{self, ctl, end, rec, Arg, KernelOptions, LayerSlot, MAX_DEVICE_STOP_TOKENS};
 use crate::cuda::nvrtc;
+use crate::cuda::prefill::{Prefill, PrefillOp, PrefillWeights};
+use crate::cuda::run_stats::PrefillSplit;
 use crate::error::{Error, Result};
 use crate::runtime::{BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
 use crate::sampling::{Sampled, TokenLogprob, MAX_TOP_LOGPROBS};
@@ -58,6 +62,8 @@ struct DeviceWeights {
     _bf16: Vec<CudaSlice<u16>>,
     _f32: Vec<CudaSlice<f32>>,
     layer_table: CudaSlice<u64>,
+    /// The same table on the host (the batched prefill enqueues per-layer work).
+    layer_ptrs: Vec<[u64; LayerSlot::COUNT]>,
     embed: u64,
     lm_head: u64,
     final_norm: u64,
@@ -81,6 +87,14 @@ struct State {
     tokens: CudaSlice<u32>,
     seen: CudaSlice<u8>,
     stop_ids: CudaSlice<u32>,
+}
+
+/// What `enqueue_prefill` put on the stream: positions, and events to time them.
+#[derive(Default)]
+struct PrefillRun {
+    positions: usize,
+    span: Option<(CudaEvent, CudaEvent)>,
+    ops: Vec<(PrefillOp, CudaEvent, CudaEvent)>,
 }
 
 /// The compiled kernel and its launch shape.
@@ -109,6 +123,12 @@ pub struct CudaRuntime {
     // so a poisoned runtime leaks its device memory instead (see Drop).
     weights: ManuallyDrop<DeviceWeights>,
     state: ManuallyDrop<State>,
+    /// The batched prefill (compiled when `options.batched_prefill` is on and the shape
+    /// supports it; see layout::prefill_shape).
+    prefill: ManuallyDrop<Option<Prefill>>,
+    /// Record per-op GPU times of the next prefills (see `last_prefill_split`).
+    prefill_profile: bool,
+    last_prefill_split: Option<PrefillSplit>,
     /// Host-mapped control words then the token ring (owns what `host_ptr` points into).
     host: ManuallyDrop<PinnedHostSlice<u32>>,
     host_ptr: *mut u32,
@@ -142,13 +162,38 @@ pub fn devices() -> Result<Vec<String>> {
         .collect()
 }
 
-/// Compiles the decode kernel for `config` without a GPU (CI's NVRTC check).
-/// Returns the cubin's size in bytes.
+/// Compiles the decode kernel, and the batched prefill's kernels where the shape
+/// supports them, for `config` without a GPU (CI's NVRTC check). Returns the cubins'
+/// total size in bytes.
 pub fn compile_only(config: &ModelConfig, options: &KernelOptions, arch: &str) -> Result<usize> {
     if let Some(why) = layout::unsupported(config, options) {
         return Err(Error::Cuda(format!("unsupported shape: {why}")));
     }
-    Ok(nvrtc::cubin(arch, &layout::defines(config, options))?.0.len())
+    let defines = layout::defines(config, options);
+    let mut bytes = nvrtc::cubin(arch, &defines)?.0.len();
+    if layout::prefill_shape(config).is_ok() {
+        bytes += nvrtc::cubin_of(nvrtc::PREFILL_SOURCE, arch, &defines)?.0.len();
+    }
+    Ok(bytes)
+}
+
+/// The batched prefill for a runtime, or None where it is off or the shape needs the
+/// per-token path; a missing cuBLAS or a failed compile is an error that says how to
+/// run without it.
+fn load_prefill(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    config: &ModelConfig,
+    options: &KernelOptions,
+    arch: &str,
+    kv_cap: usize,
+) -> Result<Option<Prefill>> {
+    if !options.batched_prefill || layout::prefill_shape(config).is_err() {
+        return Ok(None);
+    }
+    Prefill::new(ctx, stream, config, options, arch, kv_cap).map(Some).map_err(|e| {
+        Error::Cuda(format!("batched prefill: {e} (set {}=tokens to run prompts token by token instead)", layout::PREFILL_ENV))
+    })
 }
 
 fn to_bf16(values: &[f32]) -> Vec<u16> {
@@ -197,6 +242,7 @@ impl CudaRuntime {
         let weights = Self::upload_weights(&stream, config, weights)?;
         let kv_cap = layout::kv_positions(config, &options);
         let state = Self::alloc_state(&stream, config, &options, kv_cap, &kernel, sm_count)?;
+        let prefill = load_prefill(&ctx, &stream, config, &options, &arch, kv_cap)?;
         let words = ctl::WORDS + options.ring * rec::WORDS;
         // SAFETY: the buffer is zeroed below before the kernel or the host reads it.
         let mut host = unsafe { ctx.alloc_pinned_with_flags::<u32>(words, sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE) }
@@ -226,6 +272,9 @@ impl CudaRuntime {
             kernel,
             weights: ManuallyDrop::new(weights),
             state: ManuallyDrop::new(state),
+            prefill: ManuallyDrop::new(prefill),
+            prefill_profile: false,
+            last_prefill_split: None,
             host: ManuallyDrop::new(host),
             host_ptr,
             host_dev,
@@ -299,6 +348,7 @@ impl CudaRuntime {
             Ok(p)
         };
         let mut table: Vec<u64> = Vec::with_capacity(c.num_layers * LayerSlot::COUNT);
+        let mut layer_ptrs = Vec::with_capacity(c.num_layers);
         for l in &w.layers {
             expect_shape(&l.q, &[qd, d])?;
             expect_shape(&l.k, &[kvd, d])?;
@@ -334,6 +384,7 @@ impl CudaRuntime {
             slots[LayerSlot::FfnNorm.index()] = put_f32(&l.ffn_norm.to_f32()?, &mut f32s)?;
             streamed += 4 * 2 * d as u64;
             table.extend_from_slice(&slots);
+            layer_ptrs.push(slots);
         }
         expect_shape(&w.embed, &[c.vocab_size, d])?;
         let embed = put_bf16(w.embed.to_f32()?, false, &mut bf16s, &mut streamed)?;
@@ -352,7 +403,17 @@ impl CudaRuntime {
         // The embedding row read per token.
         streamed += 2 * d as u64 + 4 * d as u64;
         let layer_table = stream.clone_htod(&table).map_err(cuda_err("upload layer table"))?;
-        Ok(DeviceWeights { _bf16: bf16s, _f32: f32s, layer_table, embed, lm_head, final_norm, inv_freq, streamed_bytes: streamed })
+        Ok(DeviceWeights {
+            _bf16: bf16s,
+            _f32: f32s,
+            layer_table,
+            layer_ptrs,
+            embed,
+            lm_head,
+            final_norm,
+            inv_freq,
+            streamed_bytes: streamed,
+        })
     }
 
     fn alloc_state(
@@ -387,17 +448,42 @@ impl CudaRuntime {
     pub fn set_options(&mut self, options: KernelOptions) -> Result<()> {
         if options.kv_positions != self.options.kv_positions
             || options.ring != self.options.ring
+            || options.prefill_chunk != self.options.prefill_chunk
             || options.threads != self.options.threads
             || options.attn_max_splits > self.alloc_splits
         {
-            return Err(Error::Cuda("set_options cannot change kv_positions, ring or threads, nor raise attn_max_splits".into()));
+            return Err(Error::Cuda(
+                "set_options cannot change kv_positions, ring, prefill_chunk or threads, nor raise attn_max_splits".into(),
+            ));
         }
         if let Some(why) = layout::unsupported(&self.config, &options) {
             return Err(Error::Cuda(format!("unsupported shape: {why}")));
         }
         self.kernel = Self::load_kernel(&self.ctx, &self.stream, &self.config, &options, &self.arch, self.sm_count)?;
+        if options.batched_prefill && self.prefill.is_none() {
+            *self.prefill = load_prefill(&self.ctx, &self.stream, &self.config, &options, &self.arch, self.kv_cap)?;
+        }
+        if let Some(p) = self.prefill.as_mut() {
+            p.set_mma_attention(options.prefill_mma_attention);
+        }
         self.options = options;
         Ok(())
+    }
+
+    /// Records per-op GPU times of each batched prefill (an event pair per op; costs a
+    /// little host time per op, so it is off by default).
+    pub fn set_prefill_profile(&mut self, on: bool) {
+        self.prefill_profile = on;
+    }
+
+    /// GPU time by kind of the last profiled batched prefill.
+    pub fn last_prefill_split(&self) -> Option<&PrefillSplit> {
+        self.last_prefill_split.as_ref()
+    }
+
+    /// Whether `generate` runs prompts through the batched prefill.
+    pub fn batched_prefill(&self) -> bool {
+        self.options.batched_prefill && self.prefill.is_some()
     }
 
     /// Records every LM-head run's raw logits (tests compare them with the CPU).
@@ -422,8 +508,13 @@ impl CudaRuntime {
 
     /// Device, architecture, grid and kernel facts for logs and benchmarks.
     pub fn describe(&self) -> String {
+        let prefill = match (&*self.prefill, self.options.batched_prefill) {
+            (Some(p), true) => p.describe(),
+            (_, false) => "prompt token by token in the persistent kernel".to_string(),
+            (None, true) => "prompt token by token (shape unsupported by the batched prefill)".to_string(),
+        };
         format!(
-            "{} ({}, {} SMs), grid {}×{} threads, {} B shared, kernel {} ({:?})",
+            "{} ({}, {} SMs), grid {}×{} threads, {} B shared, kernel {} ({:?}); {prefill}",
             self.device_name,
             self.arch,
             self.sm_count,
@@ -516,6 +607,27 @@ impl CudaRuntime {
         Ok((a, dbg))
     }
 
+    /// Enqueues the batched prefill of prompt positions 0..P-2 (after `prepare` uploaded
+    /// the tokens), so the kernel starts at P-1; nothing for a 1-token prompt or with
+    /// the batched prefill off.
+    fn enqueue_prefill(&mut self, prompt_len: usize) -> Result<PrefillRun> {
+        let n = prompt_len.saturating_sub(1);
+        let Some(pf) = self.prefill.as_ref().filter(|_| self.options.batched_prefill && n > 0) else {
+            return Ok(PrefillRun::default());
+        };
+        // cuBLAS runs in the thread's current context (the engine thread may not be
+        // the one that created the runtime).
+        self.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
+        let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = self.stream.record_event(flags).map_err(cuda_err("event"))?;
+        let w = PrefillWeights { layers: &self.weights.layer_ptrs, embed: self.weights.embed, inv_freq: self.weights.inv_freq };
+        let mut ops = Vec::new();
+        let profile = if self.prefill_profile { Some(&mut ops) } else { None };
+        pf.enqueue(&self.stream, &w, self.dptr(&self.state.kv), self.dptr(&self.state.tokens), n, profile)?;
+        let stop = self.stream.record_event(flags).map_err(cuda_err("event"))?;
+        Ok(PrefillRun { positions: n, span: Some((start, stop)), ops })
+    }
+
     fn launch(&self, args: &KernelArgs) -> Result<()> {
         let cfg = LaunchConfig {
             grid_dim: (self.sm_count, 1, 1),
@@ -603,7 +715,8 @@ impl Runtime for CudaRuntime {
         }
         let s = job.sampling;
         let debug_rows = if self.debug_logits { job.max_tokens } else { 0 };
-        let (args, dbg) = self.prepare(
+        let started = Instant::now();
+        let (mut args, dbg) = self.prepare(
             job.prompt,
             |a| {
                 a.set(Arg::MaxTokens, job.max_tokens as u64);
@@ -618,9 +731,10 @@ impl Runtime for CudaRuntime {
             },
             debug_rows,
         )?;
-        let started = Instant::now();
+        let prefill = self.enqueue_prefill(job.prompt.len())?;
+        args.set(Arg::StartStep, prefill.positions as u64);
         self.launch(&args)?;
-        let mut stats = RunStats { prompt_tokens: job.prompt.len(), ..Default::default() };
+        let mut stats = RunStats { prompt_tokens: job.prompt.len(), prefill_positions: prefill.positions, ..Default::default() };
         let mut next = 0usize;
         let mut outcome: Option<RunEnd> = None;
         let mut last_progress = Instant::now();
@@ -681,6 +795,12 @@ impl Runtime for CudaRuntime {
         }
         let reason = self.host_word(ctl::REASON);
         self.finish(dbg, debug_rows.min(next + 1))?;
+        if let Some((start, stop)) = &prefill.span {
+            stats.prefill_gpu_ms = Some(start.elapsed_ms(stop).map_err(cuda_err("prefill event time"))? as f64);
+        }
+        if !prefill.ops.is_empty() {
+            self.last_prefill_split = Some(Prefill::split(&prefill.ops)?);
+        }
         stats.published = next;
         stats.total = started.elapsed();
         self.last_run = stats;
@@ -713,6 +833,7 @@ impl Drop for CudaRuntime {
             // SAFETY: dropped exactly once, here; nothing uses them afterwards.
             unsafe {
                 ManuallyDrop::drop(&mut self.state);
+                ManuallyDrop::drop(&mut self.prefill);
                 ManuallyDrop::drop(&mut self.weights);
                 ManuallyDrop::drop(&mut self.host);
             }

@@ -1,7 +1,7 @@
 //! The CUDA API in a build without the `cuda` feature: same names, and every entry
 //! point says how to get the real one.
 
-use super::RunStats;
+use super::{PrefillSplit, RunStats};
 use crate::config::ModelConfig;
 use crate::cuda::layout::KernelOptions;
 use crate::error::{Error, Result};
@@ -37,6 +37,16 @@ impl CudaRuntime {
     }
     pub fn set_options(&mut self, _options: KernelOptions) -> Result<()> {
         disabled()
+    }
+    pub fn options(&self) -> &KernelOptions {
+        unreachable!("a CudaRuntime cannot exist without the cuda feature")
+    }
+    pub fn set_prefill_profile(&mut self, _on: bool) {}
+    pub fn last_prefill_split(&self) -> Option<&PrefillSplit> {
+        None
+    }
+    pub fn batched_prefill(&self) -> bool {
+        false
     }
     pub fn set_debug_logits(&mut self, _on: bool) {}
     pub fn debug_logits(&self) -> &[Vec<f32>] {
