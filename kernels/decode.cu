@@ -12,6 +12,7 @@
 
 #include "common.cuh"
 #include "sync.cuh"
+#include "ops/allreduce.cuh"
 #include "ops/attention.cuh"
 #include "ops/emit.cuh"
 #include "ops/lm_head.cuh"
@@ -40,6 +41,31 @@ constexpr int KVD = NKV * HD;
 constexpr int QKV = QD + 2 * KVD;
 constexpr int GROUP = NH / NKV;
 static_assert(NH % NKV == 0, "query heads must be a multiple of KV heads");
+
+// ---- tensor parallelism ----------------------------------------------------------
+// With PG_TP > 1 this launch is rank PG_ARG_RANK of TP: NH, NKV, F and V above are
+// this rank's shard (its heads, FFN columns and vocabulary rows); D is whole. The
+// o- and down-projections produce partial D-vectors that every rank pushes into
+// every rank's exchange region; the next consumer sums them on load (allreduce.cuh).
+
+constexpr int TP = PG_TP;
+constexpr bool IS_TP = TP > 1;
+/// The whole vocabulary (the sampler's view; V is this rank's rows).
+constexpr int VF = PG_V_FULL;
+/// Floats of one rank's LM-head message: packed LmStats, then (raw logit at its
+/// best index, host stop flag bits, 0, 0).
+constexpr int LMX_FLOATS = 8;
+/// Exchange region of one rank (u32/f32 words): counters peers bump, then the
+/// partial-sum receive buffers (slot r written by rank r), then LM-head messages.
+constexpr int XC_LMX = 2 * L;       // LM-head messages received
+constexpr int XC_GATHER = 2 * L + 1;  // LM-head blocks that pushed their logits (sampling)
+constexpr int XC_WORDS = (2 * L + 2 + 31) / 32 * 32;
+constexpr int X_PO = XC_WORDS;          // [TP][D] o-projection partials
+constexpr int X_PD = X_PO + TP * D;     // [TP][D] down-projection partials
+constexpr int X_LMX = X_PD + TP * D;    // [TP][LMX_FLOATS]
+constexpr int X_WORDS = X_LMX + TP * LMX_FLOATS;
+/// Remote-arrival counter of layer l's o (down = false) or down projection.
+__host__ __device__ constexpr int xc_layer(int l, bool down) { return 2 * l + (down ? 1 : 0); }
 static_assert(NR % 2 == 0, "gate/up rows are streamed in (gate, up) pairs");
 static_assert(THREADS % WARP_SIZE == 0 && THREADS >= HD, "block too small");
 
@@ -80,6 +106,8 @@ extern "C" __constant__ u32 pg_smem_bytes = (MAIN_FLOATS + RED_FLOATS) * sizeof(
 extern "C" __constant__ u32 pg_num_counters = L * PHASES + STEP_COUNTERS + L * NH;
 /// Floats each block writes for the sampler (packed LmStats).
 extern "C" __constant__ u32 pg_partial_floats = 4;
+/// Words of each rank's exchange region (0 without tensor parallelism).
+extern "C" __constant__ u32 pg_exchange_words = IS_TP ? X_WORDS : 0;
 
 // ---- arguments -----------------------------------------------------------------
 
@@ -152,6 +180,42 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
   const SampleParams sp{ARG_F32(TEMPERATURE), ARG_U32(TOP_K), ARG_F32(TOP_P), ARG_F32(MIN_P), args.a[PG_ARG_SEED]};
 
   const u32 G = gridDim.x;
+  // Tensor parallelism: every rank's exchange region and full-vocabulary logits/adj
+  // (the peer table holds PG_PEER_SLOTS pointers per rank; this rank's are local).
+  const int rank = IS_TP ? (int)ARG_U32(RANK) : 0;
+  const bool gather = IS_TP && ARG_U32(GATHER) != 0;  // sampling needs every rank's logits
+  float* xb = ARG_PTR(float*, RESID);                 // residual entering attention (TP)
+  float* po_dst[TP];
+  float* pd_dst[TP];
+  u32* peer_xc[TP];
+  float* peer_logits[TP];
+  float* peer_adj[TP];
+  if (IS_TP) {
+    const u64* peers = ARG_PTR(const u64*, PEERS);
+#pragma unroll
+    for (int r = 0; r < TP; ++r) {
+      float* xr = reinterpret_cast<float*>(__ldg(peers + r * PG_PEER_SLOTS + PG_PEER_EXCHANGE));
+      peer_xc[r] = reinterpret_cast<u32*>(xr);
+      po_dst[r] = xr + X_PO;
+      pd_dst[r] = xr + X_PD;
+      peer_logits[r] = reinterpret_cast<float*>(__ldg(peers + r * PG_PEER_SLOTS + PG_PEER_LOGITS));
+      peer_adj[r] = reinterpret_cast<float*>(__ldg(peers + r * PG_PEER_SLOTS + PG_PEER_ADJ));
+    }
+  }
+  float* my_xch = IS_TP ? reinterpret_cast<float*>(peer_xc[rank]) : nullptr;
+  u32* my_xc = IS_TP ? peer_xc[rank] : nullptr;
+  // Blocks owning rows of each matrix (grid_rows hands row groups to blocks 0, 1, …).
+  const int w_qkv = min((int)G, (QKV + NR - 1) / NR);
+  const int w_d = min((int)G, (D + NR - 1) / NR);
+  const int w_gu = min((int)G, (2 * F + NR - 1) / NR);
+  // Thread 0 after a phase's block_arrive: the same arrival on every peer's counter `which`.
+  auto arrive_peers = [&](int which) {
+    if (IS_TP && threadIdx.x == 0) {
+#pragma unroll
+      for (int r = 0; r < TP; ++r)
+        if (r != rank) peer_arrive(peer_xc[r] + which);
+    }
+  };
   const u32 steps = score ? n_prompt : n_prompt + max_tokens - 1;
   u32 lm_runs = 0;        // LM-head runs finished before the current step
   u32 consumed_seen = 0;  // sampler (block 0, thread 0): host's consumed count, cached
@@ -178,13 +242,21 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         if (block_has_rows<NR>(QKV)) {
           maybe_prefetch<D, QKV>(w);
           if (l > 0) {
-            block_wait(layer_ctr(ctr, l - 1, PH_DOWN), done);
+            block_wait_with_peers(layer_ctr(ctr, l - 1, PH_DOWN), done, IS_TP ? my_xc + xc_layer(l - 1, true) : nullptr,
+                                  (s + 1) * w_d * (TP - 1));
           } else if (s > 0) {
             const bool lm_prev = score || s >= n_prompt;
-            if (lm_prev) block_wait(step_ctr(ctr, CTR_LM), lm_runs * G);
-            else block_wait(layer_ctr(ctr, L - 1, PH_DOWN), s * G);
+            if (lm_prev) {
+              block_wait(step_ctr(ctr, CTR_LM), lm_runs * G);
+            } else {
+              // TP: the peers' last-layer arrivals also prove they finished reading
+              // the o-partials this step is about to overwrite.
+              block_wait_with_peers(layer_ctr(ctr, L - 1, PH_DOWN), s * G, IS_TP ? my_xc + xc_layer(L - 1, true) : nullptr,
+                                    s * w_d * (TP - 1));
+            }
           }
           if (l == 0) load_vec_bf16<THREADS>(vec, emb_row, D);
+          else if (IS_TP) load_sum_partials<THREADS, D, TP>(vec, x, nullptr, my_xch + X_PD, xb, blockIdx.x, w_qkv);
           else load_vec_f32<THREADS>(vec, x, D);
           rmsnorm_smem<THREADS, D>(vec, LAYER_PTR(const float*, lw, ATTN_NORM), EPS, red);
           const float* bias = LAYER_PTR(const float*, lw, QKV_BIAS);
@@ -258,11 +330,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           load_vec_f32<THREADS>(vec, attn, QD);
           __syncthreads();
           grid_rows<QD, NR, WARPS>(w, D, vec, [&](int r, float v) {
-            const float res = l == 0 ? bf16_to_f32(emb_row[r]) : ld_shared_f32(x + r);
-            x[r] = res + v;
+            if (IS_TP) {
+              push_partial<TP, D>(po_dst, rank, r, v);
+            } else {
+              const float res = l == 0 ? bf16_to_f32(emb_row[r]) : ld_shared_f32(x + r);
+              x[r] = res + v;
+            }
           });
         }
         block_arrive(layer_ctr(ctr, l, PH_O));
+        if (block_has_rows<NR>(D)) arrive_peers(xc_layer(l, false));
       }
 
       // ---- ffn norm + gate/up + SwiGLU -------------------------------------------
@@ -270,8 +347,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WGATE_UP);
         if (block_has_rows<NR>(2 * F)) {
           maybe_prefetch<D, 2 * F>(w);
-          block_wait(layer_ctr(ctr, l, PH_O), done);
-          load_vec_f32<THREADS>(vec, x, D);
+          block_wait_with_peers(layer_ctr(ctr, l, PH_O), done, IS_TP ? my_xc + xc_layer(l, false) : nullptr, (s + 1) * w_d * (TP - 1));
+          if (IS_TP) load_sum_partials<THREADS, D, TP>(vec, xb, l == 0 ? emb_row : nullptr, my_xch + X_PO, x, blockIdx.x, w_gu);
+          else load_vec_f32<THREADS>(vec, x, D);
           rmsnorm_smem<THREADS, D>(vec, LAYER_PTR(const float*, lw, FFN_NORM), EPS, red);
           // Rows interleave (gate_j, up_j); a group of NR rows holds NR/2 whole pairs.
           const int gw = warp_id() * G + blockIdx.x;
@@ -300,9 +378,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           block_wait(layer_ctr(ctr, l, PH_GATE_UP), done);
           load_vec_f32<THREADS>(vec, act, F);
           __syncthreads();
-          grid_rows<F, NR, WARPS>(w, D, vec, [&](int r, float v) { x[r] = ld_shared_f32(x + r) + v; });
+          grid_rows<F, NR, WARPS>(w, D, vec, [&](int r, float v) {
+            if (IS_TP) push_partial<TP, D>(pd_dst, rank, r, v);
+            else x[r] = ld_shared_f32(x + r) + v;
+          });
         }
         block_arrive(layer_ctr(ctr, l, PH_DOWN));
+        if (block_has_rows<NR>(D)) arrive_peers(xc_layer(l, true));
       }
     }
 
@@ -311,21 +393,32 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
     // ---- final norm + LM head (+ penalty, statistics) ----------------------------
     // Read the host's stop flag early: the PCIe round trip overlaps the LM head.
     u32 host_stop = 0;
-    if (!score && blockIdx.x == 0 && threadIdx.x == 0) host_stop = ld_host_flag(ctl + PG_CTL_STOP);
+    if (!score && rank == 0 && blockIdx.x == 0 && threadIdx.x == 0) host_stop = ld_host_flag(ctl + PG_CTL_STOP);
     maybe_prefetch<D, V>(lm_head);
-    block_wait(layer_ctr(ctr, L - 1, PH_DOWN), done);
-    load_vec_f32<THREADS>(vec, x, D);
+    block_wait_with_peers(layer_ctr(ctr, L - 1, PH_DOWN), done, IS_TP ? my_xc + xc_layer(L - 1, true) : nullptr,
+                          (s + 1) * w_d * (TP - 1));
+    if (IS_TP) load_sum_partials<THREADS, D, TP>(vec, x, nullptr, my_xch + X_PD, nullptr, 0, 1);
+    else load_vec_f32<THREADS>(vec, x, D);
     rmsnorm_smem<THREADS, D>(vec, final_norm, EPS, red);
     {
       LmStats st = lm_stats_empty();
       float* dbg_row = dbg ? dbg + (size_t)lm_runs * V : nullptr;
       const bool penalise_on = penalty != 1.0f;
+      const u32 row0 = (u32)rank * V;  // this rank's first vocabulary row
       grid_rows<D, NR, WARPS>(lm_head, V, vec, [&](int r, float v) {
-        const float a = penalise_on ? penalise(v, ld_shared_u8(seen + r) != 0, penalty) : v;
-        logits[r] = v;
-        adj[r] = a;
+        const u32 gr = row0 + (u32)r;
+        const float a = penalise_on ? penalise(v, ld_shared_u8(seen + gr) != 0, penalty) : v;
+        logits[gr] = v;
+        adj[gr] = a;
+        if (gather) {
+          for (int p = 0; p < TP; ++p) {
+            if (p == rank) continue;
+            peer_logits[p][gr] = v;
+            peer_adj[p][gr] = a;
+          }
+        }
         if (dbg_row) dbg_row[r] = v;
-        lm_stats_push(st, (u32)r, v, a);
+        lm_stats_push(st, gr, v, a);
       });
       // Lane 0 of each warp holds its warp's statistics; merge them in warp order.
       LmStats* wst = reinterpret_cast<LmStats*>(red);
@@ -338,6 +431,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       }
     }
     block_arrive(step_ctr(ctr, CTR_LM));
+    if (gather) arrive_peers(XC_GATHER);
     ++lm_runs;
     if (score || blockIdx.x != 0) continue;
 
@@ -356,14 +450,49 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       if (lane_id() == 0) *total = st;
     }
     __syncthreads();
+    // TP: every rank's sampler sends its statistics (and rank 0 the host's stop flag)
+    // to every rank and merges all of them in rank order, so every rank picks the same
+    // token; the raw logit at the winning index comes with the winner's message.
+    float* win_raw = red + 4;
+    u32* any_stop = reinterpret_cast<u32*>(red + 5);
+    if (IS_TP && threadIdx.x == 0) {
+      const LmStats mine = *total;
+      const float raw_mine = mine.adj_idx < (u32)VF ? ld_shared_f32(logits + mine.adj_idx) : NEG_INF;
+#pragma unroll
+      for (int r = 0; r < TP; ++r) {
+        float4* dst = reinterpret_cast<float4*>(reinterpret_cast<float*>(peer_xc[r]) + X_LMX + rank * LMX_FLOATS);
+        dst[0] = lm_stats_pack(mine);
+        dst[1] = make_float4(raw_mine, __uint_as_float(host_stop), 0.f, 0.f);
+      }
+#pragma unroll
+      for (int r = 0; r < TP; ++r)
+        if (r != rank) peer_arrive(peer_xc[r] + XC_LMX);
+      wait_peers(my_xc + XC_LMX, lm_runs * (TP - 1));
+      if (gather) wait_peers(my_xc + XC_GATHER, lm_runs * G * (TP - 1));
+      LmStats m = lm_stats_empty();
+      float raw = NEG_INF;
+      u32 stop = 0;
+      for (int r = 0; r < TP; ++r) {
+        const LmStats o = lm_stats_unpack(ld_shared_f32x4(my_xch + X_LMX + r * LMX_FLOATS));
+        const float4 extra = ld_shared_f32x4(my_xch + X_LMX + r * LMX_FLOATS + 4);
+        if (o.adj_max > m.adj_max || (o.adj_max == m.adj_max && o.adj_idx < m.adj_idx)) raw = extra.x;
+        m = lm_stats_merge(m, o);
+        stop |= __float_as_uint(extra.y);
+      }
+      *total = m;
+      *win_raw = raw;
+      *any_stop = stop;
+    }
+    __syncthreads();
     const LmStats tot = *total;
+    if (IS_TP && threadIdx.x == 0) host_stop = *any_stop;
     const float log_z = tot.raw_max + logf(tot.raw_sum);
     const u32 t = s + 1 - n_prompt;  // index of the token being generated
     u32 id = tot.adj_idx;
-    if (sp.temperature != 0.f) id = sample_draw<THREADS>(adj, V, tot.adj_max, sp, t, sel);
+    if (sp.temperature != 0.f) id = sample_draw<THREADS>(adj, VF, tot.adj_max, sp, t, sel);
     u32 n_top = 0;
     if (top_logprobs > 0) {
-      top_logits<THREADS>(logits, V, min((u32)top_logprobs, (u32)PG_MAX_TOP), sel, top_ids, top_vals, top_count);
+      top_logits<THREADS>(logits, VF, min((u32)top_logprobs, (u32)PG_MAX_TOP), sel, top_ids, top_vals, top_count);
       n_top = *top_count;
     }
     if (threadIdx.x == 0) {
@@ -374,7 +503,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       if (is_stop) {
         reason = PG_END_STOP_TOKEN;
       } else {
-        emit_token(ring, ctl, t, id, ld_shared_f32(logits + id) - log_z, n_top, top_ids, top_vals, consumed_seen);
+        // Without the gather, a TP rank holds only its own rows of `logits`.
+        const float raw = IS_TP && !gather ? *win_raw : ld_shared_f32(logits + id);
+        if (rank == 0) emit_token(ring, ctl, t, id, raw - log_z, n_top, top_ids, top_vals, consumed_seen);
         if (host_stop) reason = PG_END_STOPPED;
         else if (t + 1 >= max_tokens) reason = PG_END_LENGTH;
         else {
@@ -384,7 +515,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       }
       if (reason) {
         *step_ctr(ctr, CTR_HALT) = 1;
-        emit_end(ctl, reason);
+        if (rank == 0) emit_end(ctl, reason);
       }
       __threadfence();
       red_release_gpu(step_ctr(ctr, CTR_TOKEN), 1);

@@ -36,6 +36,37 @@ pub struct ModelArgs {
     /// auto (CUDA when present, else CPU), cpu or cuda.
     #[arg(long, default_value = "auto")]
     pub device: String,
+    /// Tensor-parallel degree: GPUs one model is split over (`bench --shape` takes a list, e.g. 1,2).
+    #[arg(long, default_value = "1")]
+    pub tp: String,
+    /// CUDA devices to use, comma-separated (default: the first --tp).
+    #[arg(long)]
+    pub gpus: Option<String>,
+}
+
+impl ModelArgs {
+    /// The tensor-parallel degrees of `--tp` (a comma-separated list).
+    pub fn tp_list(&self) -> crate::error::Result<Vec<usize>> {
+        self.tp
+            .split(',')
+            .map(|t| {
+                t.trim()
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&n| n >= 1)
+                    .ok_or_else(|| crate::error::Error::bad("tp", format!("`{t}` is not a degree ≥ 1")))
+            })
+            .collect()
+    }
+
+    /// The CUDA devices of a single-degree run (`serve`, `generate`, model benchmarks).
+    pub fn gpus(&self) -> crate::error::Result<Vec<usize>> {
+        let tp = match self.tp_list()?.as_slice() {
+            [one] => *one,
+            _ => return Err(crate::error::Error::bad("tp", "takes one degree here (a list only with bench --shape)")),
+        };
+        Ok(peregrine_engine::model::parse_gpus(tp, self.gpus.as_deref())?)
+    }
 }
 
 /// Arguments of `peregrine serve`.

@@ -115,8 +115,10 @@ impl Verification {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShapeFigures {
     pub name: String,
+    /// Tensor-parallel degree (GPUs the shape ran on).
+    pub tp: usize,
     pub parameters: u64,
-    /// Bytes the kernel streams per token (weights once).
+    /// Bytes each GPU's kernel streams per token (its weights once).
     pub bytes_per_token: u64,
     /// Decode tok/s of each timed run (device timestamps), and their median.
     pub decode_runs: Vec<f64>,
@@ -211,11 +213,18 @@ fn verify(rt: &mut CudaRuntime, config: &ModelConfig, weights: &Weights, prompt:
     })
 }
 
-/// Benchmarks one shape on device `ordinal`; `bandwidth` is the measured copy
-/// bandwidth (bytes read + written per second) the bound is computed from.
-pub fn bench_shape(config: &ModelConfig, weights: &Weights, ordinal: usize, plan: &CudaBenchPlan, bandwidth: f64) -> Result<ShapeFigures> {
+/// Benchmarks one shape on devices `ordinals` (several: tensor parallelism);
+/// `bandwidth` is the measured copy bandwidth of one GPU (bytes read + written per
+/// second) the bound is computed from (each GPU streams its own shard).
+pub fn bench_shape(
+    config: &ModelConfig,
+    weights: &Weights,
+    ordinals: &[usize],
+    plan: &CudaBenchPlan,
+    bandwidth: f64,
+) -> Result<ShapeFigures> {
     let options = plan.kernel_options(config)?;
-    let mut rt = CudaRuntime::with_options(config, weights, ordinal, options)?;
+    let mut rt = CudaRuntime::with_devices(config, weights, ordinals, options)?;
     let prompt = bench_tokens(plan.prompt_tokens, config.vocab_size, PROMPT_SEED);
     let verification = verify(&mut rt, config, weights, &prompt, plan.gen_tokens)?;
     greedy(&mut rt, &prompt, plan.gen_tokens)?; // warm-up: clocks, caches, first-touch
@@ -245,6 +254,7 @@ pub fn bench_shape(config: &ModelConfig, weights: &Weights, ordinal: usize, plan
     let bound_tok_s = bandwidth / bytes_per_token.max(1) as f64;
     Ok(ShapeFigures {
         name: config.name.clone(),
+        tp: ordinals.len(),
         parameters: config.parameter_count(),
         bytes_per_token,
         decode_tok_s,
@@ -296,7 +306,7 @@ mod tests {
         let config = crate::synthetic::preset("smollm2-135m").expect("preset");
         let config = ModelConfig { num_layers: 1, vocab_size: 512, ..config };
         let weights = crate::synthetic::synthetic_weights(&config, 1);
-        let err = bench_shape(&config, &weights, 0, &CudaBenchPlan::default(), 4e12).expect_err("no device here");
+        let err = bench_shape(&config, &weights, &[0], &CudaBenchPlan::default(), 4e12).expect_err("no device here");
         assert!(err.to_string().to_lowercase().contains("cuda"), "{err}");
     }
 }

@@ -45,6 +45,26 @@ slots! {
         /// 1: run the prompt only, LM head at every position, no sampling (scoring).
         ScoreMode,
         NStop, TopLogprobs, RepetitionPenalty, Temperature, TopK, TopP, MinP, Seed,
+        /// Tensor parallelism: this launch's rank (0 ≤ rank < tp).
+        Rank,
+        /// Tensor parallelism: device array of `tp × PeerSlot::COUNT` pointers (every rank's buffers).
+        Peers,
+        /// Tensor parallelism: f32 `[hidden]`, the residual entering attention.
+        Resid,
+        /// Tensor parallelism: 1 when every rank needs every rank's logits (sampling, top log-probs).
+        Gather,
+    }
+}
+
+slots! {
+    /// Per-rank buffers every rank of a tensor-parallel run writes into (peer table).
+    PeerSlot {
+        /// The rank's exchange region (`pg_exchange_words` u32: counters, partial sums, LM messages).
+        Exchange,
+        /// The rank's f32 `[vocab]` raw logits.
+        Logits,
+        /// The rank's f32 `[vocab]` penalised logits.
+        Adj,
     }
 }
 
@@ -126,6 +146,8 @@ pub struct KernelOptions {
     pub prefetch: bool,
     /// Race hunting: random delays in the dependency waits of random blocks.
     pub chaos: bool,
+    /// Tensor parallelism: the one rank whose kernel gets the chaos delays.
+    pub chaos_rank: u32,
     /// Counter arrive/wait with release/acquire only (CUTLASS's barrier), without a
     /// full fence.sc.gpu on each side (v1 had it).
     pub light_fences: bool,
@@ -145,6 +167,7 @@ impl Default for KernelOptions {
             unroll: DEFAULT_UNROLL,
             prefetch: false,
             chaos: false,
+            chaos_rank: 0,
             light_fences: true,
             attn_max_splits: DEFAULT_ATTN_MAX_SPLITS,
             kv_positions: DEFAULT_MAX_KV_POSITIONS,
@@ -165,15 +188,68 @@ fn screaming(name: &str) -> String {
     out
 }
 
+/// Largest tensor-parallel degree (the kernel keeps one pointer per rank in registers).
+pub const MAX_TP: usize = 8;
+
+/// This rank's shard of `config` under tensor parallelism of degree `tp`: its query
+/// heads, KV heads (replicated when `tp` exceeds them), FFN columns and vocabulary
+/// rows; hidden size, layers and head size stay whole. An error names what does not
+/// divide.
+pub fn shard(config: &ModelConfig, tp: usize) -> std::result::Result<ModelConfig, String> {
+    let c = config;
+    if tp == 0 || tp > MAX_TP {
+        return Err(format!("tensor-parallel degree {tp} is not in 1..={MAX_TP}"));
+    }
+    if tp == 1 {
+        return Ok(c.clone());
+    }
+    let name = &c.name;
+    if c.num_heads % tp != 0 {
+        return Err(format!("{name}: {} query heads do not split over {tp} GPUs", c.num_heads));
+    }
+    let kv = if c.num_kv_heads % tp == 0 {
+        c.num_kv_heads / tp
+    } else if tp % c.num_kv_heads == 0 {
+        1 // more GPUs than KV heads: each GPU keeps the one its query heads use
+    } else {
+        return Err(format!("{name}: {} KV heads neither split over nor replicate across {tp} GPUs", c.num_kv_heads));
+    };
+    if c.intermediate_size % (8 * tp) != 0 {
+        return Err(format!("{name}: FFN size {} does not split over {tp} GPUs in multiples of 8", c.intermediate_size));
+    }
+    if c.vocab_size % tp != 0 {
+        return Err(format!("{name}: vocabulary {} does not split over {tp} GPUs", c.vocab_size));
+    }
+    let heads = c.num_heads / tp;
+    if heads % kv != 0 || (heads * c.head_dim) % 8 != 0 {
+        return Err(format!("{name}: {heads} query heads per GPU do not group over {kv} KV heads"));
+    }
+    Ok(ModelConfig {
+        num_heads: heads,
+        num_kv_heads: kv,
+        intermediate_size: c.intermediate_size / tp,
+        vocab_size: c.vocab_size / tp,
+        ..c.clone()
+    })
+}
+
 /// KV positions actually allocated for `config` under `options`.
 pub fn kv_positions(config: &ModelConfig, options: &KernelOptions) -> usize {
     config.max_context.min(options.kv_positions).max(1)
 }
 
-/// Every `-D` define the kernel needs, as `(name, value)`.
+/// Every `-D` define the kernel needs, as `(name, value)` (one GPU).
 pub fn defines(config: &ModelConfig, options: &KernelOptions) -> Vec<(String, String)> {
+    defines_tp(config, options, 1, config.vocab_size)
+}
+
+/// The defines of one rank of a tensor-parallel run: `config` is that rank's
+/// [`shard`] and `full_vocab` the whole model's vocabulary.
+pub fn defines_tp(config: &ModelConfig, options: &KernelOptions, tp: usize, full_vocab: usize) -> Vec<(String, String)> {
     let mut d: Vec<(String, String)> = Vec::new();
     let mut put = |k: &str, v: String| d.push((format!("PG_{k}"), v));
+    put("TP", tp.to_string());
+    put("V_FULL", full_vocab.to_string());
     put("D", config.hidden_size.to_string());
     put("F", config.intermediate_size.to_string());
     put("L", config.num_layers.to_string());
@@ -205,6 +281,10 @@ pub fn defines(config: &ModelConfig, options: &KernelOptions) -> Vec<(String, St
         put(&format!("LW_{}", screaming(name)), i.to_string());
     }
     put("LW_SLOTS", LayerSlot::COUNT.to_string());
+    for (i, name) in PeerSlot::NAMES.iter().enumerate() {
+        put(&format!("PEER_{}", screaming(name)), i.to_string());
+    }
+    put("PEER_SLOTS", PeerSlot::COUNT.to_string());
     for (k, v) in [
         ("REC_ID", rec::ID),
         ("REC_LOGPROB", rec::LOGPROB),
@@ -255,6 +335,27 @@ mod tests {
         assert_eq!(screaming("LmHead"), "LM_HEAD");
         assert_eq!(screaming("Wqkv"), "WQKV");
         assert_eq!(screaming("NPrompt"), "N_PROMPT");
+    }
+
+    #[test]
+    fn shards_split_heads_ffn_and_vocab_or_say_why_not() {
+        let qwen = crate::synthetic::preset("qwen2.5-coder-1.5b").expect("preset");
+        let s2 = shard(&qwen, 2).expect("tp 2");
+        assert_eq!((s2.num_heads, s2.num_kv_heads, s2.intermediate_size, s2.vocab_size), (6, 1, 4480, qwen.vocab_size / 2));
+        assert_eq!((s2.hidden_size, s2.num_layers, s2.head_dim), (qwen.hidden_size, qwen.num_layers, qwen.head_dim));
+        // 4 GPUs, 2 KV heads: each GPU keeps the KV head of its 3 query heads.
+        let s4 = shard(&qwen, 4).expect("tp 4");
+        assert_eq!((s4.num_heads, s4.num_kv_heads), (3, 1));
+        assert!(shard(&qwen, 8).expect_err("12 heads over 8").contains("query heads"));
+        assert!(shard(&qwen, 0).is_err() && shard(&qwen, 16).is_err());
+        assert_eq!(shard(&qwen, 1).expect("tp 1"), qwen);
+        let smol = crate::synthetic::preset("smollm2-135m").expect("preset");
+        assert!(shard(&smol, 2).is_err(), "9 heads do not split over 2");
+        let d = defines_tp(&s2, &KernelOptions::default(), 2, qwen.vocab_size);
+        let get = |k: &str| d.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(get("PG_TP").as_deref(), Some("2"));
+        assert_eq!(get("PG_NH").as_deref(), Some("6"));
+        assert_eq!(get("PG_V_FULL"), Some(qwen.vocab_size.to_string()));
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("decode.cu", include_str!("../../../../kernels/decode.cu")),
     ("common.cuh", include_str!("../../../../kernels/common.cuh")),
     ("sync.cuh", include_str!("../../../../kernels/sync.cuh")),
+    ("ops/allreduce.cuh", include_str!("../../../../kernels/ops/allreduce.cuh")),
     ("ops/attention.cuh", include_str!("../../../../kernels/ops/attention.cuh")),
     ("ops/emit.cuh", include_str!("../../../../kernels/ops/emit.cuh")),
     ("ops/lm_head.cuh", include_str!("../../../../kernels/ops/lm_head.cuh")),
