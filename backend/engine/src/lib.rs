@@ -4,6 +4,7 @@
 pub mod config;
 pub mod cpu;
 pub mod cuda;
+pub mod dtp;
 pub mod error;
 pub mod generator;
 pub mod gguf;

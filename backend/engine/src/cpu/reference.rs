@@ -219,15 +219,15 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     x.iter().zip(w).map(|(&v, &g)| v * scale * g).collect()
 }
 
-fn silu(x: f32) -> f32 {
+pub(crate) fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
-fn add_in_place(y: &mut [f32], x: &[f32]) {
+pub(crate) fn add_in_place(y: &mut [f32], x: &[f32]) {
     y.iter_mut().zip(x).for_each(|(a, b)| *a += b);
 }
 
-fn softmax_in_place(x: &mut [f32]) {
+pub(crate) fn softmax_in_place(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0.0;
     x.iter_mut().for_each(|v| {

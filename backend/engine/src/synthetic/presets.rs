@@ -2,9 +2,22 @@
 //! Hugging Face `config.json`, for synthetic weights without a download.
 
 use crate::config::{Architecture, ModelConfig, RopeLayout, RopeScaling};
+use crate::dtp::{DtpConfig, EarlyLayers, Lanes};
 
 /// Every name [`preset`] accepts.
-pub const PRESET_NAMES: &[&str] = &["smollm2-135m", "llama-3.2-1b", "qwen2.5-coder-1.5b", "smollm2-1.7b"];
+pub const PRESET_NAMES: &[&str] = &["smollm2-135m", "llama-3.2-1b", "qwen2.5-coder-1.5b", "smollm2-1.7b", "dtp-2b"];
+
+/// Delay of the `dtp-2b` shape (shared/GPU.md: Kog's Laneformer uses 2).
+pub const DTP_2B_DELAY: usize = 2;
+
+/// The DTP settings a preset was designed for (`None`: an ordinary model). The same
+/// weights also run as an ordinary model under standard tensor parallelism.
+pub fn dtp_preset(name: &str) -> Option<DtpConfig> {
+    match name.to_ascii_lowercase().as_str() {
+        "dtp-2b" => Some(DtpConfig { lanes: Lanes::RunTime, delay: DTP_2B_DELAY, early_layers: EarlyLayers::Present }),
+        _ => None,
+    }
+}
 
 /// The shape of a known model by name (case-insensitive), with HF's RoPE layout.
 pub fn preset(name: &str) -> Option<ModelConfig> {
@@ -63,6 +76,18 @@ pub fn preset(name: &str) -> Option<ModelConfig> {
             num_kv_heads: 32,
             rope_theta: 130_000.0,
             ..llama("SmolLM2-1.7B")
+        },
+        // shared/GPU.md's DTP benchmark shape (Laneformer-like, ~2.2B parameters, tied).
+        "dtp-2b" => ModelConfig {
+            vocab_size: 32_768,
+            hidden_size: 3072,
+            intermediate_size: 12_288,
+            num_layers: 15,
+            num_heads: 32,
+            num_kv_heads: 16,
+            head_dim: 96,
+            rope_theta: 10_000.0,
+            ..llama("DTP-2B")
         },
         _ => return None,
     })
