@@ -42,30 +42,42 @@ constexpr int QKV = QD + 2 * KVD;
 constexpr int GROUP = NH / NKV;
 static_assert(NH % NKV == 0, "query heads must be a multiple of KV heads");
 
-// ---- tensor parallelism ----------------------------------------------------------
+// ---- tensor parallelism and DTP ------------------------------------------------
 // With PG_TP > 1 this launch is rank PG_ARG_RANK of TP: NH, NKV, F and V above are
 // this rank's shard (its heads, FFN columns and vocabulary rows); D is whole. The
-// o- and down-projections produce partial D-vectors that every rank pushes into
-// every rank's exchange region; the next consumer sums them on load (allreduce.cuh).
+// o- and down-projections produce partial D-vectors that ranks push into each
+// other's receive slots (sentinel-filled, one per step parity, layer, projection and
+// sending rank); the next consumer adds what the schedule says while it loads
+// (allreduce.cuh). Standard TP all-reduces every layer; DTP (PG_DTP) keeps one
+// residual per lane and adds other lanes' partials d layers late.
 
 constexpr int TP = PG_TP;
 constexpr bool IS_TP = TP > 1;
+constexpr bool IS_DTP = PG_DTP != 0;
 /// The whole vocabulary (the sampler's view; V is this rank's rows).
 constexpr int VF = PG_V_FULL;
+/// Per-layer schedule from the engine's DtpSchedule (standard TP: all-reduce everywhere).
+__constant__ int x_mode[L] = PG_X_MODE;  // XMode
+__constant__ int x_recv[L] = PG_X_RECV;  // layer whose other-lane partials this layer adds, or -1
+__constant__ int x_send[L] = PG_X_SEND;  // this layer's partials go to the other lanes
 /// Floats of one rank's LM-head message: packed LmStats, then (raw logit at its
 /// best index, host stop flag bits, 0, 0).
 constexpr int LMX_FLOATS = 8;
-/// Exchange region of one rank (u32/f32 words): counters peers bump, then the
-/// partial-sum receive buffers (slot r written by rank r), then LM-head messages.
-constexpr int XC_LMX = 2 * L;       // LM-head messages received
-constexpr int XC_GATHER = 2 * L + 1;  // LM-head blocks that pushed their logits (sampling)
-constexpr int XC_WORDS = (2 * L + 2 + 31) / 32 * 32;
-constexpr int X_PO = XC_WORDS;          // [TP][D] o-projection partials
-constexpr int X_PD = X_PO + TP * D;     // [TP][D] down-projection partials
-constexpr int X_LMX = X_PD + TP * D;    // [TP][LMX_FLOATS]
-constexpr int X_WORDS = X_LMX + TP * LMX_FLOATS;
-/// Remote-arrival counter of layer l's o (down = false) or down projection.
-__host__ __device__ constexpr int xc_layer(int l, bool down) { return 2 * l + (down ? 1 : 0); }
+/// Exchange region of one rank (zeroed per run): counters peers bump, the LM-head
+/// messages, and (DTP) every lane's final h for the mean.
+enum XCounter { XC_LMX, XC_GATHER, XC_HMEAN };
+constexpr int XC_WORDS = 32;
+constexpr int X_LMX = XC_WORDS;                   // [TP][LMX_FLOATS]
+constexpr int X_HMEAN = X_LMX + TP * LMX_FLOATS;  // [TP][D]
+constexpr int X_WORDS = X_HMEAN + TP * D;
+/// Receive slots of one rank (sentinel-filled per run): [2 step parities][L][o, down][TP][D].
+constexpr int RX_KIND = TP * D;
+constexpr int RX_LAYER = 2 * RX_KIND;
+constexpr int RX_PARITY = L * RX_LAYER;
+constexpr int RX_FLOATS = 2 * RX_PARITY;
+__device__ __forceinline__ size_t rx_off(u32 step, int l, int kind) {
+  return (size_t)(step & 1) * RX_PARITY + (size_t)l * RX_LAYER + (size_t)kind * RX_KIND;
+}
 static_assert(NR % 2 == 0, "gate/up rows are streamed in (gate, up) pairs");
 static_assert(THREADS % WARP_SIZE == 0 && THREADS >= HD, "block too small");
 
@@ -106,8 +118,9 @@ extern "C" __constant__ u32 pg_smem_bytes = (MAIN_FLOATS + RED_FLOATS) * sizeof(
 extern "C" __constant__ u32 pg_num_counters = L * PHASES + STEP_COUNTERS + L * NH;
 /// Floats each block writes for the sampler (packed LmStats).
 extern "C" __constant__ u32 pg_partial_floats = 4;
-/// Words of each rank's exchange region (0 without tensor parallelism).
+/// Words of each rank's exchange region and floats of its receive slots (0 without TP).
 extern "C" __constant__ u32 pg_exchange_words = IS_TP ? X_WORDS : 0;
+extern "C" __constant__ u32 pg_rx_floats = IS_TP ? RX_FLOATS : 0;
 
 // ---- arguments -----------------------------------------------------------------
 
@@ -180,41 +193,52 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
   const SampleParams sp{ARG_F32(TEMPERATURE), ARG_U32(TOP_K), ARG_F32(TOP_P), ARG_F32(MIN_P), args.a[PG_ARG_SEED]};
 
   const u32 G = gridDim.x;
-  // Tensor parallelism: every rank's exchange region and full-vocabulary logits/adj
-  // (the peer table holds PG_PEER_SLOTS pointers per rank; this rank's are local).
+  // Tensor parallelism: every rank's exchange region, receive slots and
+  // full-vocabulary logits/adj (PG_PEER_SLOTS pointers per rank; this rank's are local).
   const int rank = IS_TP ? (int)ARG_U32(RANK) : 0;
   const bool gather = IS_TP && ARG_U32(GATHER) != 0;  // sampling needs every rank's logits
   float* xb = ARG_PTR(float*, RESID);                 // residual entering attention (TP)
-  float* po_dst[TP];
-  float* pd_dst[TP];
   u32* peer_xc[TP];
+  float* peer_rx[TP];
   float* peer_logits[TP];
   float* peer_adj[TP];
   if (IS_TP) {
     const u64* peers = ARG_PTR(const u64*, PEERS);
 #pragma unroll
     for (int r = 0; r < TP; ++r) {
-      float* xr = reinterpret_cast<float*>(__ldg(peers + r * PG_PEER_SLOTS + PG_PEER_EXCHANGE));
-      peer_xc[r] = reinterpret_cast<u32*>(xr);
-      po_dst[r] = xr + X_PO;
-      pd_dst[r] = xr + X_PD;
+      peer_xc[r] = reinterpret_cast<u32*>(__ldg(peers + r * PG_PEER_SLOTS + PG_PEER_EXCHANGE));
+      peer_rx[r] = reinterpret_cast<float*>(__ldg(peers + r * PG_PEER_SLOTS + PG_PEER_RX));
       peer_logits[r] = reinterpret_cast<float*>(__ldg(peers + r * PG_PEER_SLOTS + PG_PEER_LOGITS));
       peer_adj[r] = reinterpret_cast<float*>(__ldg(peers + r * PG_PEER_SLOTS + PG_PEER_ADJ));
     }
   }
   float* my_xch = IS_TP ? reinterpret_cast<float*>(peer_xc[rank]) : nullptr;
   u32* my_xc = IS_TP ? peer_xc[rank] : nullptr;
+  float* my_rx = IS_TP ? peer_rx[rank] : nullptr;
   // Blocks owning rows of each matrix (grid_rows hands row groups to blocks 0, 1, …).
   const int w_qkv = min((int)G, (QKV + NR - 1) / NR);
   const int w_d = min((int)G, (D + NR - 1) / NR);
   const int w_gu = min((int)G, (2 * F + NR - 1) / NR);
-  // Thread 0 after a phase's block_arrive: the same arrival on every peer's counter `which`.
+  // Thread 0 after a block barrier: one arrival on every peer's counter `which`.
   auto arrive_peers = [&](int which) {
     if (IS_TP && threadIdx.x == 0) {
 #pragma unroll
       for (int r = 0; r < TP; ++r)
         if (r != rank) peer_arrive(peer_xc[r] + which);
     }
+  };
+  // The consumer's input after layer l's projection `kind` (0 = o, 1 = down): base plus
+  // the partials the schedule adds, summed while loading into `vec`.
+  auto load_after = [&](u32 step, int l, int kind, const float* base, const bf16_t* base_bf16, float* out, int writers) {
+    const int m = x_recv[l];
+    load_combined<THREADS, D, TP>(vec, base, base_bf16, my_rx + rx_off(step, l, kind), m >= 0 ? my_rx + rx_off(step, m, kind) : nullptr,
+                                  x_mode[l], PG_DTP_LANE_SCALE, rank, out, blockIdx.x, writers);
+  };
+  // Where layer l's partials of projection `kind` go: slot `rank` of each rank's slots.
+  auto slots_of = [&](float* (&dst)[TP], u32 step, int l, int kind) {
+#pragma unroll
+    for (int r = 0; r < TP; ++r) dst[r] = IS_TP ? peer_rx[r] + rx_off(step, l, kind) : nullptr;
+    return x_mode[l] == XM_ALL || (x_mode[l] == XM_DELAYED && x_send[l] != 0);
   };
   const u32 steps = score ? n_prompt : n_prompt + max_tokens - 1;
   u32 lm_runs = 0;        // LM-head runs finished before the current step
@@ -242,21 +266,32 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         if (block_has_rows<NR>(QKV)) {
           maybe_prefetch<D, QKV>(w);
           if (l > 0) {
-            block_wait_with_peers(layer_ctr(ctr, l - 1, PH_DOWN), done, IS_TP ? my_xc + xc_layer(l - 1, true) : nullptr,
-                                  (s + 1) * w_d * (TP - 1));
+            block_wait(layer_ctr(ctr, l - 1, PH_DOWN), done);
           } else if (s > 0) {
             const bool lm_prev = score || s >= n_prompt;
-            if (lm_prev) {
-              block_wait(step_ctr(ctr, CTR_LM), lm_runs * G);
-            } else {
-              // TP: the peers' last-layer arrivals also prove they finished reading
-              // the o-partials this step is about to overwrite.
-              block_wait_with_peers(layer_ctr(ctr, L - 1, PH_DOWN), s * G, IS_TP ? my_xc + xc_layer(L - 1, true) : nullptr,
-                                    s * w_d * (TP - 1));
+            if (lm_prev) block_wait(step_ctr(ctr, CTR_LM), lm_runs * G);
+            else block_wait(layer_ctr(ctr, L - 1, PH_DOWN), s * G);
+            // Every block of this rank is done with the previous step's receive slots:
+            // refill their peer slots, which peers write again next step. A slot a
+            // peer sent into but nobody read (the last layer's down partials after a
+            // prompt step without LM head) may still be in flight: wait for every
+            // sent slot to land before refilling it, or the late store would survive
+            // the refill and be read as next-but-one step's value (v2's race).
+            if (IS_TP) {
+              constexpr int CHUNKS = D / 4;
+              float* rx = my_rx + rx_off(s - 1, 0, 0);
+              const float sentinel = __uint_as_float(PEER_SENTINEL);
+              for (int c = blockIdx.x * THREADS + threadIdx.x; c < 2 * L * TP * CHUNKS; c += w_qkv * THREADS) {
+                const int group = c / (TP * CHUNKS), slot = (c / CHUNKS) % TP, lyr = group / 2;
+                if (slot == rank) continue;
+                if (x_mode[lyr] == XM_ALL || (x_mode[lyr] == XM_DELAYED && x_send[lyr] != 0)) (void)ld_peer_ready(rx + (size_t)c * 4);
+                *reinterpret_cast<float4*>(rx + (size_t)c * 4) = make_float4(sentinel, sentinel, sentinel, sentinel);
+              }
+              __threadfence_system();
             }
           }
           if (l == 0) load_vec_bf16<THREADS>(vec, emb_row, D);
-          else if (IS_TP) load_sum_partials<THREADS, D, TP>(vec, x, nullptr, my_xch + X_PD, xb, blockIdx.x, w_qkv);
+          else if (IS_TP) load_after(s, l - 1, 1, x, nullptr, xb, w_qkv);
           else load_vec_f32<THREADS>(vec, x, D);
           rmsnorm_smem<THREADS, D>(vec, LAYER_PTR(const float*, lw, ATTN_NORM), EPS, red);
           const float* bias = LAYER_PTR(const float*, lw, QKV_BIAS);
@@ -329,9 +364,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           block_wait(layer_ctr(ctr, l, PH_ATTN), done);
           load_vec_f32<THREADS>(vec, attn, QD);
           __syncthreads();
+          float* po[TP];
+          const bool send = slots_of(po, s, l, 0);
           grid_rows<QD, NR, WARPS>(w, D, vec, [&](int r, float v) {
             if (IS_TP) {
-              push_partial<TP, D>(po_dst, rank, r, v);
+              push_partial<TP, D>(po, rank, r, v, send);
             } else {
               const float res = l == 0 ? bf16_to_f32(emb_row[r]) : ld_shared_f32(x + r);
               x[r] = res + v;
@@ -339,7 +376,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           });
         }
         block_arrive(layer_ctr(ctr, l, PH_O));
-        if (block_has_rows<NR>(D)) arrive_peers(xc_layer(l, false));
       }
 
       // ---- ffn norm + gate/up + SwiGLU -------------------------------------------
@@ -347,8 +383,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WGATE_UP);
         if (block_has_rows<NR>(2 * F)) {
           maybe_prefetch<D, 2 * F>(w);
-          block_wait_with_peers(layer_ctr(ctr, l, PH_O), done, IS_TP ? my_xc + xc_layer(l, false) : nullptr, (s + 1) * w_d * (TP - 1));
-          if (IS_TP) load_sum_partials<THREADS, D, TP>(vec, xb, l == 0 ? emb_row : nullptr, my_xch + X_PO, x, blockIdx.x, w_gu);
+          block_wait(layer_ctr(ctr, l, PH_O), done);
+          if (IS_TP) load_after(s, l, 0, xb, l == 0 ? emb_row : nullptr, x, w_gu);
           else load_vec_f32<THREADS>(vec, x, D);
           rmsnorm_smem<THREADS, D>(vec, LAYER_PTR(const float*, lw, FFN_NORM), EPS, red);
           // Rows interleave (gate_j, up_j); a group of NR rows holds NR/2 whole pairs.
@@ -378,13 +414,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           block_wait(layer_ctr(ctr, l, PH_GATE_UP), done);
           load_vec_f32<THREADS>(vec, act, F);
           __syncthreads();
+          float* pd[TP];
+          const bool send = slots_of(pd, s, l, 1);
           grid_rows<F, NR, WARPS>(w, D, vec, [&](int r, float v) {
-            if (IS_TP) push_partial<TP, D>(pd_dst, rank, r, v);
+            if (IS_TP) push_partial<TP, D>(pd, rank, r, v, send);
             else x[r] = ld_shared_f32(x + r) + v;
           });
         }
         block_arrive(layer_ctr(ctr, l, PH_DOWN));
-        if (block_has_rows<NR>(D)) arrive_peers(xc_layer(l, true));
       }
     }
 
@@ -395,11 +432,34 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
     u32 host_stop = 0;
     if (!score && rank == 0 && blockIdx.x == 0 && threadIdx.x == 0) host_stop = ld_host_flag(ctl + PG_CTL_STOP);
     maybe_prefetch<D, V>(lm_head);
-    block_wait_with_peers(layer_ctr(ctr, L - 1, PH_DOWN), done, IS_TP ? my_xc + xc_layer(L - 1, true) : nullptr,
-                          (s + 1) * w_d * (TP - 1));
-    if (IS_TP) load_sum_partials<THREADS, D, TP>(vec, x, nullptr, my_xch + X_PD, nullptr, 0, 1);
+    block_wait(layer_ctr(ctr, L - 1, PH_DOWN), done);
+    if (IS_TP) load_after(s, L - 1, 1, x, nullptr, nullptr, 1);
     else load_vec_f32<THREADS>(vec, x, D);
     rmsnorm_smem<THREADS, D>(vec, final_norm, EPS, red);
+    if (IS_DTP) {
+      // DTP: the LM head reads the mean of every lane's h. Each block holds this lane's
+      // h (the same bits in every block); writer blocks push their share to the other
+      // lanes, then every block sums all lanes' h in lane order.
+      if ((int)blockIdx.x < w_d) {
+        for (int i = threadIdx.x * 4; i < D; i += THREADS * 4) {
+          if ((i / 4) % w_d != (int)blockIdx.x) continue;
+          const float4 h = *reinterpret_cast<const float4*>(vec + i);
+#pragma unroll
+          for (int r = 0; r < TP; ++r)
+            if (r != rank) *reinterpret_cast<float4*>(reinterpret_cast<float*>(peer_xc[r]) + X_HMEAN + rank * D + i) = h;
+        }
+        __syncthreads();
+        arrive_peers(XC_HMEAN);
+      }
+      if (threadIdx.x == 0) wait_peers(my_xc + XC_HMEAN, (lm_runs + 1) * w_d * (TP - 1));
+      __syncthreads();
+      for (int i = threadIdx.x; i < D; i += THREADS) {
+        float h = 0.f;
+        for (int r = 0; r < TP; ++r) h += r == rank ? vec[i] : ld_shared_f32(my_xch + X_HMEAN + r * D + i);
+        vec[i] = h * (1.0f / TP);
+      }
+      __syncthreads();
+    }
     {
       LmStats st = lm_stats_empty();
       float* dbg_row = dbg ? dbg + (size_t)lm_runs * V : nullptr;

@@ -108,19 +108,26 @@ __device__ __forceinline__ void wait_peers(const u32* ctr, u32 target) {
 #endif
 }
 
-/// block_wait on a local counter, then (peer_ctr non-null) on a counter peer GPUs
-/// bump; one block barrier for both.
-__device__ __forceinline__ void block_wait_with_peers(const u32* ctr, u32 target, const u32* peer_ctr, u32 peer_target) {
-  if (threadIdx.x == 0) {
-    chaos_delay(target);
-    while (ld_acquire_gpu(ctr) < target) {
-    }
-    if (peer_ctr) wait_peers(peer_ctr, peer_target);
-#if !PG_LIGHT_FENCE
-    __threadfence();
-#endif
+/// Lamport-style exchange: a value a peer GPU writes into this GPU's memory with plain
+/// stores, over a slot pre-filled with a sentinel no arithmetic produces (0xffffffff,
+/// a NaN whose sign and payload real NaNs never take). Volatile 16-byte loads: each
+/// 4-byte component is either the sentinel or the peer's value.
+constexpr u32 PEER_SENTINEL = 0xffffffffu;
+
+__device__ __forceinline__ float4 ld_volatile_f32x4(const float* p) {
+  float4 v;
+  asm volatile("ld.volatile.global.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p) : "memory");
+  return v;
+}
+
+/// Spins until all four floats at `p` (written by a peer) have left the sentinel.
+__device__ __forceinline__ float4 ld_peer_ready(const float* p) {
+  float4 v = ld_volatile_f32x4(p);
+  while (__float_as_uint(v.x) == PEER_SENTINEL || __float_as_uint(v.y) == PEER_SENTINEL || __float_as_uint(v.z) == PEER_SENTINEL ||
+         __float_as_uint(v.w) == PEER_SENTINEL) {
+    v = ld_volatile_f32x4(p);
   }
-  __syncthreads();
+  return v;
 }
 
 /// A self-resetting ticket for `n` participants: returns true to exactly the last

@@ -7,13 +7,15 @@
 # hf_score; scripts/gpu/build_tp.sh fills .carry/tp). Every step runs under
 # `timeout -s KILL`; logs go to $OUT.
 #   env: BIN (default .carry/tp), SHAPES (bench), CHECK_SHAPES (gpu_check / transformers),
-#        RACE_TOKENS (default 2000), RUNS (default 5)
+#        RACE_TOKENS (default 2000), RUNS (default 5), STEPS (default: tp_check bench transformers)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=${BIN:-.carry/tp}
 out=${OUT:-gpu-logs}; mkdir -p "$out"
-export PEREGRINE_CUBIN_CACHE=${PEREGRINE_CUBIN_CACHE:-/tmp/pg-cubins} NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-shapes=${SHAPES:-qwen2.5-coder-1.5b,smollm2-1.7b}
+case $bin in /*) cubins=$bin/cubins ;; *) cubins=$PWD/$bin/cubins ;; esac
+export PEREGRINE_CUBIN_CACHE=${PEREGRINE_CUBIN_CACHE:-$cubins} NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+shapes=${SHAPES:-qwen2.5-coder-1.5b,smollm2-1.7b,dtp-2b}
+steps=${STEPS:-tp_check bench transformers}
 check_shapes=${CHECK_SHAPES:-qwen2.5-coder-1.5b}
 for f in "$bin/peregrine" "$bin/gpu_check" "$bin/hf_score"; do [ -x "$f" ] || { echo "missing $f: run scripts/gpu/build_tp.sh first"; exit 1; }; done
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
@@ -29,7 +31,13 @@ step() { # name timeout cmd...: runs one step, keeps its log, prints its tail
   [ $r = 0 ] || rc=1
 }
 quick=(); [ "${RACE_TOKENS:-2000}" -lt 1000 ] && quick=(--quick)
-step tp_check "${TP_CHECK_TIMEOUT:-200}" "$bin/gpu_check" tp --shapes "$check_shapes" "${quick[@]}"
-step bench "${BENCH_TIMEOUT:-240}" "$bin/peregrine" bench --device cuda --shape "$shapes" --tp 1,2 --runs "${RUNS:-5}"
-step transformers "${CHECK_TIMEOUT:-180}" python3 "$here/transformers_check.py" --bin "$bin/hf_score" --shapes "$check_shapes" --tp 1,2 --out "$out"
+for s in $steps; do
+  case $s in
+    tp_check) step tp_check "${TP_CHECK_TIMEOUT:-200}" "$bin/gpu_check" tp --shapes "$check_shapes" "${quick[@]}" ;;
+    # Standard TP at 1 and 2; dtp-2b also as DTP at 2 (its preset, checked against the DTP CPU reference).
+    bench) step bench "${BENCH_TIMEOUT:-300}" "$bin/peregrine" bench --device cuda --shape "$shapes" --tp 1,2 --runs "${RUNS:-5}" ;;
+    transformers) step transformers "${CHECK_TIMEOUT:-180}" python3 "$here/transformers_check.py" --bin "$bin/hf_score" --shapes "$check_shapes" --tp 1,2 --out "$out" ;;
+    *) echo "unknown step $s"; rc=1 ;;
+  esac
+done
 exit $rc

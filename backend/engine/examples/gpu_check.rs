@@ -6,7 +6,7 @@
 //! `gpu_check tp --shapes a,b` checks tensor parallelism on GPUs 0 and 1 against
 //! one GPU, with the chaos race check on each rank.
 //!
-//! Usage: gpu_check [all|correctness|bench|sanitize|precompile|tp] [--quick]
+//! Usage: gpu_check [all|correctness|bench|sanitize|precompile|precompile-tp|tp] [--quick] [--tp N]
 //!        [--shapes a,b] [--runs N] [--prompt N] [--gen N] [--variants v1,v2,...]
 
 #[cfg(feature = "cuda")]
@@ -52,6 +52,8 @@ mod imp {
         prompt: usize,
         gen: usize,
         variants: Vec<String>,
+        /// `tp` mode: tensor-parallel degree (default min(GPUs, 2)).
+        tp: Option<usize>,
     }
 
     fn parse() -> Args {
@@ -63,6 +65,7 @@ mod imp {
             prompt: 32,
             gen: 256,
             variants: vec!["v3".into(), "v1".into(), "v3-nosplit".into()],
+            tp: None,
         };
         let mut it = std::env::args().skip(1);
         while let Some(x) = it.next() {
@@ -74,6 +77,7 @@ mod imp {
                 "--runs" => a.runs = val().parse().unwrap_or(5),
                 "--prompt" => a.prompt = val().parse().unwrap_or(32),
                 "--gen" => a.gen = val().parse().unwrap_or(256),
+                "--tp" => a.tp = val().parse().ok(),
                 m => a.mode = m.to_string(),
             }
         }
@@ -652,6 +656,23 @@ mod imp {
         if args.mode == "precompile" {
             return precompile(&args);
         }
+        if args.mode == "precompile-tp" {
+            // The kernels `tp` and `bench --tp 1,2` load for --shapes: one GPU, TP 2 with
+            // and without chaos delays, and DTP for shapes with a DTP preset.
+            for shape in &args.shapes {
+                let c = preset(shape).unwrap_or_else(|| panic!("unknown shape {shape}"));
+                let t = Instant::now();
+                cuda::compile_only(&c, &KernelOptions::default(), "sm_90a")?;
+                cuda::compile_only_tp(&c, &KernelOptions::default(), 2, None, "sm_90a")?;
+                cuda::compile_only_tp(&c, &KernelOptions { chaos: true, ..KernelOptions::default() }, 2, None, "sm_90a")?;
+                if let Some(d) = peregrine_engine::synthetic::dtp_preset(shape) {
+                    let sched = peregrine_engine::dtp::DtpSchedule::new(&d, &c, 2)?;
+                    cuda::compile_only_tp(&c, &KernelOptions::default(), 2, Some(&sched), "sm_90a")?;
+                }
+                println!("{shape}: TP kernels compiled in {:.1}s", t.elapsed().as_secs_f64());
+            }
+            return Ok(());
+        }
         match cuda::devices() {
             Ok(d) => println!("CUDA devices: {d:?}"),
             Err(e) => {
@@ -673,7 +694,7 @@ mod imp {
             return Ok(());
         }
         if args.mode == "tp" {
-            let tp = cuda::devices()?.len().clamp(1, 2);
+            let tp = args.tp.unwrap_or_else(|| cuda::devices().map_or(1, |d| d.len().clamp(1, 2)));
             for shape in &args.shapes {
                 let config = preset(shape).unwrap_or_else(|| panic!("unknown shape {shape}"));
                 let w = synthetic_weights(&config, WEIGHT_SEED);

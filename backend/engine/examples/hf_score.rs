@@ -47,7 +47,14 @@ fn score(args: &[String]) -> Result<()> {
     let t0 = Instant::now();
     let (config, weights) = peregrine_engine::hf::load_hf_dir(&model)?;
     let mut rt: Box<dyn Runtime> = match device.as_str() {
-        "cuda" => Box::new(CudaRuntime::with_devices(&config, &weights, &(0..tp).collect::<Vec<_>>(), Default::default())?),
+        "cuda" => {
+            // A `dtp` block in config.json runs the model as DTP over the --tp lanes.
+            let dtp = match peregrine_engine::dtp::read_model_dtp(&model)? {
+                Some(d) => Some(peregrine_engine::dtp::DtpSchedule::new(&d, &config, tp)?),
+                None => None,
+            };
+            Box::new(CudaRuntime::with_dtp(&config, &weights, &(0..tp).collect::<Vec<_>>(), Default::default(), dtp)?)
+        }
         "cpu" => Box::new(ReferenceRuntime::new(&config, &weights)?),
         other => return Err(Error::InvalidRequest(format!("unknown device `{other}` (cuda or cpu)"))),
     };

@@ -142,9 +142,14 @@ pub fn build_generator_on(files: ModelFiles, device: Device, gpus: &[usize]) -> 
     Ok(Generator { runtime, tokenizer: Some(files.tokenizer), template: files.template })
 }
 
-/// The persistent-kernel runtime on `gpus` (tensor parallel when several), announced in the log.
+/// The persistent-kernel runtime on `gpus` (tensor parallel when several; DTP when the
+/// model declares it), announced in the log.
 fn cuda_runtime(files: &ModelFiles, gpus: &[usize]) -> Result<crate::cuda::CudaRuntime> {
-    let runtime = crate::cuda::CudaRuntime::with_devices(&files.config, &files.weights, gpus, Default::default())?;
+    let dtp = match crate::dtp::read_model_dtp(&files.path)? {
+        Some(d) => Some(crate::dtp::DtpSchedule::new(&d, &files.config, gpus.len())?),
+        None => None,
+    };
+    let runtime = crate::cuda::CudaRuntime::with_dtp(&files.config, &files.weights, gpus, Default::default(), dtp)?;
     eprintln!("using CUDA: {}", runtime.describe());
     Ok(runtime)
 }

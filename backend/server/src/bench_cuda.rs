@@ -13,7 +13,8 @@ use peregrine_engine::cuda::bench::{
 };
 use peregrine_engine::cuda::torch_baseline::{self, BaselineFigures, BaselinePlan};
 use peregrine_engine::cuda::{self, measure_copy_bandwidth};
-use peregrine_engine::synthetic::{preset, synthetic_weights, PRESET_NAMES};
+use peregrine_engine::dtp::DtpSchedule;
+use peregrine_engine::synthetic::{dtp_preset, preset, synthetic_weights, PRESET_NAMES};
 use serde_json::json;
 
 use crate::error::{Error, Result};
@@ -36,6 +37,10 @@ pub struct CudaBenchArgs {
     /// With --shape: KV-cache positions to allocate (default: the kernel's default, capped by the model's context).
     #[arg(long)]
     pub context: Option<usize>,
+    /// With --shape and a --tp above 1: also run each shape as Delayed Tensor Parallelism
+    /// with this config (`delay=D[,early=present|none]`), or `none`; default: the shape's own DTP preset (dtp-2b).
+    #[arg(long)]
+    pub dtp: Option<String>,
     /// With --shape: also run scripts/bench/torch_cuda_graph.py (PyTorch + transformers, CUDA graph) and print the ratio.
     #[arg(long)]
     pub baseline: bool,
@@ -99,21 +104,35 @@ pub fn run_blocking(args: &CudaBenchArgs, tps: &[usize], gpus: Option<&str>, run
             config.parameter_count() as f64 / 1e6,
             t0.elapsed().as_secs_f64()
         ));
+        // Each degree runs standard TP; a shape with a DTP preset also runs as DTP on 2+ GPUs.
+        let mut runs: Vec<(usize, Option<DtpSchedule>)> = Vec::new();
         for &tp in tps {
+            runs.push((tp, None));
+            let dtp_config = match args.dtp.as_deref() {
+                Some("none") => None,
+                Some(spec) => Some(spec.parse::<peregrine_engine::dtp::DtpConfig>()?),
+                None => dtp_preset(&config.name),
+            };
+            if let (true, Some(d)) = (tp > 1, dtp_config) {
+                runs.push((tp, Some(DtpSchedule::new(&d, config, tp)?)));
+            }
+        }
+        for (tp, dtp) in runs {
             let t1 = Instant::now();
-            match bench::bench_shape(config, &weights, &pool[..tp], &plan, bandwidth) {
+            let label = if dtp.is_some() { format!("tp {tp} DTP") } else { format!("tp {tp}") };
+            match bench::bench_shape(config, &weights, &pool[..tp], dtp.as_ref(), &plan, bandwidth) {
                 Ok(figures) => {
-                    say(format!("  tp {tp}: {}", figures.describe));
-                    say(format!("  tp {tp}: {} ({:.1}s)", shape_line(&figures, &plan), t1.elapsed().as_secs_f64()));
+                    say(format!("  {label}: {}", figures.describe));
+                    say(format!("  {label}: {} ({:.1}s)", shape_line(&figures, &plan), t1.elapsed().as_secs_f64()));
                     if !(figures.tokens_match && figures.verification.passed()) {
-                        failed.push(format!("{} tp {tp}: correctness check failed", config.name));
+                        failed.push(format!("{} {label}: correctness check failed", config.name));
                     }
                     rows.push(figures);
                     shape_of_row.push(measured.len());
                 }
                 Err(e) => {
-                    say(format!("  {} tp {tp}: {e}", config.name));
-                    failed.push(format!("{} tp {tp}: {e}", config.name));
+                    say(format!("  {} {label}: {e}", config.name));
+                    failed.push(format!("{} {label}: {e}", config.name));
                 }
             }
         }
@@ -189,6 +208,13 @@ fn tp1_rate(rows: &[ShapeFigures], shape_of_row: &[usize], i: usize) -> Option<f
     rows.iter().zip(shape_of_row).find(|(r, &s)| s == shape_of_row[i] && r.tp == 1).map(|(r, _)| r.decode_tok_s)
 }
 
+/// tok/s of the same shape and degree with standard TP, for DTP rows' ratio.
+fn standard_rate(rows: &[ShapeFigures], shape_of_row: &[usize], i: usize) -> Option<f64> {
+    let me = &rows[i];
+    me.dtp?;
+    rows.iter().zip(shape_of_row).find(|(r, &s)| s == shape_of_row[i] && r.tp == me.tp && r.dtp.is_none()).map(|(r, _)| r.decode_tok_s)
+}
+
 fn print_table(rows: &[ShapeFigures], shape_of_row: &[usize], baseline: Option<&[BaselineFigures]>, bandwidth: f64, plan: &CudaBenchPlan) {
     println!(
         "decode: {}-token prompt, {} greedy tokens, median of {} runs · bound = {:.2} TB/s copy measured in this run / bytes per token · TTFT: {}-token prompt",
@@ -196,7 +222,8 @@ fn print_table(rows: &[ShapeFigures], shape_of_row: &[usize], baseline: Option<&
     );
     let with_base = baseline.is_some();
     let mut head =
-        "| shape | tp | tok/s | × tp 1 | µs/token | MB/token per GPU | % of bound | TTFT 512 (ms) | tokens = verified |".to_string();
+        "| shape | tp | tok/s | × tp 1 | × standard TP | µs/token | MB/token per GPU | % of bound | TTFT 512 (ms) | tokens = verified |"
+            .to_string();
     if with_base {
         head += " PyTorch CUDA graph tok/s | ratio | PyTorch prefill 512 (ms) |";
     }
@@ -205,10 +232,12 @@ fn print_table(rows: &[ShapeFigures], shape_of_row: &[usize], baseline: Option<&
     for (i, r) in rows.iter().enumerate() {
         let ok = r.tokens_match && r.verification.passed();
         let speedup = tp1_rate(rows, shape_of_row, i).map_or("–".to_string(), |t1| format!("{:.2}×", r.decode_tok_s / t1));
+        let vs_std = standard_rate(rows, shape_of_row, i).map_or("–".to_string(), |t| format!("{:.2}×", r.decode_tok_s / t));
         let mut line = format!(
-            "| {} | {} | {:.0} | {speedup} | {:.1} | {:.1} | {:.1}% | {:.1} | {} |",
+            "| {} | {}{} | {:.0} | {speedup} | {vs_std} | {:.1} | {:.1} | {:.1}% | {:.1} | {} |",
             r.name,
             r.tp,
+            r.dtp.map_or(String::new(), |d| format!(" DTP d={d}")),
             r.decode_tok_s,
             r.us_per_token,
             r.bytes_per_token as f64 / 1e6,
@@ -251,6 +280,8 @@ fn report_json(
             json!({
                 "shape": r.name,
                 "tp": r.tp,
+                "dtp_delay": r.dtp,
+                "speedup_vs_standard_tp": standard_rate(rows, shape_of_row, i).map(|t| r.decode_tok_s / t),
                 "speedup_vs_tp1": tp1_rate(rows, shape_of_row, i).map(|t1| r.decode_tok_s / t1),
                 "parameters": r.parameters,
                 "bytes_per_token": r.bytes_per_token,

@@ -45,13 +45,24 @@ mod tests {
             assert!(bytes > 0, "{name}: empty cubin");
         }
         // Tensor parallelism: every rank's kernel at TP 2 for the shapes whose heads split.
-        for name in ["qwen2.5-coder-1.5b", "smollm2-1.7b", "llama-3.2-1b"] {
+        for name in ["qwen2.5-coder-1.5b", "smollm2-1.7b", "llama-3.2-1b", "dtp-2b"] {
             let config = crate::synthetic::preset(name).expect("preset");
-            let bytes = compile_only_tp(&config, &KernelOptions::default(), 2, "sm_90a").unwrap_or_else(|e| panic!("{name} tp 2: {e}"));
+            let bytes =
+                compile_only_tp(&config, &KernelOptions::default(), 2, None, "sm_90a").unwrap_or_else(|e| panic!("{name} tp 2: {e}"));
             assert!(bytes > 0, "{name}: empty cubin");
         }
+        // DTP (dtp-2b's schedule) at 2 lanes, and its `none` early-layer variant.
+        let shape = crate::synthetic::preset("dtp-2b").expect("preset");
+        let mut dtp = crate::synthetic::dtp_preset("dtp-2b").expect("dtp preset");
+        for early in [crate::dtp::EarlyLayers::Present, crate::dtp::EarlyLayers::None] {
+            dtp.early_layers = early;
+            let sched = crate::dtp::DtpSchedule::new(&dtp, &shape, 2).expect("schedule");
+            let bytes =
+                compile_only_tp(&shape, &KernelOptions::default(), 2, Some(&sched), "sm_90a").unwrap_or_else(|e| panic!("dtp: {e}"));
+            assert!(bytes > 0, "dtp: empty cubin");
+        }
         let odd = crate::synthetic::preset("smollm2-135m").expect("preset");
-        let err = compile_only_tp(&odd, &KernelOptions::default(), 2, "sm_90a").expect_err("9 heads do not split over 2");
+        let err = compile_only_tp(&odd, &KernelOptions::default(), 2, None, "sm_90a").expect_err("9 heads do not split over 2");
         assert!(err.to_string().contains("query heads"), "{err}");
     }
 }

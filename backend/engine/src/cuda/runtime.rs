@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{
-    sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg,
+    sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PinnedHostSlice,
+    PushKernelArg,
 };
 
 use super::RunStats;
@@ -17,11 +18,16 @@ use crate::cpu::reference_runtime::check_fits;
 use crate::cpu::rope;
 use crate::cuda::layout::{self, ctl, end, rec, Arg, KernelOptions, LayerSlot, PeerSlot, MAX_DEVICE_STOP_TOKENS};
 use crate::cuda::nvrtc;
+use crate::dtp::DtpSchedule;
 use crate::error::{Error, Result};
 use crate::runtime::{BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
 use crate::sampling::{Sampled, TokenLogprob, MAX_TOP_LOGPROBS};
 use crate::tensor::Tensor;
 use crate::weights::Weights;
+
+/// Bits the receive slots hold until a peer's value lands (kernels/sync.cuh's
+/// PEER_SENTINEL: a NaN no arithmetic produces).
+const PEER_SENTINEL: u32 = 0xffff_ffff;
 
 /// Test switch: lets tensor-parallel ranks share a GPU (each then gets a share of its
 /// SMs), so the exchange logic can be checked on a one-GPU machine. Not for speed.
@@ -86,8 +92,10 @@ struct State {
     tokens: CudaSlice<u32>,
     seen: CudaSlice<u8>,
     stop_ids: CudaSlice<u32>,
-    /// Tensor parallelism: the region peers write into (counters, partial sums, LM messages).
+    /// Tensor parallelism: the region peers write into (counters, LM messages, DTP's final h).
     exchange: CudaSlice<u32>,
+    /// Tensor parallelism: receive slots of partial sums (sentinel-filled before each run).
+    rx: CudaSlice<f32>,
     /// Tensor parallelism: every rank's `PeerSlot` pointers (filled once all ranks exist).
     peers: CudaSlice<u64>,
 }
@@ -99,6 +107,7 @@ struct Kernel {
     num_counters: usize,
     partial_floats: usize,
     exchange_words: usize,
+    rx_floats: usize,
     from_cache: bool,
 }
 
@@ -126,6 +135,8 @@ pub struct CudaRuntime {
     config: ModelConfig,
     /// Each rank's share of `config` (equal to it on one GPU).
     shard: ModelConfig,
+    /// Delayed Tensor Parallelism's schedule (`None`: standard tensor parallelism or one GPU).
+    dtp: Option<DtpSchedule>,
     options: KernelOptions,
     ranks: Vec<Rank>,
     arch: String,
@@ -179,13 +190,13 @@ pub fn compile_only(config: &ModelConfig, options: &KernelOptions, arch: &str) -
     Ok(nvrtc::cubin(arch, &layout::defines(config, options))?.0.len())
 }
 
-/// [`compile_only`] for one rank of tensor parallelism of degree `tp`.
-pub fn compile_only_tp(config: &ModelConfig, options: &KernelOptions, tp: usize, arch: &str) -> Result<usize> {
+/// [`compile_only`] for one rank of tensor parallelism of degree `tp` (DTP with a schedule).
+pub fn compile_only_tp(config: &ModelConfig, options: &KernelOptions, tp: usize, dtp: Option<&DtpSchedule>, arch: &str) -> Result<usize> {
     let shard = layout::shard(config, tp).map_err(|e| Error::Cuda(format!("unsupported tensor parallelism: {e}")))?;
     if let Some(why) = layout::unsupported(&shard, options) {
         return Err(Error::Cuda(format!("unsupported shape: {why}")));
     }
-    Ok(nvrtc::cubin(arch, &layout::defines_tp(&shard, options, tp, config.vocab_size))?.0.len())
+    Ok(nvrtc::cubin(arch, &layout::defines_tp(&shard, options, tp, config.vocab_size, dtp))?.0.len())
 }
 
 /// Rows `r0..r1` of a row-major matrix with `cols` columns.
@@ -275,7 +286,27 @@ impl CudaRuntime {
     /// Tensor parallelism over `ordinals` (degree = their count; one GPU is the plain
     /// runtime): each GPU gets its shard of the weights and its own persistent kernel.
     pub fn with_devices(config: &ModelConfig, weights: &Weights, ordinals: &[usize], options: KernelOptions) -> Result<CudaRuntime> {
+        Self::with_dtp(config, weights, ordinals, options, None)
+    }
+
+    /// [`CudaRuntime::with_devices`] running the model as Delayed Tensor Parallelism
+    /// with `dtp` (lanes = `ordinals`; `None`: standard tensor parallelism).
+    pub fn with_dtp(
+        config: &ModelConfig,
+        weights: &Weights,
+        ordinals: &[usize],
+        options: KernelOptions,
+        dtp: Option<DtpSchedule>,
+    ) -> Result<CudaRuntime> {
         let tp = ordinals.len();
+        if let Some(s) = &dtp {
+            if s.lanes != tp || s.num_layers != config.num_layers {
+                return Err(Error::Cuda(format!(
+                    "DTP schedule for {} lanes / {} layers on {tp} GPUs / {} layers",
+                    s.lanes, s.num_layers, config.num_layers
+                )));
+            }
+        }
         let shard = layout::shard(config, tp).map_err(|e| Error::Cuda(format!("unsupported tensor parallelism: {e}")))?;
         if let Some(why) = layout::unsupported(&shard, &options) {
             return Err(Error::Cuda(format!("unsupported shape: {why}")));
@@ -312,7 +343,7 @@ impl CudaRuntime {
             grid = grid.min(sm_count);
             let rank_options =
                 KernelOptions { chaos: options.chaos && (tp == 1 || options.chaos_rank as usize == rank), ..options.clone() };
-            let kernel = Self::load_kernel(&ctx, &stream, config, &shard, &rank_options, tp, &arch)?;
+            let kernel = Self::load_kernel(&ctx, &stream, config, &shard, &rank_options, tp, dtp.as_ref(), &arch)?;
             let weights = Self::upload_weights(&stream, config, &shard, weights, rank, tp)?;
             let state = Self::alloc_state(&stream, config, &shard, &options, kv_cap, &kernel, sm_count, tp)?;
             ranks.push(Rank {
@@ -333,6 +364,7 @@ impl CudaRuntime {
             for r in &ranks {
                 let mut slots = [0u64; PeerSlot::COUNT];
                 slots[PeerSlot::Exchange.index()] = r.dptr(&r.state.exchange);
+                slots[PeerSlot::Rx.index()] = r.dptr(&r.state.rx);
                 slots[PeerSlot::Logits.index()] = r.dptr(&r.state.logits);
                 slots[PeerSlot::Adj.index()] = r.dptr(&r.state.adj);
                 table.extend_from_slice(&slots);
@@ -363,6 +395,7 @@ impl CudaRuntime {
             alloc_splits,
             config: config.clone(),
             shard,
+            dtp,
             options,
             ranks,
             arch,
@@ -384,6 +417,7 @@ impl CudaRuntime {
         self.ranks.len()
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn load_kernel(
         ctx: &Arc<CudaContext>,
         stream: &Arc<CudaStream>,
@@ -391,9 +425,10 @@ impl CudaRuntime {
         shard: &ModelConfig,
         options: &KernelOptions,
         tp: usize,
+        dtp: Option<&DtpSchedule>,
         arch: &str,
     ) -> Result<Kernel> {
-        let (cubin, from_cache) = nvrtc::cubin(arch, &layout::defines_tp(shard, options, tp, config.vocab_size))?;
+        let (cubin, from_cache) = nvrtc::cubin(arch, &layout::defines_tp(shard, options, tp, config.vocab_size, dtp))?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(cuda_err("cuModuleLoadData"))?;
         let func = module.load_function(nvrtc::KERNEL_NAME).map_err(cuda_err("cuModuleGetFunction"))?;
         let read_u32 = |name: &str| -> Result<u32> {
@@ -409,6 +444,7 @@ impl CudaRuntime {
         let num_counters = read_u32("pg_num_counters")? as usize;
         let partial_floats = read_u32("pg_partial_floats")? as usize;
         let exchange_words = read_u32("pg_exchange_words")? as usize;
+        let rx_floats = read_u32("pg_rx_floats")? as usize;
         func.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes as i32)
             .map_err(cuda_err("raise the kernel's shared-memory limit"))?;
         let per_sm = func
@@ -420,7 +456,7 @@ impl CudaRuntime {
                 options.threads
             )));
         }
-        Ok(Kernel { func, smem_bytes, num_counters, partial_floats, exchange_words, from_cache })
+        Ok(Kernel { func, smem_bytes, num_counters, partial_floats, exchange_words, rx_floats, from_cache })
     }
 
     /// Uploads rank `rank`'s shard (all of it on one GPU): its query heads' q rows, its
@@ -557,6 +593,7 @@ impl CudaRuntime {
             seen: stream.alloc_zeros::<u8>(full.vocab_size).map_err(cuda_err("cuMemAlloc"))?,
             stop_ids: u32s(MAX_DEVICE_STOP_TOKENS)?,
             exchange: u32s(k.exchange_words)?,
+            rx: f32s(k.rx_floats)?,
             peers: stream.alloc_zeros::<u64>(tp * PeerSlot::COUNT).map_err(cuda_err("cuMemAlloc"))?,
         })
     }
@@ -577,7 +614,7 @@ impl CudaRuntime {
         let tp = self.ranks.len();
         for (i, r) in self.ranks.iter_mut().enumerate() {
             let ro = KernelOptions { chaos: options.chaos && (tp == 1 || options.chaos_rank as usize == i), ..options.clone() };
-            r.kernel = Self::load_kernel(&r.ctx, &r.stream, &self.config, &self.shard, &ro, tp, &self.arch)?;
+            r.kernel = Self::load_kernel(&r.ctx, &r.stream, &self.config, &self.shard, &ro, tp, self.dtp.as_ref(), &self.arch)?;
         }
         self.options = options;
         Ok(())
@@ -608,10 +645,11 @@ impl CudaRuntime {
         let names: Vec<&str> = self.ranks.iter().map(|r| r.device_name.as_str()).collect();
         let k = &self.ranks[0].kernel;
         format!(
-            "{} ({}, tp {}), grid {}×{} threads per GPU, {} B shared, kernel {} ({:?})",
+            "{} ({}, tp {}{}), grid {}×{} threads per GPU, {} B shared, kernel {} ({:?})",
             names.join(" + "),
             self.arch,
             self.ranks.len(),
+            self.dtp.as_ref().map_or(String::new(), |s| format!(", DTP delay {} early {}", s.delay, s.early_layers.name())),
             self.grid,
             self.options.threads,
             k.smem_bytes,
@@ -669,6 +707,16 @@ impl CudaRuntime {
             stream.memcpy_htod(prompt, &mut toks).map_err(cuda_err("upload prompt"))?;
             stream.memset_zeros(&mut st.counters).map_err(cuda_err("zero counters"))?;
             stream.memset_zeros(&mut st.exchange).map_err(cuda_err("zero exchange"))?;
+            // The receive slots start as the sentinel the kernel's peer loads wait past.
+            let rx_len = st.rx.len();
+            let filled = {
+                let (rx_ptr, _guard) = st.rx.device_ptr_mut(&stream);
+                // SAFETY: `rx_ptr` addresses `st.rx`'s live allocation of `rx_len` f32 on this stream's context.
+                unsafe { sys::cuMemsetD32Async(rx_ptr, PEER_SENTINEL, rx_len, stream.cu_stream()) }
+            };
+            if filled != sys::CUresult::CUDA_SUCCESS {
+                return Err(Error::Cuda(format!("fill receive slots: {filled:?}")));
+            }
             if debug_rows > 0 {
                 dbgs.push(stream.alloc_zeros::<f32>(debug_rows * self.shard.vocab_size).map_err(cuda_err("debug logits"))?);
             }

@@ -24,7 +24,13 @@ pub fn compile_only(_config: &ModelConfig, _options: &KernelOptions, _arch: &str
 }
 
 /// Always an error: no CUDA in this build.
-pub fn compile_only_tp(_config: &ModelConfig, _options: &KernelOptions, _tp: usize, _arch: &str) -> Result<usize> {
+pub fn compile_only_tp(
+    _config: &ModelConfig,
+    _options: &KernelOptions,
+    _tp: usize,
+    _dtp: Option<&crate::dtp::DtpSchedule>,
+    _arch: &str,
+) -> Result<usize> {
     disabled()
 }
 
@@ -41,6 +47,15 @@ impl CudaRuntime {
         disabled()
     }
     pub fn with_devices(_config: &ModelConfig, _weights: &Weights, _ordinals: &[usize], _options: KernelOptions) -> Result<CudaRuntime> {
+        disabled()
+    }
+    pub fn with_dtp(
+        _config: &ModelConfig,
+        _weights: &Weights,
+        _ordinals: &[usize],
+        _options: KernelOptions,
+        _dtp: Option<crate::dtp::DtpSchedule>,
+    ) -> Result<CudaRuntime> {
         disabled()
     }
     pub fn tp(&self) -> usize {
