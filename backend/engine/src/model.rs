@@ -153,3 +153,21 @@ fn cuda_runtime(files: &ModelFiles, gpus: &[usize]) -> Result<crate::cuda::CudaR
     eprintln!("using CUDA: {}", runtime.describe());
     Ok(runtime)
 }
+
+#[cfg(test)]
+mod gpu_list_tests {
+    use super::parse_gpus;
+
+    #[test]
+    fn gpus_default_to_the_first_tp_and_reject_bad_lists() {
+        assert_eq!(parse_gpus(1, None).expect("default"), vec![0]);
+        assert_eq!(parse_gpus(2, None).expect("default"), vec![0, 1]);
+        assert_eq!(parse_gpus(2, Some("3, 1")).expect("list"), vec![3, 1]);
+        for (tp, list, needle) in
+            [(0, None, "at least 1"), (2, Some("0"), "names 1 devices"), (2, Some("1,1"), "twice"), (2, Some("0,x"), "`x`")]
+        {
+            let err = parse_gpus(tp, list).expect_err("bad list").to_string();
+            assert!(err.contains(needle), "{err}");
+        }
+    }
+}

@@ -141,3 +141,21 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub json: bool,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ModelArgs;
+
+    fn args(tp: &str, gpus: Option<&str>) -> ModelArgs {
+        ModelArgs { model: None, device: "cuda".into(), tp: tp.into(), gpus: gpus.map(String::from) }
+    }
+
+    #[test]
+    fn tp_takes_a_list_only_where_a_list_makes_sense() {
+        assert_eq!(args("1,2", None).tp_list().expect("list"), vec![1, 2]);
+        assert_eq!(args("2", Some("1,0")).gpus().expect("one degree"), vec![1, 0]);
+        assert!(args("1,2", None).gpus().is_err(), "serve/generate take one degree");
+        assert!(args("0", None).tp_list().is_err());
+        assert!(args("two", None).tp_list().is_err());
+    }
+}
