@@ -12,6 +12,7 @@
 
 #include "common.cuh"
 #include "sync.cuh"
+#include "ops/allreduce.cuh"
 #include "ops/attention.cuh"
 #include "ops/emit.cuh"
 #include "ops/lm_head.cuh"
@@ -40,6 +41,43 @@ constexpr int KVD = NKV * HD;
 constexpr int QKV = QD + 2 * KVD;
 constexpr int GROUP = NH / NKV;
 static_assert(NH % NKV == 0, "query heads must be a multiple of KV heads");
+
+// ---- tensor parallelism and DTP ------------------------------------------------
+// With PG_TP > 1 this launch is rank PG_ARG_RANK of TP: NH, NKV, F and V above are
+// this rank's shard (its heads, FFN columns and vocabulary rows); D is whole. The
+// o- and down-projections produce partial D-vectors that ranks push into each
+// other's receive slots (sentinel-filled, one per step parity, layer, projection and
+// sending rank); the next consumer adds what the schedule says while it loads
+// (allreduce.cuh). Standard TP all-reduces every layer; DTP (PG_DTP) keeps one
+// residual per lane and adds other lanes' partials d layers late.
+
+constexpr int TP = PG_TP;
+constexpr bool IS_TP = TP > 1;
+constexpr bool IS_DTP = PG_DTP != 0;
+/// The whole vocabulary (the sampler's view; V is this rank's rows).
+constexpr int VF = PG_V_FULL;
+/// Per-layer schedule from the engine's DtpSchedule (standard TP: all-reduce everywhere).
+__constant__ int x_mode[L] = PG_X_MODE;  // XMode
+__constant__ int x_recv[L] = PG_X_RECV;  // layer whose other-lane partials this layer adds, or -1
+__constant__ int x_send[L] = PG_X_SEND;  // this layer's partials go to the other lanes
+/// Floats of one rank's LM-head message: packed LmStats, then (raw logit at its
+/// best index, host stop flag bits, 0, 0).
+constexpr int LMX_FLOATS = 8;
+/// Exchange region of one rank (zeroed per run): counters peers bump, the LM-head
+/// messages, and (DTP) every lane's final h for the mean.
+enum XCounter { XC_LMX, XC_GATHER, XC_HMEAN };
+constexpr int XC_WORDS = 32;
+constexpr int X_LMX = XC_WORDS;                   // [TP][LMX_FLOATS]
+constexpr int X_HMEAN = X_LMX + TP * LMX_FLOATS;  // [TP][D]
+constexpr int X_WORDS = X_HMEAN + TP * D;
+/// Receive slots of one rank (sentinel-filled per run): [2 step parities][L][o, down][TP][D].
+constexpr int RX_KIND = TP * D;
+constexpr int RX_LAYER = 2 * RX_KIND;
+constexpr int RX_PARITY = L * RX_LAYER;
+constexpr int RX_FLOATS = 2 * RX_PARITY;
+__device__ __forceinline__ size_t rx_off(u32 step, int l, int kind) {
+  return (size_t)(step & 1) * RX_PARITY + (size_t)l * RX_LAYER + (size_t)kind * RX_KIND;
+}
 static_assert(NR % 2 == 0, "gate/up rows are streamed in (gate, up) pairs");
 static_assert(THREADS % WARP_SIZE == 0 && THREADS >= HD, "block too small");
 
@@ -80,6 +118,9 @@ extern "C" __constant__ u32 pg_smem_bytes = (MAIN_FLOATS + RED_FLOATS) * sizeof(
 extern "C" __constant__ u32 pg_num_counters = L * PHASES + STEP_COUNTERS + L * NH;
 /// Floats each block writes for the sampler (packed LmStats).
 extern "C" __constant__ u32 pg_partial_floats = 4;
+/// Words of each rank's exchange region and floats of its receive slots (0 without TP).
+extern "C" __constant__ u32 pg_exchange_words = IS_TP ? X_WORDS : 0;
+extern "C" __constant__ u32 pg_rx_floats = IS_TP ? RX_FLOATS : 0;
 
 // ---- arguments -----------------------------------------------------------------
 
@@ -152,6 +193,53 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
   const SampleParams sp{ARG_F32(TEMPERATURE), ARG_U32(TOP_K), ARG_F32(TOP_P), ARG_F32(MIN_P), args.a[PG_ARG_SEED]};
 
   const u32 G = gridDim.x;
+  // Tensor parallelism: every rank's exchange region, receive slots and
+  // full-vocabulary logits/adj (PG_PEER_SLOTS pointers per rank; this rank's are local).
+  const int rank = IS_TP ? (int)ARG_U32(RANK) : 0;
+  const bool gather = IS_TP && ARG_U32(GATHER) != 0;  // sampling needs every rank's logits
+  float* xb = ARG_PTR(float*, RESID);                 // residual entering attention (TP)
+  u32* peer_xc[TP];
+  float* peer_rx[TP];
+  float* peer_logits[TP];
+  float* peer_adj[TP];
+  if (IS_TP) {
+    const u64* peers = ARG_PTR(const u64*, PEERS);
+#pragma unroll
+    for (int r = 0; r < TP; ++r) {
+      peer_xc[r] = reinterpret_cast<u32*>(__ldg(peers + r * PG_PEER_SLOTS + PG_PEER_EXCHANGE));
+      peer_rx[r] = reinterpret_cast<float*>(__ldg(peers + r * PG_PEER_SLOTS + PG_PEER_RX));
+      peer_logits[r] = reinterpret_cast<float*>(__ldg(peers + r * PG_PEER_SLOTS + PG_PEER_LOGITS));
+      peer_adj[r] = reinterpret_cast<float*>(__ldg(peers + r * PG_PEER_SLOTS + PG_PEER_ADJ));
+    }
+  }
+  float* my_xch = IS_TP ? reinterpret_cast<float*>(peer_xc[rank]) : nullptr;
+  u32* my_xc = IS_TP ? peer_xc[rank] : nullptr;
+  float* my_rx = IS_TP ? peer_rx[rank] : nullptr;
+  // Blocks owning rows of each matrix (grid_rows hands row groups to blocks 0, 1, …).
+  const int w_qkv = min((int)G, (QKV + NR - 1) / NR);
+  const int w_d = min((int)G, (D + NR - 1) / NR);
+  const int w_gu = min((int)G, (2 * F + NR - 1) / NR);
+  // Thread 0 after a block barrier: one arrival on every peer's counter `which`.
+  auto arrive_peers = [&](int which) {
+    if (IS_TP && threadIdx.x == 0) {
+#pragma unroll
+      for (int r = 0; r < TP; ++r)
+        if (r != rank) peer_arrive(peer_xc[r] + which);
+    }
+  };
+  // The consumer's input after layer l's projection `kind` (0 = o, 1 = down): base plus
+  // the partials the schedule adds, summed while loading into `vec`.
+  auto load_after = [&](u32 step, int l, int kind, const float* base, const bf16_t* base_bf16, float* out, int writers) {
+    const int m = x_recv[l];
+    load_combined<THREADS, D, TP>(vec, base, base_bf16, my_rx + rx_off(step, l, kind), m >= 0 ? my_rx + rx_off(step, m, kind) : nullptr,
+                                  x_mode[l], PG_DTP_LANE_SCALE, rank, out, blockIdx.x, writers);
+  };
+  // Where layer l's partials of projection `kind` go: slot `rank` of each rank's slots.
+  auto slots_of = [&](float* (&dst)[TP], u32 step, int l, int kind) {
+#pragma unroll
+    for (int r = 0; r < TP; ++r) dst[r] = IS_TP ? peer_rx[r] + rx_off(step, l, kind) : nullptr;
+    return x_mode[l] == XM_ALL || (x_mode[l] == XM_DELAYED && x_send[l] != 0);
+  };
   const u32 steps = score ? n_prompt : n_prompt + max_tokens - 1;
   // Steps before `start` were run by the batched prefill (prefill.cu): their KV-cache
   // rows are written; counters count this launch's steps only.
@@ -186,8 +274,27 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
             const bool lm_prev = score || s >= n_prompt;
             if (lm_prev) block_wait(step_ctr(ctr, CTR_LM), lm_runs * G);
             else block_wait(layer_ctr(ctr, L - 1, PH_DOWN), (s - start) * G);
+            // Every block of this rank is done with the previous step's receive slots:
+            // refill their peer slots, which peers write again next step. A slot a
+            // peer sent into but nobody read (the last layer's down partials after a
+            // prompt step without LM head) may still be in flight: wait for every
+            // sent slot to land before refilling it, or the late store would survive
+            // the refill and be read as next-but-one step's value (v2's race).
+            if (IS_TP) {
+              constexpr int CHUNKS = D / 4;
+              float* rx = my_rx + rx_off(s - 1, 0, 0);
+              const float sentinel = __uint_as_float(PEER_SENTINEL);
+              for (int c = blockIdx.x * THREADS + threadIdx.x; c < 2 * L * TP * CHUNKS; c += w_qkv * THREADS) {
+                const int group = c / (TP * CHUNKS), slot = (c / CHUNKS) % TP, lyr = group / 2;
+                if (slot == rank) continue;
+                if (x_mode[lyr] == XM_ALL || (x_mode[lyr] == XM_DELAYED && x_send[lyr] != 0)) (void)ld_peer_ready(rx + (size_t)c * 4);
+                *reinterpret_cast<float4*>(rx + (size_t)c * 4) = make_float4(sentinel, sentinel, sentinel, sentinel);
+              }
+              __threadfence_system();
+            }
           }
           if (l == 0) load_vec_bf16<THREADS>(vec, emb_row, D);
+          else if (IS_TP) load_after(s, l - 1, 1, x, nullptr, xb, w_qkv);
           else load_vec_f32<THREADS>(vec, x, D);
           rmsnorm_smem<THREADS, D>(vec, LAYER_PTR(const float*, lw, ATTN_NORM), EPS, red);
           const float* bias = LAYER_PTR(const float*, lw, QKV_BIAS);
@@ -260,9 +367,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           block_wait(layer_ctr(ctr, l, PH_ATTN), done);
           load_vec_f32<THREADS>(vec, attn, QD);
           __syncthreads();
+          float* po[TP];
+          const bool send = slots_of(po, s, l, 0);
           grid_rows<QD, NR, WARPS>(w, D, vec, [&](int r, float v) {
-            const float res = l == 0 ? bf16_to_f32(emb_row[r]) : ld_shared_f32(x + r);
-            x[r] = res + v;
+            if (IS_TP) {
+              push_partial<TP, D>(po, rank, r, v, send);
+            } else {
+              const float res = l == 0 ? bf16_to_f32(emb_row[r]) : ld_shared_f32(x + r);
+              x[r] = res + v;
+            }
           });
         }
         block_arrive(layer_ctr(ctr, l, PH_O));
@@ -274,7 +387,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         if (block_has_rows<NR>(2 * F)) {
           maybe_prefetch<D, 2 * F>(w);
           block_wait(layer_ctr(ctr, l, PH_O), done);
-          load_vec_f32<THREADS>(vec, x, D);
+          if (IS_TP) load_after(s, l, 0, xb, l == 0 ? emb_row : nullptr, x, w_gu);
+          else load_vec_f32<THREADS>(vec, x, D);
           rmsnorm_smem<THREADS, D>(vec, LAYER_PTR(const float*, lw, FFN_NORM), EPS, red);
           // Rows interleave (gate_j, up_j); a group of NR rows holds NR/2 whole pairs.
           const int gw = warp_id() * G + blockIdx.x;
@@ -303,7 +417,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           block_wait(layer_ctr(ctr, l, PH_GATE_UP), done);
           load_vec_f32<THREADS>(vec, act, F);
           __syncthreads();
-          grid_rows<F, NR, WARPS>(w, D, vec, [&](int r, float v) { x[r] = ld_shared_f32(x + r) + v; });
+          float* pd[TP];
+          const bool send = slots_of(pd, s, l, 1);
+          grid_rows<F, NR, WARPS>(w, D, vec, [&](int r, float v) {
+            if (IS_TP) push_partial<TP, D>(pd, rank, r, v, send);
+            else x[r] = ld_shared_f32(x + r) + v;
+          });
         }
         block_arrive(layer_ctr(ctr, l, PH_DOWN));
       }
@@ -314,21 +433,55 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
     // ---- final norm + LM head (+ penalty, statistics) ----------------------------
     // Read the host's stop flag early: the PCIe round trip overlaps the LM head.
     u32 host_stop = 0;
-    if (!score && blockIdx.x == 0 && threadIdx.x == 0) host_stop = ld_host_flag(ctl + PG_CTL_STOP);
+    if (!score && rank == 0 && blockIdx.x == 0 && threadIdx.x == 0) host_stop = ld_host_flag(ctl + PG_CTL_STOP);
     maybe_prefetch<D, V>(lm_head);
     block_wait(layer_ctr(ctr, L - 1, PH_DOWN), done);
-    load_vec_f32<THREADS>(vec, x, D);
+    if (IS_TP) load_after(s, L - 1, 1, x, nullptr, nullptr, 1);
+    else load_vec_f32<THREADS>(vec, x, D);
     rmsnorm_smem<THREADS, D>(vec, final_norm, EPS, red);
+    if (IS_DTP) {
+      // DTP: the LM head reads the mean of every lane's h. Each block holds this lane's
+      // h (the same bits in every block); writer blocks push their share to the other
+      // lanes, then every block sums all lanes' h in lane order.
+      if ((int)blockIdx.x < w_d) {
+        for (int i = threadIdx.x * 4; i < D; i += THREADS * 4) {
+          if ((i / 4) % w_d != (int)blockIdx.x) continue;
+          const float4 h = *reinterpret_cast<const float4*>(vec + i);
+#pragma unroll
+          for (int r = 0; r < TP; ++r)
+            if (r != rank) *reinterpret_cast<float4*>(reinterpret_cast<float*>(peer_xc[r]) + X_HMEAN + rank * D + i) = h;
+        }
+        __syncthreads();
+        arrive_peers(XC_HMEAN);
+      }
+      if (threadIdx.x == 0) wait_peers(my_xc + XC_HMEAN, (lm_runs + 1) * w_d * (TP - 1));
+      __syncthreads();
+      for (int i = threadIdx.x; i < D; i += THREADS) {
+        float h = 0.f;
+        for (int r = 0; r < TP; ++r) h += r == rank ? vec[i] : ld_shared_f32(my_xch + X_HMEAN + r * D + i);
+        vec[i] = h * (1.0f / TP);
+      }
+      __syncthreads();
+    }
     {
       LmStats st = lm_stats_empty();
       float* dbg_row = dbg ? dbg + (size_t)lm_runs * V : nullptr;
       const bool penalise_on = penalty != 1.0f;
+      const u32 row0 = (u32)rank * V;  // this rank's first vocabulary row
       grid_rows<D, NR, WARPS>(lm_head, V, vec, [&](int r, float v) {
-        const float a = penalise_on ? penalise(v, ld_shared_u8(seen + r) != 0, penalty) : v;
-        logits[r] = v;
-        adj[r] = a;
+        const u32 gr = row0 + (u32)r;
+        const float a = penalise_on ? penalise(v, ld_shared_u8(seen + gr) != 0, penalty) : v;
+        logits[gr] = v;
+        adj[gr] = a;
+        if (gather) {
+          for (int p = 0; p < TP; ++p) {
+            if (p == rank) continue;
+            peer_logits[p][gr] = v;
+            peer_adj[p][gr] = a;
+          }
+        }
         if (dbg_row) dbg_row[r] = v;
-        lm_stats_push(st, (u32)r, v, a);
+        lm_stats_push(st, gr, v, a);
       });
       // Lane 0 of each warp holds its warp's statistics; merge them in warp order.
       LmStats* wst = reinterpret_cast<LmStats*>(red);
@@ -341,6 +494,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       }
     }
     block_arrive(step_ctr(ctr, CTR_LM));
+    if (gather) arrive_peers(XC_GATHER);
     ++lm_runs;
     if (score || blockIdx.x != 0) continue;
 
@@ -359,14 +513,49 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       if (lane_id() == 0) *total = st;
     }
     __syncthreads();
+    // TP: every rank's sampler sends its statistics (and rank 0 the host's stop flag)
+    // to every rank and merges all of them in rank order, so every rank picks the same
+    // token; the raw logit at the winning index comes with the winner's message.
+    float* win_raw = red + 4;
+    u32* any_stop = reinterpret_cast<u32*>(red + 5);
+    if (IS_TP && threadIdx.x == 0) {
+      const LmStats mine = *total;
+      const float raw_mine = mine.adj_idx < (u32)VF ? ld_shared_f32(logits + mine.adj_idx) : NEG_INF;
+#pragma unroll
+      for (int r = 0; r < TP; ++r) {
+        float4* dst = reinterpret_cast<float4*>(reinterpret_cast<float*>(peer_xc[r]) + X_LMX + rank * LMX_FLOATS);
+        dst[0] = lm_stats_pack(mine);
+        dst[1] = make_float4(raw_mine, __uint_as_float(host_stop), 0.f, 0.f);
+      }
+#pragma unroll
+      for (int r = 0; r < TP; ++r)
+        if (r != rank) peer_arrive(peer_xc[r] + XC_LMX);
+      wait_peers(my_xc + XC_LMX, lm_runs * (TP - 1));
+      if (gather) wait_peers(my_xc + XC_GATHER, lm_runs * G * (TP - 1));
+      LmStats m = lm_stats_empty();
+      float raw = NEG_INF;
+      u32 stop = 0;
+      for (int r = 0; r < TP; ++r) {
+        const LmStats o = lm_stats_unpack(ld_shared_f32x4(my_xch + X_LMX + r * LMX_FLOATS));
+        const float4 extra = ld_shared_f32x4(my_xch + X_LMX + r * LMX_FLOATS + 4);
+        if (o.adj_max > m.adj_max || (o.adj_max == m.adj_max && o.adj_idx < m.adj_idx)) raw = extra.x;
+        m = lm_stats_merge(m, o);
+        stop |= __float_as_uint(extra.y);
+      }
+      *total = m;
+      *win_raw = raw;
+      *any_stop = stop;
+    }
+    __syncthreads();
     const LmStats tot = *total;
+    if (IS_TP && threadIdx.x == 0) host_stop = *any_stop;
     const float log_z = tot.raw_max + logf(tot.raw_sum);
     const u32 t = s + 1 - n_prompt;  // index of the token being generated
     u32 id = tot.adj_idx;
-    if (sp.temperature != 0.f) id = sample_draw<THREADS>(adj, V, tot.adj_max, sp, t, sel);
+    if (sp.temperature != 0.f) id = sample_draw<THREADS>(adj, VF, tot.adj_max, sp, t, sel);
     u32 n_top = 0;
     if (top_logprobs > 0) {
-      top_logits<THREADS>(logits, V, min((u32)top_logprobs, (u32)PG_MAX_TOP), sel, top_ids, top_vals, top_count);
+      top_logits<THREADS>(logits, VF, min((u32)top_logprobs, (u32)PG_MAX_TOP), sel, top_ids, top_vals, top_count);
       n_top = *top_count;
     }
     if (threadIdx.x == 0) {
@@ -377,7 +566,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       if (is_stop) {
         reason = PG_END_STOP_TOKEN;
       } else {
-        emit_token(ring, ctl, t, id, ld_shared_f32(logits + id) - log_z, n_top, top_ids, top_vals, consumed_seen);
+        // Without the gather, a TP rank holds only its own rows of `logits`.
+        const float raw = IS_TP && !gather ? *win_raw : ld_shared_f32(logits + id);
+        if (rank == 0) emit_token(ring, ctl, t, id, raw - log_z, n_top, top_ids, top_vals, consumed_seen);
         if (host_stop) reason = PG_END_STOPPED;
         else if (t + 1 >= max_tokens) reason = PG_END_LENGTH;
         else {
@@ -387,7 +578,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       }
       if (reason) {
         *step_ctr(ctr, CTR_HALT) = 1;
-        emit_end(ctl, reason);
+        if (rank == 0) emit_end(ctl, reason);
       }
       __threadfence();
       red_release_gpu(step_ctr(ctr, CTR_TOKEN), 1);

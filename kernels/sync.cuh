@@ -72,6 +72,64 @@ __device__ __forceinline__ void block_wait(const u32* ctr, u32 target) {
   __syncthreads();
 }
 
+// ---- across GPUs (tensor parallelism) -------------------------------------------
+// Peer GPUs' memory is reached through NVLink with plain stores; a counter in the
+// receiver's memory, bumped with a system-scope release after the block barrier,
+// publishes them, and the receiver spins with a system-scope acquire (the same
+// cumulativity argument as block_arrive, at system scope).
+
+__device__ __forceinline__ u32 ld_acquire_sys(const u32* p) {
+  u32 v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void red_release_sys(u32* p, u32 v) {
+  asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+/// Thread 0, after a block barrier that follows the block's writes (local and to
+/// peers): one arrival on a counter in a peer GPU's memory.
+__device__ __forceinline__ void peer_arrive(u32* ctr) {
+  chaos_delay(reinterpret_cast<u64>(ctr) >> 2);
+#if !PG_LIGHT_FENCE
+  __threadfence_system();
+#endif
+  red_release_sys(ctr, 1);
+}
+
+/// Thread 0: spins until `ctr` (written by peer GPUs) reaches `target`.
+__device__ __forceinline__ void wait_peers(const u32* ctr, u32 target) {
+  chaos_delay(target ^ 0x5bd1e995u);
+  while (ld_acquire_sys(ctr) < target) {
+  }
+#if !PG_LIGHT_FENCE
+  __threadfence_system();
+#endif
+}
+
+/// Lamport-style exchange: a value a peer GPU writes into this GPU's memory with plain
+/// stores, over a slot pre-filled with a sentinel no arithmetic produces (0xffffffff,
+/// a NaN whose sign and payload real NaNs never take). Volatile 16-byte loads: each
+/// 4-byte component is either the sentinel or the peer's value.
+constexpr u32 PEER_SENTINEL = 0xffffffffu;
+
+__device__ __forceinline__ float4 ld_volatile_f32x4(const float* p) {
+  float4 v;
+  asm volatile("ld.volatile.global.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p) : "memory");
+  return v;
+}
+
+/// Spins until all four floats at `p` (written by a peer) have left the sentinel.
+__device__ __forceinline__ float4 ld_peer_ready(const float* p) {
+  float4 v = ld_volatile_f32x4(p);
+  while (__float_as_uint(v.x) == PEER_SENTINEL || __float_as_uint(v.y) == PEER_SENTINEL || __float_as_uint(v.z) == PEER_SENTINEL ||
+         __float_as_uint(v.w) == PEER_SENTINEL) {
+    v = ld_volatile_f32x4(p);
+  }
+  return v;
+}
+
 /// A self-resetting ticket for `n` participants: returns true to exactly the last
 /// of every n calls (the counter wraps to 0), with acquire-release ordering so the
 /// last one sees what the others wrote before calling. Thread 0 only; callers

@@ -16,7 +16,7 @@ layer moves the residual stream, so logits are not just the input token's own
 embedding echoed, which would make top-1 trivially equal); RMSNorm weights 1 ± 0.1;
 q/k/v biases N(0, 0.2²) so Qwen2's biases are exercised.
 
-Usage: transformers_check.py [--shapes a,b] [--seqs 8] [--len 256] [--bin .carry/hf_score]
+Usage: transformers_check.py [--shapes a,b] [--seqs 8] [--len 256] [--bin .carry/hf_score] [--tp 1,2]
                              [--device cuda|cpu] [--workdir /tmp/pg-tf-check] [--out DIR]
 """
 
@@ -125,31 +125,43 @@ def check_shape(name, args, device):
         torch.cuda.empty_cache()
     log(f"{name}: transformers f32 + bf16 done in {time.perf_counter() - t0:.1f}s ({sorted(os.listdir(model_dir))})")
 
-    out_path = os.path.join(args.workdir, f"{name}.logits.f32")
-    cmd = [args.bin, "score", "--model", model_dir, "--tokens", tokens_path, "--out", out_path, "--device", args.engine_device]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=ENGINE_TIMEOUT_S)
-    if run.returncode != 0:
-        raise RuntimeError(f"hf_score failed ({run.returncode}): {run.stderr.strip()[-2000:]}")
-    summary = json.loads(run.stdout.strip().splitlines()[-1])
-    ours = torch.from_numpy(np.fromfile(out_path, dtype="<f4")).to(device).view(args.seqs, args.len, vocab)
-    our_rel, our_top1 = compare(ours, ref)
-    os.remove(out_path)
+    rows = []
+    first = None  # the first degree's logits: later degrees are also compared with it
+    for tp in args.tp:
+        out_path = os.path.join(args.workdir, f"{name}.tp{tp}.logits.f32")
+        cmd = [args.bin, "score", "--model", model_dir, "--tokens", tokens_path, "--out", out_path, "--device", args.engine_device, "--tp", str(tp)]
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=ENGINE_TIMEOUT_S)
+        if run.returncode != 0:
+            raise RuntimeError(f"hf_score --tp {tp} failed ({run.returncode}): {run.stderr.strip()[-2000:]}")
+        summary = json.loads(run.stdout.strip().splitlines()[-1])
+        ours = torch.from_numpy(np.fromfile(out_path, dtype="<f4")).to(device).view(args.seqs, args.len, vocab)
+        os.remove(out_path)
+        our_rel, our_top1 = compare(ours, ref)
+        vs_first = None
+        if first is None:
+            first = (args.tp[0], ours)
+        else:
+            rel, top1 = compare(ours, first[1])
+            vs_first = {"tp": first[0], "rel_err": rel, "top1": top1}
+        bound = max(ABS_REL_ERR_FLOOR, REL_ERR_FACTOR * tf_rel)
+        passed = our_rel <= bound and our_top1 >= tf_top1 - TOP1_SLACK
+        rows.append({
+            "shape": name,
+            "tp": tp,
+            "positions": args.seqs * args.len,
+            "ours_rel_err": our_rel,
+            "ours_top1": our_top1,
+            "transformers_bf16_rel_err": tf_rel,
+            "transformers_bf16_top1": tf_top1,
+            "rel_err_bound": bound,
+            "top1_floor": tf_top1 - TOP1_SLACK,
+            "vs_first_tp": vs_first,
+            "passed": passed,
+            "engine": summary,
+            "seconds": time.perf_counter() - t0,
+        })
     shutil.rmtree(model_dir, ignore_errors=True)
-    bound = max(ABS_REL_ERR_FLOOR, REL_ERR_FACTOR * tf_rel)
-    passed = our_rel <= bound and our_top1 >= tf_top1 - TOP1_SLACK
-    return {
-        "shape": name,
-        "positions": args.seqs * args.len,
-        "ours_rel_err": our_rel,
-        "ours_top1": our_top1,
-        "transformers_bf16_rel_err": tf_rel,
-        "transformers_bf16_top1": tf_top1,
-        "rel_err_bound": bound,
-        "top1_floor": tf_top1 - TOP1_SLACK,
-        "passed": passed,
-        "engine": summary,
-        "seconds": time.perf_counter() - t0,
-    }
+    return rows
 
 
 def main():
@@ -161,8 +173,10 @@ def main():
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="where transformers runs")
     p.add_argument("--engine-device", default="cuda", help="cuda, or cpu (the engine's float32 reference: a pipeline self-test)")
     p.add_argument("--workdir", default="/tmp/pg-tf-check")
+    p.add_argument("--tp", default="1", help="tensor-parallel degrees of the engine, comma-separated (each compared with transformers; later ones also with the first)")
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     args = p.parse_args()
+    args.tp = [int(t) for t in args.tp.split(",")]
     if args.engine_device == "cuda" and not torch.cuda.is_available():
         print("skipped: no CUDA device (use --engine-device cpu for a pipeline self-test)")
         return 0
@@ -172,22 +186,24 @@ def main():
     rows = []
     for name in args.shapes.split(","):
         try:
-            rows.append(check_shape(name, args, args.device))
+            rows.extend(check_shape(name, args, args.device))
         except Exception as e:  # noqa: BLE001 - one shape's failure is that shape's row
             log(f"{name}: {type(e).__name__}: {e}")
-            rows.append({"shape": name, "error": f"{type(e).__name__}: {e}", "passed": False})
+            rows.append({"shape": name, "tp": None, "error": f"{type(e).__name__}: {e}", "passed": False})
         log(json.dumps(rows[-1]))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "transformers_check.json"), "w") as f:
         json.dump(rows, f, indent=1)
-    print("| shape | positions | ours ‖Δ‖/‖ref‖ | transformers-bf16 ‖Δ‖/‖ref‖ | bound | ours top-1 | transformers-bf16 top-1 | verdict |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| shape | tp | positions | ours ‖Δ‖/‖ref‖ | transformers-bf16 ‖Δ‖/‖ref‖ | bound | ours top-1 | transformers-bf16 top-1 | vs first tp ‖Δ‖, top-1 | verdict |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         if "error" in r:
-            print(f"| {r['shape']} | – | – | – | – | – | – | ERROR {r['error'][:200]} |")
+            print(f"| {r['shape']} | – | – | – | – | – | – | – | – | ERROR {r['error'][:200]} |")
             continue
-        print(f"| {r['shape']} | {r['positions']} | {r['ours_rel_err']:.2e} | {r['transformers_bf16_rel_err']:.2e} | {r['rel_err_bound']:.2e} | "
-              f"{100 * r['ours_top1']:.2f}% | {100 * r['transformers_bf16_top1']:.2f}% | {'PASS' if r['passed'] else 'FAIL'} |")
+        vf = r["vs_first_tp"]
+        vs = f"{vf['rel_err']:.2e}, {100 * vf['top1']:.2f}% (tp {vf['tp']})" if vf else "–"
+        print(f"| {r['shape']} | {r['tp']} | {r['positions']} | {r['ours_rel_err']:.2e} | {r['transformers_bf16_rel_err']:.2e} | {r['rel_err_bound']:.2e} | "
+              f"{100 * r['ours_top1']:.2f}% | {100 * r['transformers_bf16_top1']:.2f}% | {vs} | {'PASS' if r['passed'] else 'FAIL'} |")
     return 0 if all(r["passed"] for r in rows) else 1
 
 

@@ -5,7 +5,10 @@
 //! path (first-step logits and greedy tokens); `gpu_check precompile` fills the cubin
 //! cache without a GPU.
 //!
-//! Usage: gpu_check [all|correctness|bench|sanitize|prefill|precompile] [--quick]
+//! `gpu_check tp --shapes a,b` checks tensor parallelism on GPUs 0 and 1 against
+//! one GPU, with the chaos race check on each rank.
+//!
+//! Usage: gpu_check [all|correctness|bench|sanitize|prefill|precompile|precompile-tp|tp] [--quick] [--tp N]
 //!        [--shapes a,b] [--runs N] [--prompt N] [--gen N] [--variants v1,v2,...]
 
 #[cfg(feature = "cuda")]
@@ -53,6 +56,8 @@ mod imp {
         prompt: usize,
         gen: usize,
         variants: Vec<String>,
+        /// `tp` mode: tensor-parallel degree (default min(GPUs, 2)).
+        tp: Option<usize>,
     }
 
     fn parse() -> Args {
@@ -65,6 +70,7 @@ mod imp {
             prompt: 32,
             gen: 256,
             variants: vec!["v3".into(), "v1".into(), "v3-nosplit".into()],
+            tp: None,
         };
         let mut it = std::env::args().skip(1);
         while let Some(x) = it.next() {
@@ -79,6 +85,7 @@ mod imp {
                 "--runs" => a.runs = val().parse().unwrap_or(5),
                 "--prompt" => a.prompt = val().parse().unwrap_or(32),
                 "--gen" => a.gen = val().parse().unwrap_or(256),
+                "--tp" => a.tp = val().parse().ok(),
                 m => a.mode = m.to_string(),
             }
         }
@@ -541,6 +548,99 @@ mod imp {
         Ok(v)
     }
 
+    /// Tensor parallelism over GPUs 0..tp against one GPU on the same weights: scored
+    /// logits (‖Δ‖/‖one GPU‖, top-1), greedy tokens, seeded sampling with top
+    /// log-probs (the all-vocabulary gather), stop token and cancellation, then the
+    /// race check with chaos delays on one rank at a time (`n` greedy tokens each).
+    fn tp_check(config: &ModelConfig, weights: &Weights, tp: usize, n: usize, v: &mut Verdict) -> Result<()> {
+        let name = &config.name;
+        println!("== tensor parallelism: {name}, tp {tp} vs one GPU ({n} tokens for the race check)");
+        let t0 = Instant::now();
+        let seq = Rng(77).tokens(128, config.vocab_size);
+        let prompt = Rng(99).tokens(16, config.vocab_size);
+        let greedy = SamplingParams::default();
+        let sp = SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, repetition_penalty: 1.1, seed: 5, ..Default::default() };
+        let (one_scores, one_greedy, one_sampled) = {
+            let mut rt = CudaRuntime::new(config, weights, 0)?;
+            let s = rt.score(&seq)?;
+            let (g, _) = collect(&mut rt, &prompt, 256, &greedy, &[], 0)?;
+            let (smp, _) = collect(&mut rt, &prompt, 64, &sp, &[], 5)?;
+            (s, g, smp)
+        };
+        // PEREGRINE_TP_GPUS=0,0 (with PEREGRINE_TP_SHARE_GPU=1) runs both ranks on one GPU.
+        let gpus: Vec<usize> = match std::env::var("PEREGRINE_TP_GPUS") {
+            Ok(list) => list.split(',').filter_map(|t| t.trim().parse().ok()).collect(),
+            Err(_) => (0..tp).collect(),
+        };
+        let tp = gpus.len();
+        let mut rt = CudaRuntime::with_devices(config, weights, &gpus, KernelOptions::default())?;
+        println!("  {} (loaded in {:.1}s)", rt.describe(), t0.elapsed().as_secs_f64());
+        let scores = rt.score(&seq)?;
+        let worst = scores.iter().zip(&one_scores).map(|(a, b)| rel_err(a, b)).fold(0.0, f64::max);
+        let (num, den) = scores
+            .iter()
+            .flatten()
+            .zip(one_scores.iter().flatten())
+            .fold((0.0f64, 0.0f64), |(n, d), (&a, &b)| (n + (a as f64 - b as f64).powi(2), d + (b as f64).powi(2)));
+        let top1 = scores.iter().zip(&one_scores).filter(|(a, b)| argmax(a) == argmax(b)).count();
+        v.check(
+            scores.len() == seq.len() && worst < MAX_REL_ERR,
+            format!(
+                "{name} tp {tp}: scored logits vs one GPU over {} positions: ‖Δ‖/‖ref‖ {:.2e} (worst position {worst:.2e}), top-1 {top1}/{}",
+                seq.len(),
+                (num / den.max(1e-30)).sqrt(),
+                seq.len()
+            ),
+        );
+        let (g, end) = collect(&mut rt, &prompt, 256, &greedy, &[], 0)?;
+        let common = ids(&g).iter().zip(ids(&one_greedy).iter()).take_while(|(a, b)| a == b).count();
+        v.check(
+            g.len() == 256 && end == RunEnd::Length && common >= 16,
+            format!("{name} tp {tp}: greedy 256 tokens, first {common} equal to one GPU's"),
+        );
+        let (s1, _) = collect(&mut rt, &prompt, 64, &sp, &[], 5)?;
+        let (s2, _) = collect(&mut rt, &prompt, 64, &sp, &[], 5)?;
+        let same_as_one = ids(&s1).iter().zip(ids(&one_sampled).iter()).take_while(|(a, b)| a == b).count();
+        let lp_ok = s1.iter().all(|t| t.top.len() == 5 && t.logprob <= 0.0 && t.top[0].logprob >= t.logprob - 1e-4);
+        v.check(
+            ids(&s1) == ids(&s2) && s1.len() == 64 && lp_ok,
+            format!("{name} tp {tp}: seeded sampling with 5 top log-probs reproducible, log-probs consistent; first {same_as_one} equal to one GPU's"),
+        );
+        let stop = g[5].id;
+        let first = ids(&g).iter().position(|&t| t == stop).unwrap_or(5);
+        let (st, st_end) = collect(&mut rt, &prompt, 64, &greedy, &[stop], 0)?;
+        v.check(
+            st_end == RunEnd::StopToken && st.len() == first,
+            format!("{name} tp {tp}: stop token ends the run after {} tokens", st.len()),
+        );
+        let mut count = 0;
+        let job = DecodeJob { prompt: &prompt, max_tokens: 200, sampling: &greedy, stop_tokens: &[], top_logprobs: 0 };
+        let c_end = rt.generate(&job, &mut |_| {
+            count += 1;
+            if count == 3 {
+                Flow::Stop
+            } else {
+                Flow::Continue
+            }
+        })?;
+        v.check(c_end == RunEnd::Stopped && count <= 4, format!("{name} tp {tp}: cancellation after 3 tokens ({count} seen)"));
+        let (base, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
+        for rank in 0..tp as u32 {
+            rt.set_options(KernelOptions { chaos: true, chaos_rank: rank, ..KernelOptions::default() })?;
+            let (c, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
+            let (cs, _) = collect(&mut rt, &prompt, 64, &sp, &[], 5)?;
+            v.check(
+                ids(&c) == ids(&base) && c.len() == n && ids(&cs) == ids(&s1),
+                format!("{name} tp {tp}: {n} greedy tokens and 64 sampled identical with chaos delays on rank {rank}"),
+            );
+        }
+        rt.set_options(KernelOptions::default())?;
+        let (again, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
+        v.check(ids(&again) == ids(&base), format!("{name} tp {tp}: {n} tokens identical after the chaos runs"));
+        println!("  tp check done in {:.1}s", t0.elapsed().as_secs_f64());
+        Ok(())
+    }
+
     struct BenchRow {
         shape: String,
         variant: String,
@@ -648,6 +748,23 @@ mod imp {
         if args.mode == "precompile" {
             return precompile(&args);
         }
+        if args.mode == "precompile-tp" {
+            // The kernels `tp` and `bench --tp 1,2` load for --shapes: one GPU, TP 2 with
+            // and without chaos delays, and DTP for shapes with a DTP preset.
+            for shape in &args.shapes {
+                let c = preset(shape).unwrap_or_else(|| panic!("unknown shape {shape}"));
+                let t = Instant::now();
+                cuda::compile_only(&c, &KernelOptions::default(), "sm_90a")?;
+                cuda::compile_only_tp(&c, &KernelOptions::default(), 2, None, "sm_90a")?;
+                cuda::compile_only_tp(&c, &KernelOptions { chaos: true, ..KernelOptions::default() }, 2, None, "sm_90a")?;
+                if let Some(d) = peregrine_engine::synthetic::dtp_preset(shape) {
+                    let sched = peregrine_engine::dtp::DtpSchedule::new(&d, &c, 2)?;
+                    cuda::compile_only_tp(&c, &KernelOptions::default(), 2, Some(&sched), "sm_90a")?;
+                }
+                println!("{shape}: TP kernels compiled in {:.1}s", t.elapsed().as_secs_f64());
+            }
+            return Ok(());
+        }
         match cuda::devices() {
             Ok(d) => println!("CUDA devices: {d:?}"),
             Err(e) => {
@@ -682,6 +799,23 @@ mod imp {
             }
             println!("{} checks failed", p.failures.len());
             if !p.failures.is_empty() {
+                std::process::exit(3);
+            }
+            return Ok(());
+        }
+        if args.mode == "tp" {
+            let tp = args.tp.unwrap_or_else(|| cuda::devices().map_or(1, |d| d.len().clamp(1, 2)));
+            for shape in &args.shapes {
+                let config = preset(shape).unwrap_or_else(|| panic!("unknown shape {shape}"));
+                let w = synthetic_weights(&config, WEIGHT_SEED);
+                tp_check(&config, &w, tp, if args.quick { 256 } else { 2000 }, &mut v)?;
+            }
+            println!("\n==== summary ====");
+            for l in &v.lines {
+                println!("{l}");
+            }
+            println!("{} checks failed", v.failures.len());
+            if !v.failures.is_empty() {
                 std::process::exit(3);
             }
             return Ok(());

@@ -4,7 +4,7 @@
 //!
 //! Usage:
 //!   hf_score config NAME                      transformers config.json of a preset, on stdout
-//!   hf_score score --model DIR --tokens FILE --out FILE [--device cuda|cpu]
+//!   hf_score score --model DIR --tokens FILE --out FILE [--device cuda|cpu] [--tp N]
 //!       FILE: JSON list of token-id lists; writes little-endian f32 logits
 //!       [sequences × positions × vocab] to --out and one JSON summary line to stdout.
 
@@ -18,7 +18,9 @@ use peregrine_engine::runtime::Runtime;
 use peregrine_engine::{Error, Result};
 
 fn usage() -> Error {
-    Error::InvalidRequest("usage: hf_score config NAME | hf_score score --model DIR --tokens FILE --out FILE [--device cuda|cpu]".into())
+    Error::InvalidRequest(
+        "usage: hf_score config NAME | hf_score score --model DIR --tokens FILE --out FILE [--device cuda|cpu] [--tp N]".into(),
+    )
 }
 
 fn io(path: &std::path::Path) -> impl Fn(std::io::Error) -> Error + '_ {
@@ -26,7 +28,7 @@ fn io(path: &std::path::Path) -> impl Fn(std::io::Error) -> Error + '_ {
 }
 
 fn score(args: &[String]) -> Result<()> {
-    let (mut model, mut tokens, mut out, mut device) = (None, None, None, "cuda".to_string());
+    let (mut model, mut tokens, mut out, mut device, mut tp) = (None, None, None, "cuda".to_string(), 1usize);
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let value = it.next().cloned().ok_or_else(usage)?;
@@ -35,6 +37,7 @@ fn score(args: &[String]) -> Result<()> {
             "--tokens" => tokens = Some(PathBuf::from(value)),
             "--out" => out = Some(PathBuf::from(value)),
             "--device" => device = value,
+            "--tp" => tp = value.parse().map_err(|_| usage())?,
             _ => return Err(usage()),
         }
     }
@@ -44,7 +47,14 @@ fn score(args: &[String]) -> Result<()> {
     let t0 = Instant::now();
     let (config, weights) = peregrine_engine::hf::load_hf_dir(&model)?;
     let mut rt: Box<dyn Runtime> = match device.as_str() {
-        "cuda" => Box::new(CudaRuntime::new(&config, &weights, 0)?),
+        "cuda" => {
+            // A `dtp` block in config.json runs the model as DTP over the --tp lanes.
+            let dtp = match peregrine_engine::dtp::read_model_dtp(&model)? {
+                Some(d) => Some(peregrine_engine::dtp::DtpSchedule::new(&d, &config, tp)?),
+                None => None,
+            };
+            Box::new(CudaRuntime::with_dtp(&config, &weights, &(0..tp).collect::<Vec<_>>(), Default::default(), dtp)?)
+        }
         "cpu" => Box::new(ReferenceRuntime::new(&config, &weights)?),
         other => return Err(Error::InvalidRequest(format!("unknown device `{other}` (cuda or cpu)"))),
     };

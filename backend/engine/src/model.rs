@@ -94,15 +94,45 @@ pub fn load_model(path: &Path) -> Result<ModelFiles> {
     Ok(ModelFiles { path: path.to_path_buf(), config, weights, tokenizer, template })
 }
 
-/// Builds the generator for `device` from loaded files.
+/// The CUDA devices of a run with tensor-parallel degree `tp`: `gpus` as a
+/// comma-separated list of ordinals (exactly `tp` of them, no repeats), by default the
+/// first `tp`.
+pub fn parse_gpus(tp: usize, gpus: Option<&str>) -> Result<Vec<usize>> {
+    if tp == 0 {
+        return Err(Error::InvalidRequest("--tp must be at least 1".into()));
+    }
+    let Some(list) = gpus else { return Ok((0..tp).collect()) };
+    let ids = list
+        .split(',')
+        .map(|t| t.trim().parse::<usize>().map_err(|_| Error::InvalidRequest(format!("--gpus: `{t}` is not a device number"))))
+        .collect::<Result<Vec<_>>>()?;
+    if ids.len() != tp {
+        return Err(Error::InvalidRequest(format!("--gpus names {} devices but --tp is {tp}", ids.len())));
+    }
+    if let Some((i, d)) = ids.iter().enumerate().find(|(i, d)| ids[..*i].contains(d)) {
+        return Err(Error::InvalidRequest(format!("--gpus lists device {d} twice (position {i})")));
+    }
+    Ok(ids)
+}
+
+/// Builds the generator for `device` from loaded files (CUDA: the first GPU).
 pub fn build_generator(files: ModelFiles, device: Device) -> Result<Generator> {
+    build_generator_on(files, device, &[0])
+}
+
+/// [`build_generator`] with the CUDA devices to use (several: tensor parallelism).
+pub fn build_generator_on(files: ModelFiles, device: Device, gpus: &[usize]) -> Result<Generator> {
+    if gpus.len() > 1 && device == Device::Cpu {
+        return Err(Error::InvalidRequest("--tp above 1 needs --device cuda (or auto with GPUs)".into()));
+    }
     let runtime: Box<dyn crate::runtime::Runtime> = match device {
-        Device::Cuda => Box::new(cuda_runtime(&files)?),
+        Device::Cuda => Box::new(cuda_runtime(&files, gpus)?),
         Device::Cpu => build_cpu_runtime(CpuRuntimeKind::from_env()?, &files.config, &files.weights)?,
         // No device ⇒ CPU, said in the log. A device that is present but fails is an
         // error, never a silent fall-back that would hide a broken GPU path.
         Device::Auto => match crate::cuda::devices() {
-            Ok(_) => Box::new(cuda_runtime(&files)?),
+            Ok(_) => Box::new(cuda_runtime(&files, gpus)?),
+            Err(why) if gpus.len() > 1 => return Err(Error::Cuda(format!("--tp {} needs CUDA devices: {why}", gpus.len()))),
             Err(why) => {
                 eprintln!("no CUDA device ({why}), using CPU");
                 build_cpu_runtime(CpuRuntimeKind::from_env()?, &files.config, &files.weights)?
@@ -112,9 +142,32 @@ pub fn build_generator(files: ModelFiles, device: Device) -> Result<Generator> {
     Ok(Generator { runtime, tokenizer: Some(files.tokenizer), template: files.template })
 }
 
-/// The persistent-kernel runtime on the first GPU, announced in the log.
-fn cuda_runtime(files: &ModelFiles) -> Result<crate::cuda::CudaRuntime> {
-    let runtime = crate::cuda::CudaRuntime::new(&files.config, &files.weights, 0)?;
+/// The persistent-kernel runtime on `gpus` (tensor parallel when several; DTP when the
+/// model declares it), announced in the log.
+fn cuda_runtime(files: &ModelFiles, gpus: &[usize]) -> Result<crate::cuda::CudaRuntime> {
+    let dtp = match crate::dtp::read_model_dtp(&files.path)? {
+        Some(d) => Some(crate::dtp::DtpSchedule::new(&d, &files.config, gpus.len())?),
+        None => None,
+    };
+    let runtime = crate::cuda::CudaRuntime::with_dtp(&files.config, &files.weights, gpus, Default::default(), dtp)?;
     eprintln!("using CUDA: {}", runtime.describe());
     Ok(runtime)
+}
+
+#[cfg(test)]
+mod gpu_list_tests {
+    use super::parse_gpus;
+
+    #[test]
+    fn gpus_default_to_the_first_tp_and_reject_bad_lists() {
+        assert_eq!(parse_gpus(1, None).expect("default"), vec![0]);
+        assert_eq!(parse_gpus(2, None).expect("default"), vec![0, 1]);
+        assert_eq!(parse_gpus(2, Some("3, 1")).expect("list"), vec![3, 1]);
+        for (tp, list, needle) in
+            [(0, None, "at least 1"), (2, Some("0"), "names 1 devices"), (2, Some("1,1"), "twice"), (2, Some("0,x"), "`x`")]
+        {
+            let err = parse_gpus(tp, list).expect_err("bad list").to_string();
+            assert!(err.contains(needle), "{err}");
+        }
+    }
 }

@@ -11,7 +11,7 @@ use peregrine_engine::cpu::bench::{
 use peregrine_engine::cpu::fast_runtime::{FastOptions, FastRuntime};
 use peregrine_engine::cpu::llamacpp::LlamaCpp;
 use peregrine_engine::cpu::{build_cpu_runtime, CpuRuntimeKind};
-use peregrine_engine::model::{build_generator, load_model, resolve_model_path, Device};
+use peregrine_engine::model::{build_generator_on, load_model, resolve_model_path, Device};
 use peregrine_engine::runtime::Runtime;
 use serde::Serialize;
 
@@ -107,7 +107,7 @@ fn run_blocking(args: BenchArgs) -> Result<()> {
         if device == Device::Cpu {
             return Err(Error::bad("device", "--shape benchmarks the CUDA engine on synthetic weights: use --device cuda"));
         }
-        return crate::bench_cuda::run_blocking(&args.cuda, args.runs, args.json);
+        return crate::bench_cuda::run_blocking(&args.cuda, &args.model.tp_list()?, args.model.gpus.as_deref(), args.runs, args.json);
     }
     let path = resolve_model_path(args.model.model.as_deref())?;
     let say = |line: String| {
@@ -125,7 +125,7 @@ fn run_blocking(args: BenchArgs) -> Result<()> {
     let mut runtime: Box<dyn Runtime> = match (device, CpuRuntimeKind::from_env()?) {
         (Device::Cpu, CpuRuntimeKind::Fast) => Box::new(FastRuntime::new(&files.config, &files.weights, options)?),
         (Device::Cpu, kind) => build_cpu_runtime(kind, &files.config, &files.weights)?,
-        _ => build_generator(files, device)?.runtime,
+        _ => build_generator_on(files, device, &args.model.gpus()?)?.runtime,
     };
     let backend = runtime.backend();
     let on_cpu = backend.kind == "cpu";

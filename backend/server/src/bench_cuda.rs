@@ -13,15 +13,14 @@ use peregrine_engine::cuda::bench::{
 };
 use peregrine_engine::cuda::torch_baseline::{self, BaselineFigures, BaselinePlan};
 use peregrine_engine::cuda::{self, measure_copy_bandwidth};
-use peregrine_engine::synthetic::{preset, synthetic_weights, PRESET_NAMES};
+use peregrine_engine::dtp::DtpSchedule;
+use peregrine_engine::synthetic::{dtp_preset, preset, synthetic_weights, PRESET_NAMES};
 use serde_json::json;
 
 use crate::error::{Error, Result};
 
 /// Seed of the synthetic weights (the same for every shape and run).
 pub const WEIGHT_SEED: u64 = 1234;
-/// CUDA device the bench runs on.
-const ORDINAL: usize = 0;
 
 /// The CUDA-only arguments of `peregrine bench`.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -38,6 +37,10 @@ pub struct CudaBenchArgs {
     /// With --shape: KV-cache positions to allocate (default: the kernel's default, capped by the model's context).
     #[arg(long)]
     pub context: Option<usize>,
+    /// With --shape and a --tp above 1: also run each shape as Delayed Tensor Parallelism
+    /// with this config (`delay=D[,early=present|none]`), or `none`; default: the shape's own DTP preset (dtp-2b).
+    #[arg(long)]
+    pub dtp: Option<String>,
     /// With --shape: also run scripts/bench/torch_cuda_graph.py (PyTorch + transformers, CUDA graph) and print the ratio.
     #[arg(long)]
     pub baseline: bool,
@@ -46,8 +49,10 @@ pub struct CudaBenchArgs {
     pub torch_python: Option<PathBuf>,
 }
 
-/// Runs the shape benchmark; `runs` timed runs per shape, one JSON object with `json`.
-pub fn run_blocking(args: &CudaBenchArgs, runs: usize, json: bool) -> Result<()> {
+/// Runs the shape benchmark at each tensor-parallel degree of `tps` (on the first
+/// devices of `gpus`, default 0, 1, …); `runs` timed runs per shape, one JSON object
+/// with `json`.
+pub fn run_blocking(args: &CudaBenchArgs, tps: &[usize], gpus: Option<&str>, runs: usize, json: bool) -> Result<()> {
     let say = |line: String| {
         if !json {
             eprintln!("{line}");
@@ -68,15 +73,28 @@ pub fn run_blocking(args: &CudaBenchArgs, runs: usize, json: bool) -> Result<()>
     for c in &configs {
         plan.kernel_options(c)?;
     }
+    let max_tp = tps.iter().copied().max().unwrap_or(1);
+    let pool: Vec<usize> = match gpus {
+        None => (0..max_tp).collect(),
+        Some(list) => {
+            let n = list.split(',').count();
+            if n < max_tp {
+                return Err(Error::bad("gpus", format!("--gpus names {n} devices but --tp asks for {max_tp}")));
+            }
+            peregrine_engine::model::parse_gpus(n, Some(list))?
+        }
+    };
     let devices = cuda::devices().map_err(|e| Error::Request(format!("--device cuda: no CUDA device ({e})")))?;
     say(format!("CUDA devices: {}", devices.join(", ")));
-    let bandwidth = measure_copy_bandwidth(ORDINAL, BANDWIDTH_BYTES, BANDWIDTH_REPEATS)?;
+    let bandwidth = measure_copy_bandwidth(pool[0], BANDWIDTH_BYTES, BANDWIDTH_REPEATS)?;
     say(format!("device-to-device copy, {} MiB: {:.2} TB/s (read + write)", BANDWIDTH_BYTES >> 20, bandwidth / 1e12));
 
     // A shape that fails is reported and skipped; the others still run.
     let mut rows: Vec<ShapeFigures> = Vec::new();
     let mut measured = Vec::new();
     let mut failed: Vec<String> = Vec::new();
+    // Index into `measured` (and the baseline's rows) of each row's shape.
+    let mut shape_of_row: Vec<usize> = Vec::new();
     for config in &configs {
         let t0 = Instant::now();
         let weights = synthetic_weights(config, WEIGHT_SEED);
@@ -86,21 +104,39 @@ pub fn run_blocking(args: &CudaBenchArgs, runs: usize, json: bool) -> Result<()>
             config.parameter_count() as f64 / 1e6,
             t0.elapsed().as_secs_f64()
         ));
-        match bench::bench_shape(config, &weights, ORDINAL, &plan, bandwidth) {
-            Ok(figures) => {
-                say(format!("  {}", figures.describe));
-                say(format!("  {} ({:.1}s in all)", shape_line(&figures, &plan), t0.elapsed().as_secs_f64()));
-                if !(figures.tokens_match && figures.verification.passed() && figures.prefill_rel_err < bench::MAX_REL_ERR) {
-                    failed.push(format!("{}: correctness check failed", config.name));
-                }
-                rows.push(figures);
-                measured.push(config.clone());
-            }
-            Err(e) => {
-                say(format!("  {}: {e}", config.name));
-                failed.push(format!("{}: {e}", config.name));
+        // Each degree runs standard TP; a shape with a DTP preset also runs as DTP on 2+ GPUs.
+        let mut runs: Vec<(usize, Option<DtpSchedule>)> = Vec::new();
+        for &tp in tps {
+            runs.push((tp, None));
+            let dtp_config = match args.dtp.as_deref() {
+                Some("none") => None,
+                Some(spec) => Some(spec.parse::<peregrine_engine::dtp::DtpConfig>()?),
+                None => dtp_preset(&config.name),
+            };
+            if let (true, Some(d)) = (tp > 1, dtp_config) {
+                runs.push((tp, Some(DtpSchedule::new(&d, config, tp)?)));
             }
         }
+        for (tp, dtp) in runs {
+            let t1 = Instant::now();
+            let label = if dtp.is_some() { format!("tp {tp} DTP") } else { format!("tp {tp}") };
+            match bench::bench_shape(config, &weights, &pool[..tp], dtp.as_ref(), &plan, bandwidth) {
+                Ok(figures) => {
+                    say(format!("  {label}: {}", figures.describe));
+                    say(format!("  {label}: {} ({:.1}s)", shape_line(&figures, &plan), t1.elapsed().as_secs_f64()));
+                    if !(figures.tokens_match && figures.verification.passed() && figures.prefill_rel_err < bench::MAX_REL_ERR) {
+                        failed.push(format!("{} {label}: correctness check failed", config.name));
+                    }
+                    rows.push(figures);
+                    shape_of_row.push(measured.len());
+                }
+                Err(e) => {
+                    say(format!("  {} {label}: {e}", config.name));
+                    failed.push(format!("{} {label}: {e}", config.name));
+                }
+            }
+        }
+        measured.push(config.clone());
     }
 
     let baseline = if args.baseline && !measured.is_empty() { Some(run_baseline(args, &measured, &plan, &say)) } else { None };
@@ -113,9 +149,9 @@ pub fn run_blocking(args: &CudaBenchArgs, runs: usize, json: bool) -> Result<()>
         None => None,
     };
     if json {
-        println!("{}", report_json(&rows, baseline_rows.as_deref(), bandwidth, &plan));
+        println!("{}", report_json(&rows, &shape_of_row, baseline_rows.as_deref(), bandwidth, &plan));
     } else {
-        print_table(&rows, baseline_rows.as_deref(), bandwidth, &plan);
+        print_table(&rows, &shape_of_row, baseline_rows.as_deref(), bandwidth, &plan);
     }
     if failed.is_empty() {
         Ok(())
@@ -182,14 +218,26 @@ fn prefill_detail(r: &ShapeFigures) -> String {
     }
 }
 
-fn print_table(rows: &[ShapeFigures], baseline: Option<&[BaselineFigures]>, bandwidth: f64, plan: &CudaBenchPlan) {
+/// tok/s of the same shape at TP 1 in this run, for the speed-up column.
+fn tp1_rate(rows: &[ShapeFigures], shape_of_row: &[usize], i: usize) -> Option<f64> {
+    rows.iter().zip(shape_of_row).find(|(r, &s)| s == shape_of_row[i] && r.tp == 1).map(|(r, _)| r.decode_tok_s)
+}
+
+/// tok/s of the same shape and degree with standard TP, for DTP rows' ratio.
+fn standard_rate(rows: &[ShapeFigures], shape_of_row: &[usize], i: usize) -> Option<f64> {
+    let me = &rows[i];
+    me.dtp?;
+    rows.iter().zip(shape_of_row).find(|(r, &s)| s == shape_of_row[i] && r.tp == me.tp && r.dtp.is_none()).map(|(r, _)| r.decode_tok_s)
+}
+
+fn print_table(rows: &[ShapeFigures], shape_of_row: &[usize], baseline: Option<&[BaselineFigures]>, bandwidth: f64, plan: &CudaBenchPlan) {
     println!(
         "decode: {}-token prompt, {} greedy tokens, median of {} runs · bound = {:.2} TB/s copy measured in this run / bytes per token · TTFT: {}-token prompt",
         plan.prompt_tokens, plan.gen_tokens, plan.runs, bandwidth / 1e12, plan.ttft_prompt_tokens
     );
     let with_base = baseline.is_some();
     let mut head =
-        "| shape | tok/s | µs/token | MB/token | % of bound | TTFT 512 (ms) | prefill GPU (ms) | TTFT 512 token by token (ms) | tokens = verified |"
+        "| shape | tp | tok/s | × tp 1 | × standard TP | µs/token | MB/token per GPU | % of bound | TTFT 512 (ms) | prefill GPU (ms) | TTFT 512 token by token (ms) | tokens = verified |"
             .to_string();
     if with_base {
         head += " PyTorch CUDA graph tok/s | ratio | PyTorch prefill 512 (ms) |";
@@ -198,9 +246,13 @@ fn print_table(rows: &[ShapeFigures], baseline: Option<&[BaselineFigures]>, band
     println!("{}", "| --- ".repeat(head.matches('|').count() - 1) + "|");
     for (i, r) in rows.iter().enumerate() {
         let ok = r.tokens_match && r.verification.passed();
+        let speedup = tp1_rate(rows, shape_of_row, i).map_or("–".to_string(), |t1| format!("{:.2}×", r.decode_tok_s / t1));
+        let vs_std = standard_rate(rows, shape_of_row, i).map_or("–".to_string(), |t| format!("{:.2}×", r.decode_tok_s / t));
         let mut line = format!(
-            "| {} | {:.0} | {:.1} | {:.1} | {:.1}% | {:.2} | {} | {:.1} | {} |",
+            "| {} | {}{} | {:.0} | {speedup} | {vs_std} | {:.1} | {:.1} | {:.1}% | {:.2} | {} | {:.1} | {} |",
             r.name,
+            r.tp,
+            r.dtp.map_or(String::new(), |d| format!(" DTP d={d}")),
             r.decode_tok_s,
             r.us_per_token,
             r.bytes_per_token as f64 / 1e6,
@@ -210,7 +262,7 @@ fn print_table(rows: &[ShapeFigures], baseline: Option<&[BaselineFigures]>, band
             r.ttft_tokens_ms,
             if ok { "yes" } else { "NO" }
         );
-        if let Some(b) = baseline.and_then(|b| b.get(i)) {
+        if let Some(b) = baseline.and_then(|b| b.get(shape_of_row[i])) {
             line += &match &b.error {
                 Some(e) => format!(" error: {} | – | – |", e.lines().next().unwrap_or("")),
                 None => format!(
@@ -229,15 +281,25 @@ fn print_table(rows: &[ShapeFigures], baseline: Option<&[BaselineFigures]>, band
     }
 }
 
-fn report_json(rows: &[ShapeFigures], baseline: Option<&[BaselineFigures]>, bandwidth: f64, plan: &CudaBenchPlan) -> serde_json::Value {
+fn report_json(
+    rows: &[ShapeFigures],
+    shape_of_row: &[usize],
+    baseline: Option<&[BaselineFigures]>,
+    bandwidth: f64,
+    plan: &CudaBenchPlan,
+) -> serde_json::Value {
     let shapes: Vec<serde_json::Value> = rows
         .iter()
         .enumerate()
         .map(|(i, r)| {
             let v = &r.verification;
-            let b = baseline.and_then(|b| b.get(i));
+            let b = baseline.and_then(|b| b.get(shape_of_row[i]));
             json!({
                 "shape": r.name,
+                "tp": r.tp,
+                "dtp_delay": r.dtp,
+                "speedup_vs_standard_tp": standard_rate(rows, shape_of_row, i).map(|t| r.decode_tok_s / t),
+                "speedup_vs_tp1": tp1_rate(rows, shape_of_row, i).map(|t1| r.decode_tok_s / t1),
                 "parameters": r.parameters,
                 "bytes_per_token": r.bytes_per_token,
                 "decode_tok_s": r.decode_tok_s,
@@ -284,7 +346,7 @@ mod tests {
     #[test]
     fn unknown_shapes_are_a_clear_error() {
         let args = CudaBenchArgs { shape: vec!["gpt-9".into()], prompt: 32, gen: 256, ..Default::default() };
-        let err = run_blocking(&args, 1, true).expect_err("unknown shape");
+        let err = run_blocking(&args, &[1], None, 1, true).expect_err("unknown shape");
         assert!(err.to_string().contains("unknown shape `gpt-9`"), "{err}");
     }
 
@@ -294,7 +356,7 @@ mod tests {
             return;
         }
         let args = CudaBenchArgs { shape: vec!["smollm2-135m".into()], prompt: 32, gen: 256, ..Default::default() };
-        let err = run_blocking(&args, 1, true).expect_err("no device");
+        let err = run_blocking(&args, &[1], None, 1, true).expect_err("no device");
         assert!(err.to_string().contains("no CUDA device"), "{err}");
     }
 }

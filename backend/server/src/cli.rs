@@ -36,6 +36,37 @@ pub struct ModelArgs {
     /// auto (CUDA when present, else CPU), cpu or cuda.
     #[arg(long, default_value = "auto")]
     pub device: String,
+    /// Tensor-parallel degree: GPUs one model is split over (`bench --shape` takes a list, e.g. 1,2).
+    #[arg(long, default_value = "1")]
+    pub tp: String,
+    /// CUDA devices to use, comma-separated (default: the first --tp).
+    #[arg(long)]
+    pub gpus: Option<String>,
+}
+
+impl ModelArgs {
+    /// The tensor-parallel degrees of `--tp` (a comma-separated list).
+    pub fn tp_list(&self) -> crate::error::Result<Vec<usize>> {
+        self.tp
+            .split(',')
+            .map(|t| {
+                t.trim()
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&n| n >= 1)
+                    .ok_or_else(|| crate::error::Error::bad("tp", format!("`{t}` is not a degree ≥ 1")))
+            })
+            .collect()
+    }
+
+    /// The CUDA devices of a single-degree run (`serve`, `generate`, model benchmarks).
+    pub fn gpus(&self) -> crate::error::Result<Vec<usize>> {
+        let tp = match self.tp_list()?.as_slice() {
+            [one] => *one,
+            _ => return Err(crate::error::Error::bad("tp", "takes one degree here (a list only with bench --shape)")),
+        };
+        Ok(peregrine_engine::model::parse_gpus(tp, self.gpus.as_deref())?)
+    }
 }
 
 /// Arguments of `peregrine serve`.
@@ -109,4 +140,22 @@ pub struct GenerateArgs {
     /// Print one JSON object (token_ids, text, finish_reason, timings) instead of streaming.
     #[arg(long)]
     pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ModelArgs;
+
+    fn args(tp: &str, gpus: Option<&str>) -> ModelArgs {
+        ModelArgs { model: None, device: "cuda".into(), tp: tp.into(), gpus: gpus.map(String::from) }
+    }
+
+    #[test]
+    fn tp_takes_a_list_only_where_a_list_makes_sense() {
+        assert_eq!(args("1,2", None).tp_list().expect("list"), vec![1, 2]);
+        assert_eq!(args("2", Some("1,0")).gpus().expect("one degree"), vec![1, 0]);
+        assert!(args("1,2", None).gpus().is_err(), "serve/generate take one degree");
+        assert!(args("0", None).tp_list().is_err());
+        assert!(args("two", None).tp_list().is_err());
+    }
 }

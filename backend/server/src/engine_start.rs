@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use peregrine_engine::handle::EngineHandle;
-use peregrine_engine::model::{build_generator, load_model, resolve_model_path, Device};
+use peregrine_engine::model::{build_generator_on, load_model, resolve_model_path, Device};
 
 use crate::cli::ModelArgs;
 use crate::error::Result;
@@ -12,11 +12,14 @@ use crate::error::Result;
 pub struct ModelChoice {
     pub path: std::path::PathBuf,
     pub device: Device,
+    /// CUDA devices (several: tensor parallelism).
+    pub gpus: Vec<usize>,
 }
 
 /// Resolves `--model`/`--device` without loading anything.
 pub fn choose_model(args: &ModelArgs) -> Result<ModelChoice> {
     let device: Device = args.device.parse()?;
+    let gpus = args.gpus()?;
     let path = resolve_model_path(args.model.as_deref())?;
     if !path.exists() {
         return Err(peregrine_engine::Error::Io {
@@ -25,7 +28,7 @@ pub fn choose_model(args: &ModelArgs) -> Result<ModelChoice> {
         }
         .into());
     }
-    Ok(ModelChoice { path, device })
+    Ok(ModelChoice { path, device, gpus })
 }
 
 /// The id the OpenAI API reports for a model path: its file (or folder) stem.
@@ -36,11 +39,12 @@ pub fn model_id(path: &Path) -> String {
 
 /// Loads the model on the engine thread and waits until it is ready.
 pub async fn load_engine(choice: &ModelChoice, max_queue: usize) -> Result<EngineHandle> {
-    let (path, device) = (choice.path.clone(), choice.device);
+    let (path, device, gpus) = (choice.path.clone(), choice.device, choice.gpus.clone());
     eprintln!("loading {}", path.display());
-    let handle = tokio::task::spawn_blocking(move || EngineHandle::start(move || build_generator(load_model(&path)?, device), max_queue))
-        .await
-        .map_err(|e| crate::error::Error::Request(format!("engine start-up task failed: {e}")))??;
+    let handle =
+        tokio::task::spawn_blocking(move || EngineHandle::start(move || build_generator_on(load_model(&path)?, device, &gpus), max_queue))
+            .await
+            .map_err(|e| crate::error::Error::Request(format!("engine start-up task failed: {e}")))??;
     let info = handle.info();
     eprintln!("model {} ({} parameters) on {} [{}]", info.model_name, info.parameters, info.backend, info.devices.join(", "));
     Ok(handle)

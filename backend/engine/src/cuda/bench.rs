@@ -12,6 +12,8 @@ use crate::config::ModelConfig;
 use crate::cpu::reference::{KvCache, ReferenceModel};
 use crate::cuda::layout::{self, KernelOptions};
 use crate::cuda::CudaRuntime;
+use crate::dtp::reference::{Execution, ShardedModel};
+use crate::dtp::DtpSchedule;
 use crate::error::{Error, Result};
 use crate::runtime::{DecodeJob, Flow, RunEnd, Runtime};
 use crate::sampling::{top_k_indices, Sampled, SamplingParams};
@@ -117,8 +119,12 @@ impl Verification {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShapeFigures {
     pub name: String,
+    /// Tensor-parallel degree (GPUs the shape ran on).
+    pub tp: usize,
+    /// The DTP delay when the shape ran as Delayed Tensor Parallelism.
+    pub dtp: Option<usize>,
     pub parameters: u64,
-    /// Bytes the kernel streams per token (weights once).
+    /// Bytes each GPU's kernel streams per token (its weights once).
     pub bytes_per_token: u64,
     /// Decode tok/s of each timed run (device timestamps), and their median.
     pub decode_runs: Vec<f64>,
@@ -187,8 +193,15 @@ fn greedy(rt: &mut CudaRuntime, prompt: &[u32], max_tokens: usize) -> Result<(Ve
 }
 
 /// The verified run: greedy with the kernel's logits kept, checked against its own
-/// argmax and against the CPU float32 reference.
-fn verify(rt: &mut CudaRuntime, config: &ModelConfig, weights: &Weights, prompt: &[u32], gen: usize) -> Result<Verification> {
+/// argmax and against the CPU float32 reference (DTP: the lane-by-lane DTP reference).
+fn verify(
+    rt: &mut CudaRuntime,
+    config: &ModelConfig,
+    weights: &Weights,
+    dtp: Option<&DtpSchedule>,
+    prompt: &[u32],
+    gen: usize,
+) -> Result<Verification> {
     rt.set_debug_logits(true);
     let run = greedy(rt, prompt, gen);
     let logits = rt.debug_logits().to_vec();
@@ -196,6 +209,23 @@ fn verify(rt: &mut CudaRuntime, config: &ModelConfig, weights: &Weights, prompt:
     let (tokens, _) = run?;
     let checked = CHECKED_TOKENS.min(tokens.len()).min(logits.len());
     let argmax_consistent = checked == CHECKED_TOKENS && (0..checked).all(|t| argmax(&logits[t]) == tokens[t]);
+    if let Some(sched) = dtp {
+        // DTP is a different function from the plain model: score a few prompt positions
+        // with the float32 DTP reference of the same lanes.
+        let head = &prompt[..LARGE_REFERENCE_POSITIONS.min(prompt.len())];
+        let gpu = rt.score(head)?;
+        let model = ShardedModel::new(config, weights, sched.lanes)?;
+        let cpu = model.session(Execution::Delayed(sched.clone()))?.forward(head)?;
+        let pairs: Vec<(Vec<f32>, Vec<f32>)> = gpu.into_iter().zip(cpu).collect();
+        return Ok(Verification {
+            tokens,
+            argmax_consistent,
+            reference_rel_err: pairs.iter().map(|(g, c)| rel_err(g, c)).fold(0.0, f64::max),
+            reference_positions: pairs.len(),
+            reference_top1: pairs.iter().filter(|(g, c)| argmax(g) == argmax(c)).count(),
+            reference_kind: "prompt positions, DTP reference",
+        });
+    }
     let reference = ReferenceModel::new(config, weights)?;
     let (kind, pairs) = if config.parameter_count() <= STEPWISE_REFERENCE_MAX_PARAMS {
         // Teacher-forced on the GPU's own tokens: row prompt-1+t predicts step t.
@@ -224,13 +254,22 @@ fn verify(rt: &mut CudaRuntime, config: &ModelConfig, weights: &Weights, prompt:
     })
 }
 
-/// Benchmarks one shape on device `ordinal`; `bandwidth` is the measured copy
-/// bandwidth (bytes read + written per second) the bound is computed from.
-pub fn bench_shape(config: &ModelConfig, weights: &Weights, ordinal: usize, plan: &CudaBenchPlan, bandwidth: f64) -> Result<ShapeFigures> {
+/// Benchmarks one shape on devices `ordinals` (several: tensor parallelism);
+/// `bandwidth` is the measured copy bandwidth of one GPU (bytes read + written per
+/// second) the bound is computed from (each GPU streams its own shard).
+/// `dtp`: run the shape as Delayed Tensor Parallelism with this schedule (lanes = GPUs).
+pub fn bench_shape(
+    config: &ModelConfig,
+    weights: &Weights,
+    ordinals: &[usize],
+    dtp: Option<&DtpSchedule>,
+    plan: &CudaBenchPlan,
+    bandwidth: f64,
+) -> Result<ShapeFigures> {
     let options = plan.kernel_options(config)?;
-    let mut rt = CudaRuntime::with_options(config, weights, ordinal, options)?;
+    let mut rt = CudaRuntime::with_dtp(config, weights, ordinals, options, dtp.cloned())?;
     let prompt = bench_tokens(plan.prompt_tokens, config.vocab_size, PROMPT_SEED);
-    let verification = verify(&mut rt, config, weights, &prompt, plan.gen_tokens)?;
+    let verification = verify(&mut rt, config, weights, dtp, &prompt, plan.gen_tokens)?;
     greedy(&mut rt, &prompt, plan.gen_tokens)?; // warm-up: clocks, caches, first-touch
     let want = &verification.tokens[..CHECKED_TOKENS.min(verification.tokens.len())];
     let mut decode_runs = Vec::with_capacity(plan.runs);
@@ -259,6 +298,8 @@ pub fn bench_shape(config: &ModelConfig, weights: &Weights, ordinal: usize, plan
     let bound_tok_s = bandwidth / bytes_per_token.max(1) as f64;
     Ok(ShapeFigures {
         name: config.name.clone(),
+        tp: ordinals.len(),
+        dtp: dtp.map(|s| s.delay),
         parameters: config.parameter_count(),
         bytes_per_token,
         decode_tok_s,
@@ -356,7 +397,7 @@ mod tests {
         let config = crate::synthetic::preset("smollm2-135m").expect("preset");
         let config = ModelConfig { num_layers: 1, vocab_size: 512, ..config };
         let weights = crate::synthetic::synthetic_weights(&config, 1);
-        let err = bench_shape(&config, &weights, 0, &CudaBenchPlan::default(), 4e12).expect_err("no device here");
+        let err = bench_shape(&config, &weights, &[0], None, &CudaBenchPlan::default(), 4e12).expect_err("no device here");
         assert!(err.to_string().to_lowercase().contains("cuda"), "{err}");
     }
 }

@@ -4,6 +4,7 @@
 //! control words. The kernel (kernels/decode.cu) only ever names these defines.
 
 use crate::config::{ModelConfig, RopeLayout};
+use crate::dtp::{Combine, DtpSchedule};
 use crate::sampling::MAX_TOP_LOGPROBS;
 
 /// Declares an enum of consecutive slots plus their names, for `PG_<PREFIX>_<NAME>`.
@@ -48,6 +49,28 @@ slots! {
         /// already wrote positions 0..P-2 into the KV cache.
         StartStep,
         NStop, TopLogprobs, RepetitionPenalty, Temperature, TopK, TopP, MinP, Seed,
+        /// Tensor parallelism: this launch's rank (0 ≤ rank < tp).
+        Rank,
+        /// Tensor parallelism: device array of `tp × PeerSlot::COUNT` pointers (every rank's buffers).
+        Peers,
+        /// Tensor parallelism: f32 `[hidden]`, the residual entering attention.
+        Resid,
+        /// Tensor parallelism: 1 when every rank needs every rank's logits (sampling, top log-probs).
+        Gather,
+    }
+}
+
+slots! {
+    /// Per-rank buffers every rank of a tensor-parallel run writes into (peer table).
+    PeerSlot {
+        /// The rank's exchange region (`pg_exchange_words` u32: counters, LM messages, DTP's final h).
+        Exchange,
+        /// The rank's receive slots (`pg_rx_floats` f32, sentinel-filled per run): partial sums from every rank.
+        Rx,
+        /// The rank's f32 `[vocab]` raw logits.
+        Logits,
+        /// The rank's f32 `[vocab]` penalised logits.
+        Adj,
     }
 }
 
@@ -145,6 +168,8 @@ pub struct KernelOptions {
     pub prefetch: bool,
     /// Race hunting: random delays in the dependency waits of random blocks.
     pub chaos: bool,
+    /// Tensor parallelism: the one rank whose kernel gets the chaos delays.
+    pub chaos_rank: u32,
     /// Counter arrive/wait with release/acquire only (CUTLASS's barrier), without a
     /// full fence.sc.gpu on each side (v1 had it).
     pub light_fences: bool,
@@ -173,6 +198,7 @@ impl Default for KernelOptions {
             unroll: DEFAULT_UNROLL,
             prefetch: false,
             chaos: false,
+            chaos_rank: 0,
             light_fences: true,
             attn_max_splits: DEFAULT_ATTN_MAX_SPLITS,
             kv_positions: DEFAULT_MAX_KV_POSITIONS,
@@ -236,15 +262,112 @@ fn screaming(name: &str) -> String {
     out
 }
 
+/// Largest tensor-parallel degree (the kernel keeps one pointer per rank in registers).
+pub const MAX_TP: usize = 8;
+
+/// This rank's shard of `config` under tensor parallelism of degree `tp`: its query
+/// heads, KV heads (replicated when `tp` exceeds them), FFN columns and vocabulary
+/// rows; hidden size, layers and head size stay whole. An error names what does not
+/// divide.
+pub fn shard(config: &ModelConfig, tp: usize) -> std::result::Result<ModelConfig, String> {
+    let c = config;
+    if tp == 0 || tp > MAX_TP {
+        return Err(format!("tensor-parallel degree {tp} is not in 1..={MAX_TP}"));
+    }
+    if tp == 1 {
+        return Ok(c.clone());
+    }
+    let name = &c.name;
+    if c.num_heads % tp != 0 {
+        return Err(format!("{name}: {} query heads do not split over {tp} GPUs", c.num_heads));
+    }
+    let kv = if c.num_kv_heads % tp == 0 {
+        c.num_kv_heads / tp
+    } else if tp % c.num_kv_heads == 0 {
+        1 // more GPUs than KV heads: each GPU keeps the one its query heads use
+    } else {
+        return Err(format!("{name}: {} KV heads neither split over nor replicate across {tp} GPUs", c.num_kv_heads));
+    };
+    if c.intermediate_size % (8 * tp) != 0 {
+        return Err(format!("{name}: FFN size {} does not split over {tp} GPUs in multiples of 8", c.intermediate_size));
+    }
+    if c.vocab_size % tp != 0 {
+        return Err(format!("{name}: vocabulary {} does not split over {tp} GPUs", c.vocab_size));
+    }
+    let heads = c.num_heads / tp;
+    if heads % kv != 0 || (heads * c.head_dim) % 8 != 0 {
+        return Err(format!("{name}: {heads} query heads per GPU do not group over {kv} KV heads"));
+    }
+    Ok(ModelConfig {
+        num_heads: heads,
+        num_kv_heads: kv,
+        intermediate_size: c.intermediate_size / tp,
+        vocab_size: c.vocab_size / tp,
+        ..c.clone()
+    })
+}
+
 /// KV positions actually allocated for `config` under `options`.
 pub fn kv_positions(config: &ModelConfig, options: &KernelOptions) -> usize {
     config.max_context.min(options.kv_positions).max(1)
 }
 
-/// Every `-D` define the kernel needs, as `(name, value)`.
+/// How one layer's partial sums enter the residual in the kernel (`PG_XM_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XMode {
+    /// Sum of every rank's partial, in rank order (standard TP; DTP's `present` early layers).
+    All = 0,
+    /// Own partial times the lane scale (DTP's `none` early layers).
+    Local = 1,
+    /// Own partial now plus the other lanes' partials of the received layer (DTP).
+    Delayed = 2,
+}
+
+/// The kernel's per-layer exchange table: (mode, received layer or -1, send) for each
+/// layer, from the DTP schedule (`None`: standard tensor parallelism, all-reduce everywhere).
+pub fn exchange_table(num_layers: usize, dtp: Option<&DtpSchedule>) -> Vec<(XMode, i64, bool)> {
+    (0..num_layers)
+        .map(|n| match dtp.map(|s| s.combine(n)) {
+            None => (XMode::All, -1, true),
+            Some(Combine::AllReduce) => (XMode::All, -1, true),
+            Some(Combine::LaneLocal { .. }) => (XMode::Local, -1, false),
+            // Delay 0: received this very layer, i.e. a blocking all-reduce.
+            Some(Combine::Delayed { received: Some(m), .. }) if m == n => (XMode::All, -1, true),
+            Some(Combine::Delayed { received, send }) => (XMode::Delayed, received.map_or(-1, |m| m as i64), send),
+        })
+        .collect()
+}
+
+/// Every `-D` define the kernel needs, as `(name, value)` (one GPU).
 pub fn defines(config: &ModelConfig, options: &KernelOptions) -> Vec<(String, String)> {
+    defines_tp(config, options, 1, config.vocab_size, None)
+}
+
+/// The defines of one rank of a tensor-parallel run: `config` is that rank's
+/// [`shard`], `full_vocab` the whole model's vocabulary, `dtp` the DTP schedule
+/// (`None`: standard tensor parallelism).
+pub fn defines_tp(
+    config: &ModelConfig,
+    options: &KernelOptions,
+    tp: usize,
+    full_vocab: usize,
+    dtp: Option<&DtpSchedule>,
+) -> Vec<(String, String)> {
     let mut d: Vec<(String, String)> = Vec::new();
     let mut put = |k: &str, v: String| d.push((format!("PG_{k}"), v));
+    put("TP", tp.to_string());
+    put("V_FULL", full_vocab.to_string());
+    put("DTP", u8::from(dtp.is_some()).to_string());
+    let scale = dtp.and_then(|s| s.kernel_defines().into_iter().find(|(k, _)| *k == "DTP_LANE_SCALE").map(|(_, v)| v));
+    put("DTP_LANE_SCALE", scale.unwrap_or_else(|| "1.0f".into()));
+    for (name, mode) in [("XM_ALL", XMode::All), ("XM_LOCAL", XMode::Local), ("XM_DELAYED", XMode::Delayed)] {
+        put(name, (mode as u8).to_string());
+    }
+    let table = exchange_table(config.num_layers, dtp);
+    let list = |f: &dyn Fn(&(XMode, i64, bool)) -> String| format!("{{{}}}", table.iter().map(f).collect::<Vec<_>>().join(","));
+    put("X_MODE", list(&|t| (t.0 as u8).to_string()));
+    put("X_RECV", list(&|t| t.1.to_string()));
+    put("X_SEND", list(&|t| u8::from(t.2).to_string()));
     put("D", config.hidden_size.to_string());
     put("F", config.intermediate_size.to_string());
     put("L", config.num_layers.to_string());
@@ -285,6 +408,10 @@ pub fn defines(config: &ModelConfig, options: &KernelOptions) -> Vec<(String, St
         put(&format!("LW_{}", screaming(name)), i.to_string());
     }
     put("LW_SLOTS", LayerSlot::COUNT.to_string());
+    for (i, name) in PeerSlot::NAMES.iter().enumerate() {
+        put(&format!("PEER_{}", screaming(name)), i.to_string());
+    }
+    put("PEER_SLOTS", PeerSlot::COUNT.to_string());
     for (k, v) in [
         ("REC_ID", rec::ID),
         ("REC_LOGPROB", rec::LOGPROB),
@@ -336,6 +463,46 @@ mod tests {
         assert_eq!(screaming("LmHead"), "LM_HEAD");
         assert_eq!(screaming("Wqkv"), "WQKV");
         assert_eq!(screaming("NPrompt"), "N_PROMPT");
+    }
+
+    #[test]
+    fn shards_split_heads_ffn_and_vocab_or_say_why_not() {
+        let qwen = crate::synthetic::preset("qwen2.5-coder-1.5b").expect("preset");
+        let s2 = shard(&qwen, 2).expect("tp 2");
+        assert_eq!((s2.num_heads, s2.num_kv_heads, s2.intermediate_size, s2.vocab_size), (6, 1, 4480, qwen.vocab_size / 2));
+        assert_eq!((s2.hidden_size, s2.num_layers, s2.head_dim), (qwen.hidden_size, qwen.num_layers, qwen.head_dim));
+        // 4 GPUs, 2 KV heads: each GPU keeps the KV head of its 3 query heads.
+        let s4 = shard(&qwen, 4).expect("tp 4");
+        assert_eq!((s4.num_heads, s4.num_kv_heads), (3, 1));
+        assert!(shard(&qwen, 8).expect_err("12 heads over 8").contains("query heads"));
+        assert!(shard(&qwen, 0).is_err() && shard(&qwen, 16).is_err());
+        assert_eq!(shard(&qwen, 1).expect("tp 1"), qwen);
+        let smol = crate::synthetic::preset("smollm2-135m").expect("preset");
+        assert!(shard(&smol, 2).is_err(), "9 heads do not split over 2");
+        let d = defines_tp(&s2, &KernelOptions::default(), 2, qwen.vocab_size, None);
+        let get = |k: &str| d.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(get("PG_TP").as_deref(), Some("2"));
+        assert_eq!(get("PG_NH").as_deref(), Some("6"));
+        assert_eq!(get("PG_V_FULL"), Some(qwen.vocab_size.to_string()));
+    }
+
+    #[test]
+    fn exchange_table_follows_the_dtp_schedule() {
+        let shape = crate::synthetic::preset("dtp-2b").expect("preset");
+        let dtp = crate::synthetic::dtp_preset("dtp-2b").expect("dtp preset");
+        let sched = DtpSchedule::new(&dtp, &shape, 2).expect("schedule");
+        let t = exchange_table(shape.num_layers, Some(&sched));
+        // delay 2, 15 layers, early layers present: 0-1 all-reduce, 2-3 own only (sent),
+        // 4..12 add layer n-2 (sent), 13-14 add n-2 (not sent).
+        assert_eq!(t[0], (XMode::All, -1, true));
+        assert_eq!(t[2], (XMode::Delayed, -1, true));
+        assert_eq!(t[4], (XMode::Delayed, 2, true));
+        assert_eq!(t[12], (XMode::Delayed, 10, true));
+        assert_eq!(t[13], (XMode::Delayed, 11, false));
+        assert_eq!(t[14], (XMode::Delayed, 12, false));
+        let standard = DtpSchedule::standard(&shape, 2).expect("standard");
+        assert!(exchange_table(shape.num_layers, Some(&standard)).iter().all(|&e| e == (XMode::All, -1, true)));
+        assert_eq!(exchange_table(3, None), vec![(XMode::All, -1, true); 3]);
     }
 
     #[test]

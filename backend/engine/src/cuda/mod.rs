@@ -18,12 +18,12 @@ pub mod prefill;
 #[cfg(feature = "cuda")]
 mod runtime;
 #[cfg(feature = "cuda")]
-pub use runtime::{compile_only, devices, measure_copy_bandwidth, CudaRuntime, DEFAULT_STALL_TIMEOUT};
+pub use runtime::{compile_only, compile_only_tp, devices, measure_copy_bandwidth, CudaRuntime, DEFAULT_STALL_TIMEOUT};
 
 #[cfg(not(feature = "cuda"))]
 mod stub;
 #[cfg(not(feature = "cuda"))]
-pub use stub::{compile_only, devices, measure_copy_bandwidth, CudaRuntime};
+pub use stub::{compile_only, compile_only_tp, devices, measure_copy_bandwidth, CudaRuntime};
 
 pub use layout::KernelOptions;
 pub use run_stats::{PrefillSplit, RunStats};
@@ -48,6 +48,26 @@ mod tests {
             let bytes = compile_only(&config, &KernelOptions::default(), "sm_90a").unwrap_or_else(|e| panic!("{name}: {e}"));
             assert!(bytes > 0, "{name}: empty cubin");
         }
+        // Tensor parallelism: every rank's kernel at TP 2 for the shapes whose heads split.
+        for name in ["qwen2.5-coder-1.5b", "smollm2-1.7b", "llama-3.2-1b", "dtp-2b"] {
+            let config = crate::synthetic::preset(name).expect("preset");
+            let bytes =
+                compile_only_tp(&config, &KernelOptions::default(), 2, None, "sm_90a").unwrap_or_else(|e| panic!("{name} tp 2: {e}"));
+            assert!(bytes > 0, "{name}: empty cubin");
+        }
+        // DTP (dtp-2b's schedule) at 2 lanes, and its `none` early-layer variant.
+        let shape = crate::synthetic::preset("dtp-2b").expect("preset");
+        let mut dtp = crate::synthetic::dtp_preset("dtp-2b").expect("dtp preset");
+        for early in [crate::dtp::EarlyLayers::Present, crate::dtp::EarlyLayers::None] {
+            dtp.early_layers = early;
+            let sched = crate::dtp::DtpSchedule::new(&dtp, &shape, 2).expect("schedule");
+            let bytes =
+                compile_only_tp(&shape, &KernelOptions::default(), 2, Some(&sched), "sm_90a").unwrap_or_else(|e| panic!("dtp: {e}"));
+            assert!(bytes > 0, "dtp: empty cubin");
+        }
+        let odd = crate::synthetic::preset("smollm2-135m").expect("preset");
+        let err = compile_only_tp(&odd, &KernelOptions::default(), 2, None, "sm_90a").expect_err("9 heads do not split over 2");
+        assert!(err.to_string().contains("query heads"), "{err}");
     }
 
     /// The batched prefill's kernels compile for every benchmark shape and for the other

@@ -17,6 +17,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("prefill.cu", include_str!("../../../../kernels/prefill.cu")),
     ("common.cuh", include_str!("../../../../kernels/common.cuh")),
     ("sync.cuh", include_str!("../../../../kernels/sync.cuh")),
+    ("ops/allreduce.cuh", include_str!("../../../../kernels/ops/allreduce.cuh")),
     ("ops/attention.cuh", include_str!("../../../../kernels/ops/attention.cuh")),
     ("ops/emit.cuh", include_str!("../../../../kernels/ops/emit.cuh")),
     ("ops/lm_head.cuh", include_str!("../../../../kernels/ops/lm_head.cuh")),

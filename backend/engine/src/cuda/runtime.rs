@@ -1,31 +1,41 @@
-//! [`Runtime`] on one CUDA GPU: weights uploaded once as bf16, the persistent decode
-//! kernel (kernels/decode.cu) compiled by NVRTC for the device, one launch per
-//! request, preceded on the same stream by the batched prefill of the prompt
-//! (prefill.rs) unless `KernelOptions::batched_prefill` is off. The host thread only
-//! polls the token ring in host-mapped memory, calls `on_token`, and raises the stop
-//! flag when asked to stop.
+//! [`Runtime`] on one CUDA GPU or several (tensor parallelism): weights uploaded once
+//! as bf16, the persistent decode kernel (kernels/decode.cu) compiled by NVRTC for the
+//! device, one launch per request and GPU, preceded on one GPU by the batched prefill of
+//! the prompt (prefill.rs) unless `KernelOptions::batched_prefill` is off. The host
+//! thread only polls the token ring in host-mapped memory, calls `on_token`, and raises
+//! the stop flag when asked to stop.
 
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{
-    sys, CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg,
+    sys, CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PinnedHostSlice,
+    PushKernelArg,
 };
 
 use super::RunStats;
 use crate::config::ModelConfig;
 use crate::cpu::reference_runtime::check_fits;
 use crate::cpu::rope;
-use crate::cuda::layout::{self, ctl, end, rec, Arg, KernelOptions, LayerSlot, MAX_DEVICE_STOP_TOKENS};
+use crate::cuda::layout::{self, ctl, end, rec, Arg, KernelOptions, LayerSlot, PeerSlot, MAX_DEVICE_STOP_TOKENS};
 use crate::cuda::nvrtc;
 use crate::cuda::prefill::{Prefill, PrefillOp, PrefillWeights};
 use crate::cuda::run_stats::PrefillSplit;
+use crate::dtp::DtpSchedule;
 use crate::error::{Error, Result};
 use crate::runtime::{BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
 use crate::sampling::{Sampled, TokenLogprob, MAX_TOP_LOGPROBS};
 use crate::tensor::Tensor;
 use crate::weights::Weights;
+
+/// Bits the receive slots hold until a peer's value lands (kernels/sync.cuh's
+/// PEER_SENTINEL: a NaN no arithmetic produces).
+const PEER_SENTINEL: u32 = 0xffff_ffff;
+
+/// Test switch: lets tensor-parallel ranks share a GPU (each then gets a share of its
+/// SMs), so the exchange logic can be checked on a one-GPU machine. Not for speed.
+pub const SHARE_GPU_ENV: &str = "PEREGRINE_TP_SHARE_GPU";
 
 /// A run that publishes nothing for this long is reported as a hung kernel.
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -72,10 +82,11 @@ struct DeviceWeights {
     streamed_bytes: u64,
 }
 
-/// Per-request state buffers.
+/// Per-request state buffers of one rank.
 struct State {
     kv: CudaSlice<u16>,
     x: CudaSlice<f32>,
+    resid: CudaSlice<f32>,
     qkv: CudaSlice<f32>,
     attn: CudaSlice<f32>,
     attn_part: CudaSlice<f32>,
@@ -87,6 +98,12 @@ struct State {
     tokens: CudaSlice<u32>,
     seen: CudaSlice<u8>,
     stop_ids: CudaSlice<u32>,
+    /// Tensor parallelism: the region peers write into (counters, LM messages, DTP's final h).
+    exchange: CudaSlice<u32>,
+    /// Tensor parallelism: receive slots of partial sums (sentinel-filled before each run).
+    rx: CudaSlice<f32>,
+    /// Tensor parallelism: every rank's `PeerSlot` pointers (filled once all ranks exist).
+    peers: CudaSlice<u64>,
 }
 
 /// What `enqueue_prefill` put on the stream: positions, and events to time them.
@@ -103,33 +120,56 @@ struct Kernel {
     smem_bytes: u32,
     num_counters: usize,
     partial_floats: usize,
+    exchange_words: usize,
+    rx_floats: usize,
     from_cache: bool,
 }
 
-/// The persistent-kernel GPU runtime.
-pub struct CudaRuntime {
-    config: ModelConfig,
-    options: KernelOptions,
+/// One GPU of the run: its context, stream, kernel, weight shard and buffers.
+struct Rank {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     device_name: String,
-    arch: String,
-    sm_count: u32,
-    kv_cap: usize,
-    /// Splits per head the partial-state buffer was sized for.
-    alloc_splits: u32,
     kernel: Kernel,
     // ManuallyDrop: after a hung run, freeing would block behind the kernel forever,
     // so a poisoned runtime leaks its device memory instead (see Drop).
     weights: ManuallyDrop<DeviceWeights>,
     state: ManuallyDrop<State>,
-    /// The batched prefill (compiled when `options.batched_prefill` is on and the shape
-    /// supports it; see layout::prefill_shape).
+}
+
+impl Rank {
+    fn dptr<T>(&self, s: &CudaSlice<T>) -> u64 {
+        s.device_ptr(&self.stream).0
+    }
+}
+
+/// The persistent-kernel GPU runtime: one GPU, or tensor parallelism over several
+/// (one persistent kernel per GPU, all-reduces inside the kernels over NVLink).
+pub struct CudaRuntime {
+    config: ModelConfig,
+    /// Each rank's share of `config` (equal to it on one GPU).
+    shard: ModelConfig,
+    /// Delayed Tensor Parallelism's schedule (`None`: standard tensor parallelism or one GPU).
+    dtp: Option<DtpSchedule>,
+    options: KernelOptions,
+    ranks: Vec<Rank>,
+    arch: String,
+    /// Blocks per launch: the smallest SM count of the GPUs in use.
+    grid: u32,
+    /// Ranks share a GPU ([`SHARE_GPU_ENV`]): plain launches, since a cooperative one
+    /// may wait for the whole device.
+    shared_gpu: bool,
+    kv_cap: usize,
+    /// Splits per head the partial-state buffer was sized for.
+    alloc_splits: u32,
+    /// The batched prefill on one GPU (compiled when `options.batched_prefill` is on and
+    /// the shape supports it; see layout::prefill_shape). Tensor parallelism runs the
+    /// prompt token by token in the persistent kernels.
     prefill: ManuallyDrop<Option<Prefill>>,
     /// Record per-op GPU times of the next prefills (see `last_prefill_split`).
     prefill_profile: bool,
     last_prefill_split: Option<PrefillSplit>,
-    /// Host-mapped control words then the token ring (owns what `host_ptr` points into).
+    /// Host-mapped control words then the token ring (owns what `host_ptr` points into); rank 0 writes it.
     host: ManuallyDrop<PinnedHostSlice<u32>>,
     host_ptr: *mut u32,
     host_dev: u64,
@@ -196,6 +236,72 @@ fn load_prefill(
     })
 }
 
+/// [`compile_only`] for one rank of tensor parallelism of degree `tp` (DTP with a schedule).
+pub fn compile_only_tp(config: &ModelConfig, options: &KernelOptions, tp: usize, dtp: Option<&DtpSchedule>, arch: &str) -> Result<usize> {
+    let shard = layout::shard(config, tp).map_err(|e| Error::Cuda(format!("unsupported tensor parallelism: {e}")))?;
+    if let Some(why) = layout::unsupported(&shard, options) {
+        return Err(Error::Cuda(format!("unsupported shape: {why}")));
+    }
+    Ok(nvrtc::cubin(arch, &layout::defines_tp(&shard, options, tp, config.vocab_size, dtp))?.0.len())
+}
+
+/// Rows `r0..r1` of a row-major matrix with `cols` columns.
+fn rows_of(m: &[f32], cols: usize, r0: usize, r1: usize) -> Vec<f32> {
+    m[r0 * cols..r1 * cols].to_vec()
+}
+
+/// Columns `c0..c1` of a row-major matrix with `cols` columns.
+fn cols_of(m: &[f32], cols: usize, c0: usize, c1: usize) -> Vec<f32> {
+    m.chunks_exact(cols).flat_map(|row| row[c0..c1].iter().copied()).collect()
+}
+
+/// Enables peer access between every pair of `ranks`' contexts; a pair without it is an error.
+fn enable_peer_access(ranks: &[Rank]) -> Result<()> {
+    for (i, a) in ranks.iter().enumerate() {
+        for (j, b) in ranks.iter().enumerate() {
+            if i == j || a.ctx.cu_device() == b.ctx.cu_device() {
+                continue;
+            }
+            let mut can: std::ffi::c_int = 0;
+            // SAFETY: both devices come from live contexts; `can` is a valid out-pointer.
+            let r = unsafe { sys::cuDeviceCanAccessPeer(&mut can, a.ctx.cu_device(), b.ctx.cu_device()) };
+            if r != sys::CUresult::CUDA_SUCCESS || can == 0 {
+                return Err(Error::Cuda(format!(
+                    "GPU {} ({}) cannot access GPU {} ({}) as a peer ({r:?}); tensor parallelism needs peer access (NVLink or PCIe P2P)",
+                    a.ctx.ordinal(),
+                    a.device_name,
+                    b.ctx.ordinal(),
+                    b.device_name
+                )));
+            }
+            a.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
+            // SAFETY: `b`'s context is live; enabling access from the current context (`a`).
+            let r = unsafe { sys::cuCtxEnablePeerAccess(b.ctx.cu_ctx(), 0) };
+            if r != sys::CUresult::CUDA_SUCCESS && r != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+                return Err(Error::Cuda(format!("cuCtxEnablePeerAccess {i}→{j}: {r:?}")));
+            }
+            // cudarc allocates from the device's memory pool (cuMemAllocAsync), which
+            // context peer access does not cover: grant `a` access to `b`'s pool too.
+            let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+            // SAFETY: `pool` is a valid out-pointer; the device is live.
+            let r = unsafe { sys::cuDeviceGetMemPool(&mut pool, b.ctx.cu_device()) };
+            if r != sys::CUresult::CUDA_SUCCESS {
+                return Err(Error::Cuda(format!("cuDeviceGetMemPool {j}: {r:?}")));
+            }
+            let desc = sys::CUmemAccessDesc {
+                location: sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: a.ctx.cu_device() },
+                flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+            };
+            // SAFETY: `pool` is `b`'s live pool and `desc` one valid descriptor.
+            let r = unsafe { sys::cuMemPoolSetAccess(pool, &desc, 1) };
+            if r != sys::CUresult::CUDA_SUCCESS {
+                return Err(Error::Cuda(format!("cuMemPoolSetAccess {i}→{j}: {r:?}")));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn to_bf16(values: &[f32]) -> Vec<u16> {
     values.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect()
 }
@@ -215,63 +321,134 @@ fn expect_shape(t: &Tensor, shape: &[usize]) -> Result<()> {
 impl CudaRuntime {
     /// Uploads `weights` to device `ordinal` and compiles the kernel for it.
     pub fn new(config: &ModelConfig, weights: &Weights, ordinal: usize) -> Result<CudaRuntime> {
-        Self::with_options(config, weights, ordinal, KernelOptions::default())
+        Self::with_devices(config, weights, &[ordinal], KernelOptions::default())
     }
 
     /// [`CudaRuntime::new`] with explicit kernel variants and sizes.
     pub fn with_options(config: &ModelConfig, weights: &Weights, ordinal: usize, options: KernelOptions) -> Result<CudaRuntime> {
-        if let Some(why) = layout::unsupported(config, &options) {
+        Self::with_devices(config, weights, &[ordinal], options)
+    }
+
+    /// Tensor parallelism over `ordinals` (degree = their count; one GPU is the plain
+    /// runtime): each GPU gets its shard of the weights and its own persistent kernel.
+    pub fn with_devices(config: &ModelConfig, weights: &Weights, ordinals: &[usize], options: KernelOptions) -> Result<CudaRuntime> {
+        Self::with_dtp(config, weights, ordinals, options, None)
+    }
+
+    /// [`CudaRuntime::with_devices`] running the model as Delayed Tensor Parallelism
+    /// with `dtp` (lanes = `ordinals`; `None`: standard tensor parallelism).
+    pub fn with_dtp(
+        config: &ModelConfig,
+        weights: &Weights,
+        ordinals: &[usize],
+        options: KernelOptions,
+        dtp: Option<DtpSchedule>,
+    ) -> Result<CudaRuntime> {
+        let tp = ordinals.len();
+        if let Some(s) = &dtp {
+            if s.lanes != tp || s.num_layers != config.num_layers {
+                return Err(Error::Cuda(format!(
+                    "DTP schedule for {} lanes / {} layers on {tp} GPUs / {} layers",
+                    s.lanes, s.num_layers, config.num_layers
+                )));
+            }
+        }
+        let shard = layout::shard(config, tp).map_err(|e| Error::Cuda(format!("unsupported tensor parallelism: {e}")))?;
+        if let Some(why) = layout::unsupported(&shard, &options) {
             return Err(Error::Cuda(format!("unsupported shape: {why}")));
         }
         let names = devices()?;
-        if ordinal >= names.len() {
-            return Err(Error::Cuda(format!("no CUDA device {ordinal} ({} present)", names.len())));
+        for (i, &o) in ordinals.iter().enumerate() {
+            if o >= names.len() {
+                return Err(Error::Cuda(format!("no CUDA device {o} ({} present)", names.len())));
+            }
+            if ordinals[..i].contains(&o) && std::env::var_os(SHARE_GPU_ENV).is_none() {
+                return Err(Error::Cuda(format!("CUDA device {o} is listed twice")));
+            }
         }
         nvrtc::preload()?;
-        let ctx = CudaContext::new(ordinal).map_err(cuda_err("cuCtxCreate"))?;
-        // SAFETY: this runtime uses one stream and synchronises it before touching any
-        // buffer from the host, so cudarc's cross-stream event tracking is not needed
-        // (and it would not see the raw pointers the kernel receives).
-        unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.new_stream().map_err(cuda_err("cuStreamCreate"))?;
-        let (major, minor) = ctx.compute_capability().map_err(cuda_err("compute capability"))?;
-        let arch = nvrtc::arch_for(major, minor);
-        let sm_count =
-            ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(cuda_err("SM count"))? as u32;
-        let kernel = Self::load_kernel(&ctx, &stream, config, &options, &arch, sm_count)?;
-        let weights = Self::upload_weights(&stream, config, weights)?;
         let kv_cap = layout::kv_positions(config, &options);
-        let state = Self::alloc_state(&stream, config, &options, kv_cap, &kernel, sm_count)?;
-        let prefill = load_prefill(&ctx, &stream, config, &options, &arch, kv_cap)?;
+        let mut ranks = Vec::with_capacity(tp);
+        let mut arch = String::new();
+        let mut grid = u32::MAX;
+        for (rank, &ordinal) in ordinals.iter().enumerate() {
+            let ctx = CudaContext::new(ordinal).map_err(cuda_err("cuCtxCreate"))?;
+            // SAFETY: each rank uses one stream and the host synchronises it before touching
+            // any buffer, so cudarc's cross-stream event tracking is not needed (and it would
+            // not see the raw pointers the kernel receives).
+            unsafe { ctx.disable_event_tracking() };
+            let stream = ctx.new_stream().map_err(cuda_err("cuStreamCreate"))?;
+            let (major, minor) = ctx.compute_capability().map_err(cuda_err("compute capability"))?;
+            let a = nvrtc::arch_for(major, minor);
+            if rank > 0 && a != arch {
+                return Err(Error::Cuda(format!("tensor parallelism needs GPUs of one architecture ({arch} and {a})")));
+            }
+            arch = a;
+            let sm_count =
+                ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(cuda_err("SM count"))? as u32;
+            grid = grid.min(sm_count);
+            let rank_options =
+                KernelOptions { chaos: options.chaos && (tp == 1 || options.chaos_rank as usize == rank), ..options.clone() };
+            let kernel = Self::load_kernel(&ctx, &stream, config, &shard, &rank_options, tp, dtp.as_ref(), &arch)?;
+            let weights = Self::upload_weights(&stream, config, &shard, weights, rank, tp)?;
+            let state = Self::alloc_state(&stream, config, &shard, &options, kv_cap, &kernel, sm_count, tp)?;
+            ranks.push(Rank {
+                ctx,
+                stream,
+                device_name: names[ordinal].clone(),
+                kernel,
+                weights: ManuallyDrop::new(weights),
+                state: ManuallyDrop::new(state),
+            });
+        }
+        // Ranks sharing a GPU (test switch) split its SMs so all their blocks stay resident.
+        let sharing = ordinals.iter().map(|o| ordinals.iter().filter(|p| *p == o).count()).max().unwrap_or(1) as u32;
+        grid /= sharing;
+        if tp > 1 {
+            enable_peer_access(&ranks)?;
+            let mut table: Vec<u64> = Vec::with_capacity(tp * PeerSlot::COUNT);
+            for r in &ranks {
+                let mut slots = [0u64; PeerSlot::COUNT];
+                slots[PeerSlot::Exchange.index()] = r.dptr(&r.state.exchange);
+                slots[PeerSlot::Rx.index()] = r.dptr(&r.state.rx);
+                slots[PeerSlot::Logits.index()] = r.dptr(&r.state.logits);
+                slots[PeerSlot::Adj.index()] = r.dptr(&r.state.adj);
+                table.extend_from_slice(&slots);
+            }
+            for r in ranks.iter_mut() {
+                let stream = r.stream.clone();
+                stream.memcpy_htod(&table, &mut r.state.peers).map_err(cuda_err("upload peer table"))?;
+            }
+        }
+        let ctx0 = ranks[0].ctx.clone();
+        let prefill = if tp == 1 { load_prefill(&ctx0, &ranks[0].stream, config, &options, &arch, kv_cap)? } else { None };
         let words = ctl::WORDS + options.ring * rec::WORDS;
         // SAFETY: the buffer is zeroed below before the kernel or the host reads it.
-        let mut host = unsafe { ctx.alloc_pinned_with_flags::<u32>(words, sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE) }
-            .map_err(cuda_err("cuMemHostAlloc"))?;
+        let mut host =
+            unsafe { ctx0.alloc_pinned_with_flags::<u32>(words, sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE) }
+                .map_err(cuda_err("cuMemHostAlloc"))?;
         let host_ptr = host.as_mut_ptr().map_err(cuda_err("pinned pointer"))?;
         // SAFETY: `host_ptr` addresses `words` u32 owned by `host`.
         unsafe { std::ptr::write_bytes(host_ptr, 0, words) };
         let mut host_dev: sys::CUdeviceptr = 0;
-        ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
+        ctx0.bind_to_thread().map_err(cuda_err("bind context"))?;
         // SAFETY: `host_ptr` is a live DEVICEMAP allocation of this context.
         let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut host_dev, host_ptr as *mut _, 0) };
         if r != sys::CUresult::CUDA_SUCCESS {
             return Err(Error::Cuda(format!("cuMemHostGetDevicePointer: {r:?}")));
         }
-        let device_name = names[ordinal].clone();
         let alloc_splits = options.attn_max_splits;
         Ok(CudaRuntime {
             alloc_splits,
             config: config.clone(),
+            shard,
+            dtp,
             options,
-            ctx,
-            stream,
-            device_name,
+            ranks,
             arch,
-            sm_count,
+            grid,
+            shared_gpu: sharing > 1,
             kv_cap,
-            kernel,
-            weights: ManuallyDrop::new(weights),
-            state: ManuallyDrop::new(state),
             prefill: ManuallyDrop::new(prefill),
             prefill_profile: false,
             last_prefill_split: None,
@@ -285,15 +462,23 @@ impl CudaRuntime {
         })
     }
 
+    /// Tensor-parallel degree (GPUs in use).
+    pub fn tp(&self) -> usize {
+        self.ranks.len()
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn load_kernel(
         ctx: &Arc<CudaContext>,
         stream: &Arc<CudaStream>,
         config: &ModelConfig,
+        shard: &ModelConfig,
         options: &KernelOptions,
+        tp: usize,
+        dtp: Option<&DtpSchedule>,
         arch: &str,
-        sm_count: u32,
     ) -> Result<Kernel> {
-        let (cubin, from_cache) = nvrtc::cubin(arch, &layout::defines(config, options))?;
+        let (cubin, from_cache) = nvrtc::cubin(arch, &layout::defines_tp(shard, options, tp, config.vocab_size, dtp))?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(cuda_err("cuModuleLoadData"))?;
         let func = module.load_function(nvrtc::KERNEL_NAME).map_err(cuda_err("cuModuleGetFunction"))?;
         let read_u32 = |name: &str| -> Result<u32> {
@@ -308,6 +493,8 @@ impl CudaRuntime {
         let smem_bytes = read_u32("pg_smem_bytes")?;
         let num_counters = read_u32("pg_num_counters")? as usize;
         let partial_floats = read_u32("pg_partial_floats")? as usize;
+        let exchange_words = read_u32("pg_exchange_words")? as usize;
+        let rx_floats = read_u32("pg_rx_floats")? as usize;
         func.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes as i32)
             .map_err(cuda_err("raise the kernel's shared-memory limit"))?;
         let per_sm = func
@@ -319,16 +506,33 @@ impl CudaRuntime {
                 options.threads
             )));
         }
-        let _ = sm_count;
-        Ok(Kernel { func, smem_bytes, num_counters, partial_floats, from_cache })
+        Ok(Kernel { func, smem_bytes, num_counters, partial_floats, exchange_words, rx_floats, from_cache })
     }
 
-    fn upload_weights(stream: &Arc<CudaStream>, c: &ModelConfig, w: &Weights) -> Result<DeviceWeights> {
+    /// Uploads rank `rank`'s shard (all of it on one GPU): its query heads' q rows, its
+    /// KV heads' k/v rows, its FFN columns of gate/up (rows) and down (columns), its
+    /// heads' o-projection columns and its vocabulary rows of the LM head; the
+    /// embedding and norms whole.
+    fn upload_weights(
+        stream: &Arc<CudaStream>,
+        c: &ModelConfig,
+        sh: &ModelConfig,
+        w: &Weights,
+        rank: usize,
+        tp: usize,
+    ) -> Result<DeviceWeights> {
         let (d, f, hd) = (c.hidden_size, c.intermediate_size, c.head_dim);
         let (qd, kvd) = (c.num_heads * hd, c.num_kv_heads * hd);
         if w.layers.len() != c.num_layers {
             return Err(Error::Cuda(format!("{} layers of weights for a {}-layer config", w.layers.len(), c.num_layers)));
         }
+        // This rank's query rows/columns, KV rows, FFN columns and vocabulary rows.
+        let q0 = rank * sh.num_heads * hd;
+        let q1 = q0 + sh.num_heads * hd;
+        let kv_head0 = if c.num_kv_heads % tp == 0 { rank * sh.num_kv_heads } else { rank * sh.num_heads / (c.num_heads / c.num_kv_heads) };
+        let (k0, k1) = (kv_head0 * hd, (kv_head0 + sh.num_kv_heads) * hd);
+        let (f0, f1) = (rank * sh.intermediate_size, (rank + 1) * sh.intermediate_size);
+        let (v0, v1) = (rank * sh.vocab_size, (rank + 1) * sh.vocab_size);
         let mut bf16s: Vec<CudaSlice<u16>> = Vec::new();
         let mut f32s: Vec<CudaSlice<f32>> = Vec::new();
         let mut streamed: u64 = 0;
@@ -358,28 +562,28 @@ impl CudaRuntime {
             expect_shape(&l.up, &[f, d])?;
             expect_shape(&l.down, &[d, f])?;
             let mut slots = [0u64; LayerSlot::COUNT];
-            let mut qkv = l.q.to_f32()?;
-            qkv.extend(l.k.to_f32()?);
-            qkv.extend(l.v.to_f32()?);
+            let mut qkv = rows_of(&l.q.to_f32()?, d, q0, q1);
+            qkv.extend(rows_of(&l.k.to_f32()?, d, k0, k1));
+            qkv.extend(rows_of(&l.v.to_f32()?, d, k0, k1));
             slots[LayerSlot::Wqkv.index()] = put_bf16(qkv, true, &mut bf16s, &mut streamed)?;
             if c.attention_bias {
-                let mut b = Vec::with_capacity(qd + 2 * kvd);
-                for t in [&l.q_bias, &l.k_bias, &l.v_bias] {
+                let mut b = Vec::with_capacity(q1 - q0 + 2 * (k1 - k0));
+                for (t, (r0, r1)) in [(&l.q_bias, (q0, q1)), (&l.k_bias, (k0, k1)), (&l.v_bias, (k0, k1))] {
                     let t = t.as_ref().ok_or_else(|| Error::Cuda("attention_bias is set but a q/k/v bias is missing".into()))?;
-                    b.extend(t.to_f32()?);
+                    b.extend_from_slice(&t.to_f32()?[r0..r1]);
                 }
                 slots[LayerSlot::QkvBias.index()] = put_f32(&b, &mut f32s)?;
             }
-            slots[LayerSlot::Wo.index()] = put_bf16(l.o.to_f32()?, true, &mut bf16s, &mut streamed)?;
+            slots[LayerSlot::Wo.index()] = put_bf16(cols_of(&l.o.to_f32()?, qd, q0, q1), true, &mut bf16s, &mut streamed)?;
             let (gate, up) = (l.gate.to_f32()?, l.up.to_f32()?);
-            let mut gu = Vec::with_capacity(2 * f * d);
-            for j in 0..f {
+            let mut gu = Vec::with_capacity(2 * (f1 - f0) * d);
+            for j in f0..f1 {
                 gu.extend_from_slice(&gate[j * d..(j + 1) * d]);
                 gu.extend_from_slice(&up[j * d..(j + 1) * d]);
             }
             drop((gate, up));
             slots[LayerSlot::WgateUp.index()] = put_bf16(gu, true, &mut bf16s, &mut streamed)?;
-            slots[LayerSlot::Wdown.index()] = put_bf16(l.down.to_f32()?, true, &mut bf16s, &mut streamed)?;
+            slots[LayerSlot::Wdown.index()] = put_bf16(cols_of(&l.down.to_f32()?, f, f0, f1), true, &mut bf16s, &mut streamed)?;
             slots[LayerSlot::AttnNorm.index()] = put_f32(&l.attn_norm.to_f32()?, &mut f32s)?;
             slots[LayerSlot::FfnNorm.index()] = put_f32(&l.ffn_norm.to_f32()?, &mut f32s)?;
             streamed += 4 * 2 * d as u64;
@@ -387,17 +591,21 @@ impl CudaRuntime {
             layer_ptrs.push(slots);
         }
         expect_shape(&w.embed, &[c.vocab_size, d])?;
-        let embed = put_bf16(w.embed.to_f32()?, false, &mut bf16s, &mut streamed)?;
+        let embed_f32 = w.embed.to_f32()?;
         let lm_head = match &w.lm_head {
             Some(t) => {
                 expect_shape(t, &[c.vocab_size, d])?;
-                put_bf16(t.to_f32()?, true, &mut bf16s, &mut streamed)?
+                Some(put_bf16(rows_of(&t.to_f32()?, d, v0, v1), true, &mut bf16s, &mut streamed)?)
             }
+            // Tied and split: this rank's rows of the embedding as its own matrix.
+            None if tp > 1 => Some(put_bf16(rows_of(&embed_f32, d, v0, v1), true, &mut bf16s, &mut streamed)?),
             None => {
                 streamed += 2 * (c.vocab_size * d) as u64;
-                embed
+                None
             }
         };
+        let embed = put_bf16(embed_f32, false, &mut bf16s, &mut streamed)?;
+        let lm_head = lm_head.unwrap_or(embed);
         let final_norm = put_f32(&w.final_norm.to_f32()?, &mut f32s)?;
         let inv_freq = put_f32(&rope::inv_freq(c), &mut f32s)?;
         // The embedding row read per token.
@@ -416,30 +624,39 @@ impl CudaRuntime {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn alloc_state(
         stream: &Arc<CudaStream>,
+        full: &ModelConfig,
         c: &ModelConfig,
         options: &KernelOptions,
         kv_cap: usize,
         k: &Kernel,
         grid: u32,
+        tp: usize,
     ) -> Result<State> {
         let (qd, kvd) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
         let f32s = |n: usize| stream.alloc_zeros::<f32>(n.max(1)).map_err(cuda_err("cuMemAlloc"));
+        let u32s = |n: usize| stream.alloc_zeros::<u32>(n.max(1)).map_err(cuda_err("cuMemAlloc"));
         Ok(State {
             kv: stream.alloc_zeros::<u16>(c.num_layers * 2 * kvd * kv_cap).map_err(cuda_err("KV cache"))?,
             x: f32s(c.hidden_size)?,
+            resid: f32s(c.hidden_size)?,
             qkv: f32s(qd + 2 * kvd)?,
             attn: f32s(qd)?,
             attn_part: f32s(c.num_heads * options.attn_max_splits as usize * (c.head_dim + 2))?,
             act: f32s(c.intermediate_size)?,
-            logits: f32s(c.vocab_size)?,
-            adj: f32s(c.vocab_size)?,
+            // The sampler sees the whole vocabulary on every rank.
+            logits: f32s(full.vocab_size)?,
+            adj: f32s(full.vocab_size)?,
             partials: f32s(grid as usize * k.partial_floats)?,
-            counters: stream.alloc_zeros::<u32>(k.num_counters).map_err(cuda_err("cuMemAlloc"))?,
-            tokens: stream.alloc_zeros::<u32>(kv_cap).map_err(cuda_err("cuMemAlloc"))?,
-            seen: stream.alloc_zeros::<u8>(c.vocab_size).map_err(cuda_err("cuMemAlloc"))?,
-            stop_ids: stream.alloc_zeros::<u32>(MAX_DEVICE_STOP_TOKENS).map_err(cuda_err("cuMemAlloc"))?,
+            counters: u32s(k.num_counters)?,
+            tokens: u32s(kv_cap)?,
+            seen: stream.alloc_zeros::<u8>(full.vocab_size).map_err(cuda_err("cuMemAlloc"))?,
+            stop_ids: u32s(MAX_DEVICE_STOP_TOKENS)?,
+            exchange: u32s(k.exchange_words)?,
+            rx: f32s(k.rx_floats)?,
+            peers: stream.alloc_zeros::<u64>(tp * PeerSlot::COUNT).map_err(cuda_err("cuMemAlloc"))?,
         })
     }
 
@@ -456,12 +673,17 @@ impl CudaRuntime {
                 "set_options cannot change kv_positions, ring, prefill_chunk or threads, nor raise attn_max_splits".into(),
             ));
         }
-        if let Some(why) = layout::unsupported(&self.config, &options) {
+        if let Some(why) = layout::unsupported(&self.shard, &options) {
             return Err(Error::Cuda(format!("unsupported shape: {why}")));
         }
-        self.kernel = Self::load_kernel(&self.ctx, &self.stream, &self.config, &options, &self.arch, self.sm_count)?;
-        if options.batched_prefill && self.prefill.is_none() {
-            *self.prefill = load_prefill(&self.ctx, &self.stream, &self.config, &options, &self.arch, self.kv_cap)?;
+        let tp = self.ranks.len();
+        for (i, r) in self.ranks.iter_mut().enumerate() {
+            let ro = KernelOptions { chaos: options.chaos && (tp == 1 || options.chaos_rank as usize == i), ..options.clone() };
+            r.kernel = Self::load_kernel(&r.ctx, &r.stream, &self.config, &self.shard, &ro, tp, self.dtp.as_ref(), &self.arch)?;
+        }
+        if tp == 1 && options.batched_prefill && self.prefill.is_none() {
+            let r = &self.ranks[0];
+            *self.prefill = load_prefill(&r.ctx, &r.stream, &self.config, &options, &self.arch, self.kv_cap)?;
         }
         if let Some(p) = self.prefill.as_mut() {
             p.set_mma_attention(options.prefill_mma_attention);
@@ -501,27 +723,31 @@ impl CudaRuntime {
         &self.last_run
     }
 
-    /// Bytes the kernel must read from memory per token at least (weights once).
+    /// Bytes each GPU must read from memory per token at least (its weights once).
     pub fn streamed_bytes_per_token(&self) -> u64 {
-        self.weights.streamed_bytes
+        self.ranks.iter().map(|r| r.weights.streamed_bytes).max().unwrap_or(0)
     }
 
     /// Device, architecture, grid and kernel facts for logs and benchmarks.
     pub fn describe(&self) -> String {
+        let names: Vec<&str> = self.ranks.iter().map(|r| r.device_name.as_str()).collect();
+        let k = &self.ranks[0].kernel;
         let prefill = match (&*self.prefill, self.options.batched_prefill) {
             (Some(p), true) => p.describe(),
             (_, false) => "prompt token by token in the persistent kernel".to_string(),
+            (None, true) if self.ranks.len() > 1 => "prompt token by token (tensor parallelism)".to_string(),
             (None, true) => "prompt token by token (shape unsupported by the batched prefill)".to_string(),
         };
         format!(
-            "{} ({}, {} SMs), grid {}×{} threads, {} B shared, kernel {} ({:?}); {prefill}",
-            self.device_name,
+            "{} ({}, tp {}{}), grid {}×{} threads per GPU, {} B shared, kernel {} ({:?}); {prefill}",
+            names.join(" + "),
             self.arch,
-            self.sm_count,
-            self.sm_count,
+            self.ranks.len(),
+            self.dtp.as_ref().map_or(String::new(), |s| format!(", DTP delay {} early {}", s.delay, s.early_layers.name())),
+            self.grid,
             self.options.threads,
-            self.kernel.smem_bytes,
-            if self.kernel.from_cache { "from cubin cache" } else { "compiled" },
+            k.smem_bytes,
+            if k.from_cache { "from cubin cache" } else { "compiled" },
             self.options
         )
     }
@@ -542,18 +768,16 @@ impl CudaRuntime {
         unsafe { std::ptr::write_volatile(self.host_ptr.add(i), v) }
     }
 
-    fn dptr<T>(&self, s: &CudaSlice<T>) -> u64 {
-        s.device_ptr(&self.stream).0
-    }
-
-    /// Common launch: uploads the tokens and `seen`, zeroes counters and control
-    /// words, fills the arguments.
+    /// Common launch: uploads the tokens and `seen` to every rank, zeroes counters,
+    /// exchange regions and control words, fills each rank's arguments. Returns after
+    /// every rank's stream is idle, so no kernel can write into a peer's region
+    /// before that peer's counters are zeroed.
     fn prepare(
         &mut self,
         prompt: &[u32],
-        job_args: impl FnOnce(&mut KernelArgs),
+        job_args: impl Fn(&mut KernelArgs),
         debug_rows: usize,
-    ) -> Result<(KernelArgs, Option<CudaSlice<f32>>)> {
+    ) -> Result<(Vec<KernelArgs>, Vec<CudaSlice<f32>>)> {
         if let Some(why) = &self.poisoned {
             return Err(Error::Cuda(format!("the GPU runtime is unusable after an earlier failure: {why}")));
         }
@@ -561,99 +785,160 @@ impl CudaRuntime {
         if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= v) {
             return Err(Error::TokenOutOfRange { id: bad, vocab_size: v });
         }
-        let st = &mut self.state;
         let mut seen = vec![0u8; v];
         prompt.iter().for_each(|&t| seen[t as usize] = 1);
-        self.stream.memcpy_htod(&seen, &mut st.seen).map_err(cuda_err("upload seen"))?;
-        let mut toks = st.tokens.slice_mut(..prompt.len());
-        self.stream.memcpy_htod(prompt, &mut toks).map_err(cuda_err("upload prompt"))?;
-        self.stream.memset_zeros(&mut st.counters).map_err(cuda_err("zero counters"))?;
         for i in 0..ctl::WORDS {
             self.set_host_word(i, 0);
         }
-        let dbg =
-            if debug_rows > 0 { Some(self.stream.alloc_zeros::<f32>(debug_rows * v).map_err(cuda_err("debug logits"))?) } else { None };
-        let mut a = KernelArgs([0; Arg::COUNT]);
-        let st = &self.state;
-        let w = &self.weights;
-        a.set(Arg::Layers, self.dptr(&w.layer_table));
-        a.set(Arg::Embed, w.embed);
-        a.set(Arg::LmHead, w.lm_head);
-        a.set(Arg::FinalNorm, w.final_norm);
-        a.set(Arg::InvFreq, w.inv_freq);
-        for (slot, buf) in [
-            (Arg::X, &st.x),
-            (Arg::Qkv, &st.qkv),
-            (Arg::Attn, &st.attn),
-            (Arg::AttnPart, &st.attn_part),
-            (Arg::Act, &st.act),
-            (Arg::Logits, &st.logits),
-            (Arg::Adj, &st.adj),
-            (Arg::Partials, &st.partials),
-        ] {
-            a.set(slot, self.dptr(buf));
+        let tp = self.ranks.len();
+        let mut all_args = Vec::with_capacity(tp);
+        let mut dbgs = Vec::new();
+        for (rank, r) in self.ranks.iter_mut().enumerate() {
+            let stream = r.stream.clone();
+            let st = &mut *r.state;
+            stream.memcpy_htod(&seen, &mut st.seen).map_err(cuda_err("upload seen"))?;
+            let mut toks = st.tokens.slice_mut(..prompt.len());
+            stream.memcpy_htod(prompt, &mut toks).map_err(cuda_err("upload prompt"))?;
+            stream.memset_zeros(&mut st.counters).map_err(cuda_err("zero counters"))?;
+            stream.memset_zeros(&mut st.exchange).map_err(cuda_err("zero exchange"))?;
+            // The receive slots start as the sentinel the kernel's peer loads wait past.
+            let rx_len = st.rx.len();
+            let filled = {
+                let (rx_ptr, _guard) = st.rx.device_ptr_mut(&stream);
+                // SAFETY: `rx_ptr` addresses `st.rx`'s live allocation of `rx_len` f32 on this stream's context.
+                unsafe { sys::cuMemsetD32Async(rx_ptr, PEER_SENTINEL, rx_len, stream.cu_stream()) }
+            };
+            if filled != sys::CUresult::CUDA_SUCCESS {
+                return Err(Error::Cuda(format!("fill receive slots: {filled:?}")));
+            }
+            if debug_rows > 0 {
+                dbgs.push(stream.alloc_zeros::<f32>(debug_rows * self.shard.vocab_size).map_err(cuda_err("debug logits"))?);
+            }
+            let mut a = KernelArgs([0; Arg::COUNT]);
+            let r = &*r;
+            let st = &r.state;
+            let w = &r.weights;
+            a.set(Arg::Layers, r.dptr(&w.layer_table));
+            a.set(Arg::Embed, w.embed);
+            a.set(Arg::LmHead, w.lm_head);
+            a.set(Arg::FinalNorm, w.final_norm);
+            a.set(Arg::InvFreq, w.inv_freq);
+            for (slot, buf) in [
+                (Arg::X, &st.x),
+                (Arg::Resid, &st.resid),
+                (Arg::Qkv, &st.qkv),
+                (Arg::Attn, &st.attn),
+                (Arg::AttnPart, &st.attn_part),
+                (Arg::Act, &st.act),
+                (Arg::Logits, &st.logits),
+                (Arg::Adj, &st.adj),
+                (Arg::Partials, &st.partials),
+            ] {
+                a.set(slot, r.dptr(buf));
+            }
+            a.set(Arg::Kv, r.dptr(&st.kv));
+            a.set(Arg::Counters, r.dptr(&st.counters));
+            a.set(Arg::Tokens, r.dptr(&st.tokens));
+            a.set(Arg::Seen, r.dptr(&st.seen));
+            a.set(Arg::StopIds, r.dptr(&st.stop_ids));
+            a.set(Arg::Peers, r.dptr(&st.peers));
+            a.set(Arg::Rank, rank as u64);
+            a.set(Arg::DebugLogits, dbgs.last().filter(|_| debug_rows > 0).map_or(0, |b| r.dptr(b)));
+            // Only rank 0 talks to the host.
+            if rank == 0 {
+                a.set(Arg::HostCtl, self.host_dev);
+                a.set(Arg::Ring, self.host_dev + (ctl::WORDS * std::mem::size_of::<u32>()) as u64);
+            }
+            a.set(Arg::NPrompt, prompt.len() as u64);
+            a.set_f32(Arg::RepetitionPenalty, 1.0);
+            job_args(&mut a);
+            all_args.push(a);
         }
-        a.set(Arg::Kv, self.dptr(&st.kv));
-        a.set(Arg::Counters, self.dptr(&st.counters));
-        a.set(Arg::Tokens, self.dptr(&st.tokens));
-        a.set(Arg::Seen, self.dptr(&st.seen));
-        a.set(Arg::StopIds, self.dptr(&st.stop_ids));
-        a.set(Arg::DebugLogits, dbg.as_ref().map_or(0, |b| self.dptr(b)));
-        a.set(Arg::HostCtl, self.host_dev);
-        a.set(Arg::Ring, self.host_dev + (ctl::WORDS * std::mem::size_of::<u32>()) as u64);
-        a.set(Arg::NPrompt, prompt.len() as u64);
-        a.set_f32(Arg::RepetitionPenalty, 1.0);
-        job_args(&mut a);
-        Ok((a, dbg))
+        for r in &self.ranks {
+            r.stream.synchronize().map_err(cuda_err("prepare"))?;
+        }
+        Ok((all_args, dbgs))
     }
 
     /// Enqueues the batched prefill of prompt positions 0..P-2 (after `prepare` uploaded
-    /// the tokens), so the kernel starts at P-1; nothing for a 1-token prompt or with
-    /// the batched prefill off.
+    /// the tokens), so the kernel starts at P-1; nothing for a 1-token prompt, with the
+    /// batched prefill off, or under tensor parallelism.
     fn enqueue_prefill(&mut self, prompt_len: usize) -> Result<PrefillRun> {
         let n = prompt_len.saturating_sub(1);
         let Some(pf) = self.prefill.as_ref().filter(|_| self.options.batched_prefill && n > 0) else {
             return Ok(PrefillRun::default());
         };
+        let r = &self.ranks[0];
         // cuBLAS runs in the thread's current context (the engine thread may not be
         // the one that created the runtime).
-        self.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
+        r.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
         let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
-        let start = self.stream.record_event(flags).map_err(cuda_err("event"))?;
-        let w = PrefillWeights { layers: &self.weights.layer_ptrs, embed: self.weights.embed, inv_freq: self.weights.inv_freq };
+        let start = r.stream.record_event(flags).map_err(cuda_err("event"))?;
+        let w = PrefillWeights { layers: &r.weights.layer_ptrs, embed: r.weights.embed, inv_freq: r.weights.inv_freq };
         let mut ops = Vec::new();
         let profile = if self.prefill_profile { Some(&mut ops) } else { None };
-        pf.enqueue(&self.stream, &w, self.dptr(&self.state.kv), self.dptr(&self.state.tokens), n, profile)?;
-        let stop = self.stream.record_event(flags).map_err(cuda_err("event"))?;
+        pf.enqueue(&r.stream, &w, r.dptr(&r.state.kv), r.dptr(&r.state.tokens), n, profile)?;
+        let stop = r.stream.record_event(flags).map_err(cuda_err("event"))?;
         Ok(PrefillRun { positions: n, span: Some((start, stop)), ops })
     }
 
-    fn launch(&self, args: &KernelArgs) -> Result<()> {
-        let cfg = LaunchConfig {
-            grid_dim: (self.sm_count, 1, 1),
-            block_dim: (self.options.threads, 1, 1),
-            shared_mem_bytes: self.kernel.smem_bytes,
-        };
-        let mut b = self.stream.launch_builder(&self.kernel.func);
-        b.arg(args);
-        // SAFETY: `args` holds pointers to live buffers of the sizes the kernel was
-        // compiled for; a cooperative launch guarantees every block is resident, which
-        // the kernel's inter-block waits need (it never uses a grid-wide barrier).
-        unsafe { b.launch_cooperative(cfg) }.map_err(cuda_err("launch decode kernel"))?;
+    /// Launches every rank's kernel back to back (rank 0 first; each waits for the
+    /// others inside the kernel).
+    fn launch(&mut self, args: &[KernelArgs]) -> Result<()> {
+        for (i, (r, a)) in self.ranks.iter().zip(args).enumerate() {
+            let cfg = LaunchConfig {
+                grid_dim: (self.grid, 1, 1),
+                block_dim: (self.options.threads, 1, 1),
+                shared_mem_bytes: r.kernel.smem_bytes,
+            };
+            let mut b = r.stream.launch_builder(&r.kernel.func);
+            b.arg(a);
+            // SAFETY: `a` holds pointers to live buffers of the sizes the kernel was
+            // compiled for (peers' through enabled peer access); a cooperative launch
+            // guarantees every block is resident, which the kernel's inter-block waits
+            // need (it never uses a grid-wide barrier).
+            let launched = if self.shared_gpu { unsafe { b.launch(cfg) }.map(|_| None) } else { unsafe { b.launch_cooperative(cfg) } };
+            if let Err(e) = launched {
+                let why = format!("launch decode kernel on rank {i}: {e:?}");
+                if i > 0 {
+                    // The ranks already launched wait for this one forever.
+                    self.poisoned = Some(why.clone());
+                }
+                return Err(Error::Cuda(why));
+            }
+        }
         Ok(())
     }
 
-    /// Waits for the kernel to end without blocking in the driver, so a hung kernel
-    /// becomes an error after [`DEFAULT_STALL_TIMEOUT`] instead of a hung thread.
+    /// None while any rank's kernel runs and none failed; else the first failure, or
+    /// success once every rank's kernel has ended.
+    fn kernel_status(&self) -> Option<sys::CUresult> {
+        let mut running = false;
+        for r in &self.ranks {
+            // SAFETY: querying a live stream of this context has no other preconditions.
+            let status = unsafe { sys::cuStreamQuery(r.stream.cu_stream()) };
+            match status {
+                sys::CUresult::CUDA_ERROR_NOT_READY => running = true,
+                sys::CUresult::CUDA_SUCCESS => {}
+                failed => return Some(failed),
+            }
+        }
+        if running {
+            None
+        } else {
+            Some(sys::CUresult::CUDA_SUCCESS)
+        }
+    }
+
+    /// Waits for every rank's kernel to end without blocking in the driver, so a hung
+    /// kernel becomes an error after [`DEFAULT_STALL_TIMEOUT`] instead of a hung thread.
     fn wait_kernel(&mut self) -> Result<()> {
         let started = Instant::now();
         loop {
-            // SAFETY: querying a live stream of this context has no other preconditions.
-            let status = unsafe { sys::cuStreamQuery(self.stream.cu_stream()) };
-            match status {
-                sys::CUresult::CUDA_SUCCESS => return Ok(()),
-                sys::CUresult::CUDA_ERROR_NOT_READY => {}
-                other => {
+            match self.kernel_status() {
+                Some(sys::CUresult::CUDA_SUCCESS) => return Ok(()),
+                None => {}
+                Some(other) => {
                     let why = format!("the decode kernel failed: {other:?}");
                     self.poisoned = Some(why.clone());
                     return Err(Error::Cuda(why));
@@ -668,14 +953,24 @@ impl CudaRuntime {
         }
     }
 
-    fn finish(&mut self, dbg: Option<CudaSlice<f32>>, rows: usize) -> Result<()> {
+    /// Waits for the kernels, then collects the debug logits: each run's row is the
+    /// concatenation of the ranks' vocabulary shards.
+    fn finish(&mut self, dbgs: Vec<CudaSlice<f32>>, rows: usize) -> Result<()> {
         self.wait_kernel()?;
-        self.stream.synchronize().map_err(cuda_err("decode kernel"))?;
+        for r in &self.ranks {
+            r.stream.synchronize().map_err(cuda_err("decode kernel"))?;
+        }
         self.last_logits.clear();
-        if let Some(buf) = dbg {
-            let v = self.config.vocab_size;
-            let all = self.stream.clone_dtoh(&buf.slice(..rows * v)).map_err(cuda_err("read debug logits"))?;
-            self.last_logits = all.chunks_exact(v).map(|c| c.to_vec()).collect();
+        if !dbgs.is_empty() {
+            let vl = self.shard.vocab_size;
+            let mut out = vec![Vec::with_capacity(self.config.vocab_size); rows];
+            for (r, buf) in self.ranks.iter().zip(&dbgs) {
+                let all = r.stream.clone_dtoh(&buf.slice(..rows * vl)).map_err(cuda_err("read debug logits"))?;
+                for (row, chunk) in out.iter_mut().zip(all.chunks_exact(vl)) {
+                    row.extend_from_slice(chunk);
+                }
+            }
+            self.last_logits = out;
         }
         Ok(())
     }
@@ -696,7 +991,7 @@ impl Runtime for CudaRuntime {
     }
 
     fn backend(&self) -> BackendInfo {
-        BackendInfo { kind: "cuda".into(), devices: vec![self.device_name.clone()] }
+        BackendInfo { kind: "cuda".into(), devices: self.ranks.iter().map(|r| r.device_name.clone()).collect() }
     }
 
     fn generate(&mut self, job: &DecodeJob<'_>, on_token: &mut dyn FnMut(&Sampled) -> Flow) -> Result<RunEnd> {
@@ -710,8 +1005,11 @@ impl Runtime for CudaRuntime {
         }
         let (device_stops, host_stops) = job.stop_tokens.split_at(job.stop_tokens.len().min(MAX_DEVICE_STOP_TOKENS));
         if !device_stops.is_empty() {
-            let mut dst = self.state.stop_ids.slice_mut(..device_stops.len());
-            self.stream.memcpy_htod(device_stops, &mut dst).map_err(cuda_err("upload stop ids"))?;
+            for r in self.ranks.iter_mut() {
+                let stream = r.stream.clone();
+                let mut dst = r.state.stop_ids.slice_mut(..device_stops.len());
+                stream.memcpy_htod(device_stops, &mut dst).map_err(cuda_err("upload stop ids"))?;
+            }
         }
         let s = job.sampling;
         let debug_rows = if self.debug_logits { job.max_tokens } else { 0 };
@@ -728,11 +1026,15 @@ impl Runtime for CudaRuntime {
                 a.set_f32(Arg::TopP, s.top_p);
                 a.set_f32(Arg::MinP, s.min_p);
                 a.set(Arg::Seed, s.seed);
+                // Sampling and top log-probs read the whole vocabulary on every rank.
+                a.set(Arg::Gather, u64::from(s.temperature != 0.0 || job.top_logprobs > 0));
             },
             debug_rows,
         )?;
         let prefill = self.enqueue_prefill(job.prompt.len())?;
-        args.set(Arg::StartStep, prefill.positions as u64);
+        for a in args.iter_mut() {
+            a.set(Arg::StartStep, prefill.positions as u64);
+        }
         self.launch(&args)?;
         let mut stats = RunStats { prompt_tokens: job.prompt.len(), prefill_positions: prefill.positions, ..Default::default() };
         let mut next = 0usize;
@@ -768,9 +1070,8 @@ impl Runtime for CudaRuntime {
             }
             if spins % STATUS_EVERY_SPINS == 0 && !done {
                 // A kernel that faulted or returned without ending the run never sets DONE.
-                // SAFETY: querying a live stream of this context has no other preconditions.
-                let status = unsafe { sys::cuStreamQuery(self.stream.cu_stream()) };
-                if status != sys::CUresult::CUDA_ERROR_NOT_READY && self.host_word(ctl::DONE) == 0 {
+                let status = self.kernel_status();
+                if let Some(status) = status.filter(|_| self.host_word(ctl::DONE) == 0) {
                     let why = if status == sys::CUresult::CUDA_SUCCESS {
                         "the decode kernel exited without ending the run".to_string()
                     } else {
@@ -832,9 +1133,11 @@ impl Drop for CudaRuntime {
         if self.poisoned.is_none() {
             // SAFETY: dropped exactly once, here; nothing uses them afterwards.
             unsafe {
-                ManuallyDrop::drop(&mut self.state);
+                for r in self.ranks.iter_mut() {
+                    ManuallyDrop::drop(&mut r.state);
+                    ManuallyDrop::drop(&mut r.weights);
+                }
                 ManuallyDrop::drop(&mut self.prefill);
-                ManuallyDrop::drop(&mut self.weights);
                 ManuallyDrop::drop(&mut self.host);
             }
         }

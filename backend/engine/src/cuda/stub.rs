@@ -23,6 +23,17 @@ pub fn compile_only(_config: &ModelConfig, _options: &KernelOptions, _arch: &str
     disabled()
 }
 
+/// Always an error: no CUDA in this build.
+pub fn compile_only_tp(
+    _config: &ModelConfig,
+    _options: &KernelOptions,
+    _tp: usize,
+    _dtp: Option<&crate::dtp::DtpSchedule>,
+    _arch: &str,
+) -> Result<usize> {
+    disabled()
+}
+
 /// Cannot be constructed in this build.
 pub struct CudaRuntime {
     config: ModelConfig,
@@ -34,6 +45,21 @@ impl CudaRuntime {
     }
     pub fn with_options(_config: &ModelConfig, _weights: &Weights, _ordinal: usize, _options: KernelOptions) -> Result<CudaRuntime> {
         disabled()
+    }
+    pub fn with_devices(_config: &ModelConfig, _weights: &Weights, _ordinals: &[usize], _options: KernelOptions) -> Result<CudaRuntime> {
+        disabled()
+    }
+    pub fn with_dtp(
+        _config: &ModelConfig,
+        _weights: &Weights,
+        _ordinals: &[usize],
+        _options: KernelOptions,
+        _dtp: Option<crate::dtp::DtpSchedule>,
+    ) -> Result<CudaRuntime> {
+        disabled()
+    }
+    pub fn tp(&self) -> usize {
+        1
     }
     pub fn set_options(&mut self, _options: KernelOptions) -> Result<()> {
         disabled()

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Issue 8 (tensor parallelism) in one device call on the 2-GPU host (no Rust there):
+# `gpu_check tp` (TP=2 vs one GPU: scored logits, greedy, seeded sampling with top
+# log-probs, stop token, cancellation, chaos race check on each rank), then
+# `peregrine bench --tp 1,2`, then transformers_check.py --tp 1,2 (TP=1 and TP=2 vs
+# transformers float32 / bf16). Build here first (BIN holds peregrine, gpu_check and
+# hf_score; scripts/gpu/build_tp.sh fills .carry/tp). Every step runs under
+# `timeout -s KILL`; logs go to $OUT.
+#   env: BIN (default .carry/tp), SHAPES (bench), CHECK_SHAPES (gpu_check / transformers),
+#        RACE_TOKENS (default 2000), RUNS (default 5), STEPS (default: tp_check bench transformers)
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+bin=${BIN:-.carry/tp}
+out=${OUT:-gpu-logs}; mkdir -p "$out"
+case $bin in /*) cubins=$bin/cubins ;; *) cubins=$PWD/$bin/cubins ;; esac
+export PEREGRINE_CUBIN_CACHE=${PEREGRINE_CUBIN_CACHE:-$cubins} NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+shapes=${SHAPES:-qwen2.5-coder-1.5b,smollm2-1.7b,dtp-2b}
+steps=${STEPS:-tp_check bench transformers}
+check_shapes=${CHECK_SHAPES:-qwen2.5-coder-1.5b}
+for f in "$bin/peregrine" "$bin/gpu_check" "$bin/hf_score"; do [ -x "$f" ] || { echo "missing $f: run scripts/gpu/build_tp.sh first"; exit 1; }; done
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
+nvidia-smi topo -m | tee -a "$out/gpu.txt"
+rc=0
+step() { # name timeout cmd...: runs one step, keeps its log, prints its tail
+  local name=$1 t=$2; shift 2
+  echo "== $name"
+  timeout -s KILL "$t" "$@" > "$out/$name.log" 2>&1
+  local r=$?
+  grep -vE "Writing model shards|original_max_position" "$out/$name.log" | tail -n "${TAIL:-40}" | cut -c1-600
+  echo "$name exit: $r"
+  [ $r = 0 ] || rc=1
+}
+quick=(); [ "${RACE_TOKENS:-2000}" -lt 1000 ] && quick=(--quick)
+for s in $steps; do
+  case $s in
+    tp_check) step tp_check "${TP_CHECK_TIMEOUT:-200}" "$bin/gpu_check" tp --shapes "$check_shapes" "${quick[@]}" ;;
+    # Standard TP at 1 and 2; dtp-2b also as DTP at 2 (its preset, checked against the DTP CPU reference).
+    bench) step bench "${BENCH_TIMEOUT:-300}" "$bin/peregrine" bench --device cuda --shape "$shapes" --tp 1,2 --runs "${RUNS:-5}" ;;
+    transformers) step transformers "${CHECK_TIMEOUT:-180}" python3 "$here/transformers_check.py" --bin "$bin/hf_score" --shapes "$check_shapes" --tp 1,2 --out "$out" ;;
+    *) echo "unknown step $s"; rc=1 ;;
+  esac
+done
+exit $rc
