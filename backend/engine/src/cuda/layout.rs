@@ -4,7 +4,7 @@
 //! control words. The kernel (kernels/decode.cu) only ever names these defines.
 
 use crate::config::{ModelConfig, RopeLayout};
-use crate::dtp::{Combine, DtpSchedule};
+use crate::dtp::{Combine, DtpSchedule, ShardPlan};
 use crate::sampling::MAX_TOP_LOGPROBS;
 
 /// Declares an enum of consecutive slots plus their names, for `PG_<PREFIX>_<NAME>`.
@@ -267,44 +267,30 @@ pub const MAX_TP: usize = 8;
 
 /// This rank's shard of `config` under tensor parallelism of degree `tp`: its query
 /// heads, KV heads (replicated when `tp` exceeds them), FFN columns and vocabulary
-/// rows; hidden size, layers and head size stay whole. An error names what does not
-/// divide.
+/// rows; hidden size, layers and head size stay whole. The split itself is
+/// [`ShardPlan`]'s (shared with the CPU reference); on top of it the kernel needs
+/// every rank's shard to be the same shape (one compiled kernel): the vocabulary must
+/// divide by `tp` and each rank's FFN slice be whole 16-byte rows. An error names what
+/// does not divide.
 pub fn shard(config: &ModelConfig, tp: usize) -> std::result::Result<ModelConfig, String> {
     let c = config;
     if tp == 0 || tp > MAX_TP {
         return Err(format!("tensor-parallel degree {tp} is not in 1..={MAX_TP}"));
     }
-    if tp == 1 {
-        return Ok(c.clone());
-    }
+    let plan = ShardPlan::new(c, tp).map_err(|e| e.to_string())?;
     let name = &c.name;
-    if c.num_heads % tp != 0 {
-        return Err(format!("{name}: {} query heads do not split over {tp} GPUs", c.num_heads));
-    }
-    let kv = if c.num_kv_heads % tp == 0 {
-        c.num_kv_heads / tp
-    } else if tp % c.num_kv_heads == 0 {
-        1 // more GPUs than KV heads: each GPU keeps the one its query heads use
-    } else {
-        return Err(format!("{name}: {} KV heads neither split over nor replicate across {tp} GPUs", c.num_kv_heads));
-    };
     if c.intermediate_size % (8 * tp) != 0 {
         return Err(format!("{name}: FFN size {} does not split over {tp} GPUs in multiples of 8", c.intermediate_size));
     }
     if c.vocab_size % tp != 0 {
-        return Err(format!("{name}: vocabulary {} does not split over {tp} GPUs", c.vocab_size));
+        return Err(format!("{name}: vocabulary {} does not split evenly over {tp} GPUs (the kernel needs equal shards)", c.vocab_size));
     }
-    let heads = c.num_heads / tp;
-    if heads % kv != 0 || (heads * c.head_dim) % 8 != 0 {
-        return Err(format!("{name}: {heads} query heads per GPU do not group over {kv} KV heads"));
+    let lane = &plan.lanes[0];
+    let (heads, kv) = (lane.q_heads.len(), lane.kv_heads.len());
+    if (heads * c.head_dim) % 8 != 0 {
+        return Err(format!("{name}: {heads} query heads of {} per GPU are not whole 16-byte rows", c.head_dim));
     }
-    Ok(ModelConfig {
-        num_heads: heads,
-        num_kv_heads: kv,
-        intermediate_size: c.intermediate_size / tp,
-        vocab_size: c.vocab_size / tp,
-        ..c.clone()
-    })
+    Ok(ModelConfig { num_heads: heads, num_kv_heads: kv, intermediate_size: lane.ffn.len(), vocab_size: lane.vocab.len(), ..c.clone() })
 }
 
 /// KV positions actually allocated for `config` under `options`.
@@ -484,6 +470,26 @@ mod tests {
         assert_eq!(get("PG_TP").as_deref(), Some("2"));
         assert_eq!(get("PG_NH").as_deref(), Some("6"));
         assert_eq!(get("PG_V_FULL"), Some(qwen.vocab_size.to_string()));
+    }
+
+    #[test]
+    fn every_rank_gets_the_shard_shape_the_kernel_is_compiled_for() {
+        // One kernel serves every rank, so ShardPlan's ranges must all have the sizes
+        // `shard` reports, for every preset and degree the kernel accepts.
+        let mut checked = 0;
+        for name in crate::synthetic::PRESET_NAMES {
+            let c = crate::synthetic::preset(name).expect("preset");
+            for tp in [1, 2, 4, 8] {
+                let Ok(sh) = shard(&c, tp) else { continue };
+                let plan = ShardPlan::new(&c, tp).expect("shard accepted it");
+                for lane in &plan.lanes {
+                    let sizes = (lane.q_heads.len(), lane.kv_heads.len(), lane.ffn.len(), lane.vocab.len());
+                    assert_eq!(sizes, (sh.num_heads, sh.num_kv_heads, sh.intermediate_size, sh.vocab_size), "{name} tp {tp}");
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 8, "only {checked} (preset, degree) pairs shard");
     }
 
     #[test]

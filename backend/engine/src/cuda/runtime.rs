@@ -22,7 +22,7 @@ use crate::cuda::layout::{self, ctl, end, rec, Arg, KernelOptions, LayerSlot, Pe
 use crate::cuda::nvrtc;
 use crate::cuda::prefill::{Prefill, PrefillOp, PrefillWeights};
 use crate::cuda::run_stats::PrefillSplit;
-use crate::dtp::DtpSchedule;
+use crate::dtp::{DtpSchedule, ShardPlan};
 use crate::error::{Error, Result};
 use crate::runtime::{BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
 use crate::sampling::{Sampled, TokenLogprob, MAX_TOP_LOGPROBS};
@@ -526,13 +526,18 @@ impl CudaRuntime {
         if w.layers.len() != c.num_layers {
             return Err(Error::Cuda(format!("{} layers of weights for a {}-layer config", w.layers.len(), c.num_layers)));
         }
-        // This rank's query rows/columns, KV rows, FFN columns and vocabulary rows.
-        let q0 = rank * sh.num_heads * hd;
-        let q1 = q0 + sh.num_heads * hd;
-        let kv_head0 = if c.num_kv_heads % tp == 0 { rank * sh.num_kv_heads } else { rank * sh.num_heads / (c.num_heads / c.num_kv_heads) };
-        let (k0, k1) = (kv_head0 * hd, (kv_head0 + sh.num_kv_heads) * hd);
-        let (f0, f1) = (rank * sh.intermediate_size, (rank + 1) * sh.intermediate_size);
-        let (v0, v1) = (rank * sh.vocab_size, (rank + 1) * sh.vocab_size);
+        // This rank's query rows/columns, KV rows, FFN columns and vocabulary rows: the
+        // split the CPU reference uses too (layout::shard checked it gives `sh`'s sizes).
+        let plan = ShardPlan::new(c, tp)?;
+        let lane = &plan.lanes[rank];
+        let (q0, q1) = (lane.q_heads.start * hd, lane.q_heads.end * hd);
+        let (k0, k1) = (lane.kv_heads.start * hd, lane.kv_heads.end * hd);
+        let (f0, f1) = (lane.ffn.start, lane.ffn.end);
+        let (v0, v1) = (lane.vocab.start, lane.vocab.end);
+        debug_assert_eq!(
+            (q1 - q0, k1 - k0, f1 - f0, v1 - v0),
+            (sh.num_heads * hd, sh.num_kv_heads * hd, sh.intermediate_size, sh.vocab_size)
+        );
         let mut bf16s: Vec<CudaSlice<u16>> = Vec::new();
         let mut f32s: Vec<CudaSlice<f32>> = Vec::new();
         let mut streamed: u64 = 0;
