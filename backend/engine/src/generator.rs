@@ -150,6 +150,11 @@ impl Runner {
             cancel,
         };
         let mut on_token = |s: &Sampled| -> Flow {
+            // A cancel that landed during the prompt's last chunk: nothing more goes out.
+            if cancel.requested() {
+                listener_gone = true;
+                return Flow::Stop;
+            }
             let now = ms();
             clock.tick(now);
             let piece = match detok.as_mut().map(|d| d.push(s.id)) {
