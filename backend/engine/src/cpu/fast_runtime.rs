@@ -114,7 +114,7 @@ impl FastRuntime {
 
     /// Runs the prompt (chunked) and leaves the last position's logits in the workspace;
     /// false when `cancel` fired first (asked before each chunk, so a cancelled run
-    /// ends within one chunk: ~0.1-0.25 s at the default batch on two cores).
+    /// ends within one chunk instead of after the whole prompt).
     fn prefill(&mut self, prompt: &[u32], cancel: Cancel<'_>) -> Result<bool> {
         for chunk in prompt.chunks(self.ws.batch()) {
             if cancel.requested() {
