@@ -33,7 +33,7 @@ mod imp {
     use peregrine_engine::cpu::reference::{KvCache, ReferenceModel};
     use peregrine_engine::cpu::reference_runtime::ReferenceRuntime;
     use peregrine_engine::cuda::{self, CudaRuntime, KernelOptions};
-    use peregrine_engine::runtime::{DecodeJob, Flow, RunEnd, Runtime};
+    use peregrine_engine::runtime::{Cancel, DecodeJob, Flow, RunEnd, Runtime};
     use peregrine_engine::sampling::{log_softmax, sample, top_k_indices, Sampled, SamplingParams};
     use peregrine_engine::synthetic::{preset, synthetic_weights};
     use peregrine_engine::weights::Weights;
@@ -240,7 +240,7 @@ mod imp {
         top: usize,
     ) -> Result<(Vec<Sampled>, RunEnd)> {
         let mut out = Vec::new();
-        let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: stops, top_logprobs: top };
+        let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: stops, top_logprobs: top, cancel: Cancel::NEVER };
         let end = rt.generate(&job, &mut |s: &Sampled| {
             out.push(s.clone());
             Flow::Continue
@@ -345,7 +345,14 @@ mod imp {
         if !big {
             let mut cpu_rt = ReferenceRuntime::new(config, weights)?;
             let mut cpu_ids = Vec::new();
-            let job = DecodeJob { prompt: &prompt, max_tokens: n_gen, sampling: &greedy, stop_tokens: &[], top_logprobs: 0 };
+            let job = DecodeJob {
+                prompt: &prompt,
+                max_tokens: n_gen,
+                sampling: &greedy,
+                stop_tokens: &[],
+                top_logprobs: 0,
+                cancel: Cancel::NEVER,
+            };
             cpu_rt.generate(&job, &mut |s: &Sampled| {
                 cpu_ids.push(s.id);
                 Flow::Continue
@@ -406,7 +413,8 @@ mod imp {
             );
         }
         let mut got = Vec::new();
-        let job = DecodeJob { prompt: &prompt, max_tokens: n_gen, sampling: &greedy, stop_tokens: &[], top_logprobs: 0 };
+        let job =
+            DecodeJob { prompt: &prompt, max_tokens: n_gen, sampling: &greedy, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER };
         let c_end = rt.generate(&job, &mut |s: &Sampled| {
             got.push(s.id);
             if got.len() == 3 {
@@ -614,7 +622,8 @@ mod imp {
             format!("{name} tp {tp}: stop token ends the run after {} tokens", st.len()),
         );
         let mut count = 0;
-        let job = DecodeJob { prompt: &prompt, max_tokens: 200, sampling: &greedy, stop_tokens: &[], top_logprobs: 0 };
+        let job =
+            DecodeJob { prompt: &prompt, max_tokens: 200, sampling: &greedy, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER };
         let c_end = rt.generate(&job, &mut |_| {
             count += 1;
             if count == 3 {

@@ -8,7 +8,7 @@ use peregrine_api::{timing::TokenClock, FinishReason, Usage};
 
 use crate::error::{Error, Result};
 use crate::request::{ErrorCode, Event, Prompt, PromptToken, Request, STATS_INTERVAL_MS};
-use crate::runtime::{DecodeJob, Flow, RunEnd, Runtime};
+use crate::runtime::{Cancel, DecodeJob, Flow, RunEnd, Runtime};
 use crate::sampling::{log_softmax, top_k_indices, Sampled, TokenLogprob, MAX_TOP_LOGPROBS};
 use crate::stop::StopMatcher;
 use crate::template::ChatTemplate;
@@ -92,14 +92,15 @@ impl Runner {
     }
 
     /// Runs `request`, sending events through `emit` (which returns false once
-    /// nobody listens: that cancels at the next token). Errors become an `Error` event.
-    pub fn run(&mut self, request: &Request, emit: &mut dyn FnMut(Event) -> bool) {
-        if let Err(e) = self.run_inner(request, emit) {
+    /// nobody listens: that cancels at the next token). `cancel` says the same between
+    /// prompt chunks, where no event is sent. Errors become an `Error` event.
+    pub fn run(&mut self, request: &Request, cancel: Cancel<'_>, emit: &mut dyn FnMut(Event) -> bool) {
+        if let Err(e) = self.run_inner(request, cancel, emit) {
             emit(Event::Error { code: ErrorCode::from(&e), message: e.to_string() });
         }
     }
 
-    fn run_inner(&mut self, request: &Request, emit: &mut dyn FnMut(Event) -> bool) -> Result<()> {
+    fn run_inner(&mut self, request: &Request, cancel: Cancel<'_>, emit: &mut dyn FnMut(Event) -> bool) -> Result<()> {
         let start = Instant::now();
         let ms = move || start.elapsed().as_secs_f64() * 1000.0;
         request.sampling.validate()?;
@@ -146,8 +147,14 @@ impl Runner {
             sampling: &request.sampling,
             stop_tokens: &stop_tokens,
             top_logprobs: request.top_logprobs,
+            cancel,
         };
         let mut on_token = |s: &Sampled| -> Flow {
+            // A cancel that landed during the prompt's last chunk: nothing more goes out.
+            if cancel.requested() {
+                listener_gone = true;
+                return Flow::Stop;
+            }
             let now = ms();
             clock.tick(now);
             let piece = match detok.as_mut().map(|d| d.push(s.id)) {

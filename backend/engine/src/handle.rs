@@ -1,8 +1,8 @@
 //! The engine thread and its handle: a bounded FIFO queue of requests, each with its
 //! own event channel. The engine owns its thread; load errors come back through a
 //! ready channel; dropping the receiver or calling cancel stops a request at the
-//! next token boundary, and a queued request whose receiver is gone leaves the queue
-//! without running. The tokenizer and template are shared with the handle so callers
+//! next token boundary (or, mid-prompt, at the next prefill chunk), and a queued
+//! request whose receiver is gone leaves the queue without running. The tokenizer and template are shared with the handle so callers
 //! can tokenize and check prompts before queueing.
 
 use std::collections::VecDeque;
@@ -14,6 +14,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use crate::error::{Error, Result};
 use crate::generator::{Generator, Runner, TextModel};
 use crate::request::{ErrorCode, Event, Request};
+use crate::runtime::Cancel;
 
 /// Default number of requests that may wait behind the running one.
 pub const DEFAULT_MAX_QUEUE: usize = 16;
@@ -109,7 +110,7 @@ pub struct Submission {
     pub cancel: CancelHandle,
 }
 
-/// Stops a request at its next token boundary (or before it starts).
+/// Stops a request at its next token boundary or prefill chunk (or before it starts).
 #[derive(Clone, Debug)]
 pub struct CancelHandle(Arc<AtomicBool>);
 
@@ -265,6 +266,8 @@ fn serve_jobs(shared: &Shared, runner: &mut Runner) {
         // `false` (cancelled or receiver dropped) stops the run at the next token; the
         // terminal event is still sent to a listener that cancelled but stayed.
         let mut emit = |e: Event| job.events.send(e).is_ok() && !job.cancel.load(Ordering::Acquire);
-        runner.run(&job.request, &mut emit);
+        // The same question during prefill, asked by the runtime between chunks.
+        let abandoned = || job.abandoned();
+        runner.run(&job.request, Cancel::when(&abandoned), &mut emit);
     }
 }

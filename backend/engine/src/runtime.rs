@@ -19,6 +19,37 @@ pub struct DecodeJob<'a> {
     pub stop_tokens: &'a [u32],
     /// How many alternatives to report per token (0 = none).
     pub top_logprobs: usize,
+    /// Asked between prompt chunks, where `on_token` cannot be: a cancelled long
+    /// prompt stops within one chunk instead of after the whole prefill.
+    pub cancel: Cancel<'a>,
+}
+
+/// The caller's "nobody wants this run any more", polled by runtimes during prefill
+/// (during decode the answer of `on_token` says the same). A predicate rather than a
+/// flag because a dropped receiver has no notification to set a flag from: the
+/// engine thread's predicate reads its cancel flag and whether the channel closed.
+#[derive(Clone, Copy, Default)]
+pub struct Cancel<'a>(Option<&'a dyn Fn() -> bool>);
+
+impl<'a> Cancel<'a> {
+    /// Never cancels (benchmarks, tests, scoring).
+    pub const NEVER: Cancel<'static> = Cancel(None);
+
+    /// Cancels once `requested` returns true; it must be cheap (an atomic load or two).
+    pub fn when(requested: &'a dyn Fn() -> bool) -> Cancel<'a> {
+        Cancel(Some(requested))
+    }
+
+    /// True once the caller gave the run up.
+    pub fn requested(&self) -> bool {
+        self.0.is_some_and(|f| f())
+    }
+}
+
+impl std::fmt::Debug for Cancel<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Cancel(when)" } else { "Cancel(never)" })
+    }
 }
 
 /// The caller's answer after each token.
@@ -35,7 +66,7 @@ pub enum RunEnd {
     StopToken,
     /// `max_tokens` were generated.
     Length,
-    /// The callback returned [`Flow::Stop`].
+    /// The callback returned [`Flow::Stop`], or [`DecodeJob::cancel`] fired during prefill.
     Stopped,
 }
 
@@ -55,7 +86,8 @@ pub trait Runtime: Send {
     /// The hardware in use.
     fn backend(&self) -> BackendInfo;
     /// Runs the prompt, then samples up to `max_tokens`, calling `on_token` for each
-    /// generated token (stop tokens excluded).
+    /// generated token (stop tokens excluded). Returns [`RunEnd::Stopped`] without a
+    /// token when `job.cancel` fires before the prompt is done.
     fn generate(&mut self, job: &DecodeJob<'_>, on_token: &mut dyn FnMut(&Sampled) -> Flow) -> Result<RunEnd>;
     /// Logits of every position of `tokens` (prompt scoring).
     fn score(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>>;

@@ -9,7 +9,7 @@ use common::llamacpp::{argmax, default_model, forward_fixture};
 use peregrine_engine::cpu::fast_runtime::{FastOptions, FastRuntime};
 use peregrine_engine::cpu::reference::{KvCache, ReferenceModel};
 use peregrine_engine::gguf::load_gguf;
-use peregrine_engine::runtime::{DecodeJob, Flow, Runtime};
+use peregrine_engine::runtime::{Cancel, DecodeJob, Flow, Runtime};
 use peregrine_engine::sampling::SamplingParams;
 
 /// Largest ‖Δ‖/‖ref‖ of any position's logits against the float32 reference.
@@ -47,7 +47,14 @@ fn fast_runtime_matches_the_reference_and_llamacpp() {
         worst = worst.max(case_worst);
 
         let sampling = SamplingParams::default();
-        let job = DecodeJob { prompt: &case.tokens, max_tokens: case.greedy.len(), sampling: &sampling, stop_tokens: &[], top_logprobs: 0 };
+        let job = DecodeJob {
+            prompt: &case.tokens,
+            max_tokens: case.greedy.len(),
+            sampling: &sampling,
+            stop_tokens: &[],
+            top_logprobs: 0,
+            cancel: Cancel::NEVER,
+        };
         let mut greedy = Vec::new();
         fast.generate(&job, &mut |s| {
             greedy.push(s.id);

@@ -1,8 +1,8 @@
 //! The real engine on the default model over real HTTP: playground SSE framing and
 //! stats, OpenAI completions and chat (streamed and not, usage, timings, logprobs,
 //! token-id prompts, echo scoring), and cancellation on disconnect (the next request's
-//! first token within 2 s, the running gauge back to 0). Tests share one engine and
-//! take turns on it.
+//! first token within 2 s, the running gauge back to 0; during a long prompt, far
+//! sooner than its whole prefill). Tests share one engine and take turns on it.
 
 mod common;
 
@@ -16,6 +16,10 @@ use serde_json::{json, Value};
 const FIRST_TOKEN_AFTER_CANCEL_S: f64 = 2.0;
 /// A short code prompt (few tokens: the CPU reference path is slow in debug builds).
 const PROMPT: &str = "def fib(n):";
+/// Lines of the long prompt (~36 tokens each: about 2,000 tokens, 8 prefill chunks).
+const LONG_PROMPT_LINES: usize = 56;
+/// The long-prompt test disconnects this long after `started`.
+const DISCONNECT_AFTER: Duration = Duration::from_millis(50);
 
 async fn serve() -> Server {
     start(AppState::new(dist_with_index()).with_engine(real_engine(), "SmolLM2-135M-Instruct.Q4_1")).await
@@ -223,4 +227,63 @@ async fn disconnecting_mid_stream_cancels_and_frees_the_engine() {
     assert!(gave_up.is_err(), "the client timed out");
     let engine = real_engine();
     assert!(wait_for(Duration::from_secs(2), || !engine.busy()).await, "the engine stopped the abandoned request");
+}
+
+/// Reads up to the `started` event (queue positions first when another test's
+/// abandoned request is still ending).
+async fn until_started(reader: &mut SseReader) -> common::Sse {
+    loop {
+        let e = reader.next().await.expect("started");
+        if e.event != "queued" {
+            assert_eq!(e.event, "started", "{}", e.data);
+            return e;
+        }
+    }
+}
+
+/// Seconds from `started` to `done` of one request, and its prompt length.
+async fn timed_prefill(server: &Server, prompt: &str) -> (f64, u64) {
+    let mut reader = SseReader::new(post(server, "/api/generate", json!({ "prompt": prompt, "max_tokens": 1, "ignore_eos": true })).await);
+    let started = until_started(&mut reader).await;
+    let t = Instant::now();
+    let events = reader.collect().await;
+    assert_eq!(events.last().map(|e| e.event.as_str()), Some("done"));
+    (t.elapsed().as_secs_f64(), started.json()["prompt_tokens"].as_u64().unwrap())
+}
+
+#[tokio::test]
+async fn disconnecting_during_a_long_prompt_frees_the_engine_within_a_chunk() {
+    let _turn = engine_lock().await;
+    let server = serve().await;
+    let long: String =
+        (0..LONG_PROMPT_LINES).map(|i| format!("def f{i}(n):\n    return n if n < 2 else f{i}(n - 1) + f{i}(n - 2)\n")).collect();
+    timed_prefill(&server, PROMPT).await; // warm-up
+    let (prefill, prompt_tokens) = timed_prefill(&server, &long).await;
+    let before = metric(&metrics(&server).await, "peregrine_requests_total{finish_reason=\"cancelled\"}").unwrap();
+
+    let mut reader = SseReader::new(post(&server, "/api/generate", json!({ "prompt": long, "max_tokens": 16, "ignore_eos": true })).await);
+    until_started(&mut reader).await;
+    tokio::time::sleep(DISCONNECT_AFTER).await;
+    drop(reader); // the client disconnects while its prompt is being read
+    let t0 = Instant::now();
+    let mut next = SseReader::new(post(&server, "/api/generate", json!({ "prompt": "Hi", "max_tokens": 2 })).await);
+    let mut queued = false;
+    loop {
+        let e = next.next().await.expect("the next request streams");
+        assert_ne!(e.event, "error", "{}", e.data);
+        queued |= e.event == "queued";
+        if e.event == "token" {
+            break;
+        }
+    }
+    let first_token = t0.elapsed().as_secs_f64();
+    assert_eq!(next.collect().await.last().unwrap().event, "done");
+    let after = metric(&metrics(&server).await, "peregrine_requests_total{finish_reason=\"cancelled\"}").unwrap();
+    eprintln!(
+        "disconnect {} ms into a {prompt_tokens}-token prompt: whole prefill {prefill:.3} s; next request's first token {first_token:.3} s \
+         after the disconnect (queued behind it: {queued})",
+        DISCONNECT_AFTER.as_millis()
+    );
+    assert_eq!(after - before, 1.0, "the abandoned request counts as cancelled");
+    assert!(first_token < prefill * 0.5, "the next request waited {first_token:.3} s (whole prefill {prefill:.3} s)");
 }

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::runtime::{DecodeJob, Flow, Runtime};
+use crate::runtime::{Cancel, DecodeJob, Flow, Runtime};
 use crate::sampling::SamplingParams;
 use crate::tokenizer::Tokenizer;
 
@@ -73,7 +73,8 @@ pub fn measure(rt: &mut dyn Runtime, plan: &BenchPlan) -> Result<Figures> {
     let sampling = SamplingParams::default();
     let start = Instant::now();
     let mut first = None;
-    let job = DecodeJob { prompt: &plan.prompt, max_tokens: 1, sampling: &sampling, stop_tokens: &[], top_logprobs: 0 };
+    let job =
+        DecodeJob { prompt: &plan.prompt, max_tokens: 1, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER };
     rt.generate(&job, &mut |_| {
         first = Some(start.elapsed());
         Flow::Continue
@@ -82,8 +83,14 @@ pub fn measure(rt: &mut dyn Runtime, plan: &BenchPlan) -> Result<Figures> {
 
     // gen_tokens + 1 tokens: the first comes from the prompt, the rest are decode steps.
     let mut stamps: Vec<Instant> = Vec::with_capacity(plan.gen_tokens + 1);
-    let job =
-        DecodeJob { prompt: &plan.short_prompt, max_tokens: plan.gen_tokens + 1, sampling: &sampling, stop_tokens: &[], top_logprobs: 0 };
+    let job = DecodeJob {
+        prompt: &plan.short_prompt,
+        max_tokens: plan.gen_tokens + 1,
+        sampling: &sampling,
+        stop_tokens: &[],
+        top_logprobs: 0,
+        cancel: Cancel::NEVER,
+    };
     rt.generate(&job, &mut |_| {
         stamps.push(Instant::now());
         Flow::Continue

@@ -13,7 +13,7 @@ use crate::cpu::pool::Pool;
 use crate::cpu::reference_runtime::check_fits;
 use crate::cpu::workspace::Workspace;
 use crate::error::{Error, Result};
-use crate::runtime::{cpu_name, BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
+use crate::runtime::{cpu_name, BackendInfo, Cancel, DecodeJob, Flow, RunEnd, Runtime};
 use crate::sampling::{sample, Sampled};
 use crate::weights::Weights;
 
@@ -112,12 +112,17 @@ impl FastRuntime {
         self.cache.clear();
     }
 
-    /// Runs the prompt (chunked) and leaves the last position's logits in the workspace.
-    fn prefill(&mut self, prompt: &[u32]) -> Result<()> {
+    /// Runs the prompt (chunked) and leaves the last position's logits in the workspace;
+    /// false when `cancel` fired first (asked before each chunk, so a cancelled run
+    /// ends within one chunk instead of after the whole prompt).
+    fn prefill(&mut self, prompt: &[u32], cancel: Cancel<'_>) -> Result<bool> {
         for chunk in prompt.chunks(self.ws.batch()) {
+            if cancel.requested() {
+                return Ok(false);
+            }
             forward(&self.model, &self.pool, &mut self.ws, &mut self.cache, chunk, LogitsFor::Last)?;
         }
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -136,7 +141,9 @@ impl Runtime for FastRuntime {
         let vocab = self.model.config.vocab_size;
         self.cache.clear();
         self.cache.reserve(job.prompt.len() + job.max_tokens);
-        self.prefill(job.prompt)?;
+        if !self.prefill(job.prompt, job.cancel)? {
+            return Ok(RunEnd::Stopped);
+        }
         let mut seen = job.prompt.to_vec();
         for step in 0..job.max_tokens {
             let s = sample(self.ws.logits(0, vocab), job.sampling, &seen, step as u64, job.top_logprobs);

@@ -39,7 +39,15 @@ impl Runtime for ReferenceRuntime {
     fn generate(&mut self, job: &DecodeJob<'_>, on_token: &mut dyn FnMut(&Sampled) -> Flow) -> Result<RunEnd> {
         check_fits(&self.model.config, job.prompt.len(), job.max_tokens)?;
         self.cache.clear();
-        let mut logits = self.model.forward(&mut self.cache, job.prompt, false)?.pop().unwrap_or_default();
+        // Token by token (the reference pass has no batch anyway), so a cancel lands
+        // between two prompt tokens.
+        let mut logits = Vec::new();
+        for &t in job.prompt {
+            if job.cancel.requested() {
+                return Ok(RunEnd::Stopped);
+            }
+            logits = self.model.forward(&mut self.cache, &[t], false)?.pop().unwrap_or_default();
+        }
         let mut seen = job.prompt.to_vec();
         for step in 0..job.max_tokens {
             let s = sample(&logits, job.sampling, &seen, step as u64, job.top_logprobs);

@@ -15,7 +15,7 @@ use crate::cuda::CudaRuntime;
 use crate::dtp::reference::{Execution, ShardedModel};
 use crate::dtp::DtpSchedule;
 use crate::error::{Error, Result};
-use crate::runtime::{DecodeJob, Flow, RunEnd, Runtime};
+use crate::runtime::{Cancel, DecodeJob, Flow, RunEnd, Runtime};
 use crate::sampling::{top_k_indices, Sampled, SamplingParams};
 use crate::weights::Weights;
 
@@ -183,7 +183,7 @@ fn argmax(v: &[f32]) -> u32 {
 /// Greedy run of `max_tokens`; returns the tokens and how the run ended.
 fn greedy(rt: &mut CudaRuntime, prompt: &[u32], max_tokens: usize) -> Result<(Vec<u32>, RunEnd)> {
     let sampling = SamplingParams::default();
-    let job = DecodeJob { prompt, max_tokens, sampling: &sampling, stop_tokens: &[], top_logprobs: 0 };
+    let job = DecodeJob { prompt, max_tokens, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER };
     let mut out = Vec::with_capacity(max_tokens);
     let end = rt.generate(&job, &mut |s: &Sampled| {
         out.push(s.id);
@@ -333,7 +333,7 @@ struct Ttft {
 /// [`Ttft`] of `prompt` over `runs` runs.
 fn ttft(rt: &mut CudaRuntime, prompt: &[u32], runs: usize) -> Result<Ttft> {
     let sampling = SamplingParams::default();
-    let job = DecodeJob { prompt, max_tokens: 1, sampling: &sampling, stop_tokens: &[], top_logprobs: 0 };
+    let job = DecodeJob { prompt, max_tokens: 1, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER };
     let mut ttfts = Vec::with_capacity(runs);
     let mut gpu = Vec::with_capacity(runs);
     for _ in 0..runs {

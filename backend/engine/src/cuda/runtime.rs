@@ -1008,6 +1008,12 @@ impl Runtime for CudaRuntime {
         if job.max_tokens == 0 {
             return Ok(RunEnd::Length);
         }
+        // The batched prefill takes milliseconds, so the last chance to skip a run the
+        // caller gave up is before launch; afterwards `on_token` stops it at token one
+        // (the kernel reads the stop flag only at the LM head).
+        if job.cancel.requested() {
+            return Ok(RunEnd::Stopped);
+        }
         let (device_stops, host_stops) = job.stop_tokens.split_at(job.stop_tokens.len().min(MAX_DEVICE_STOP_TOKENS));
         if !device_stops.is_empty() {
             for r in self.ranks.iter_mut() {
