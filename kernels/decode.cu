@@ -344,12 +344,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         const int sp_cur = (n - 1) / chunk;
         const int items = NH * splits;
         if ((int)blockIdx.x < items) {
+          const bf16_t* wo = LAYER_PTR(const bf16_t*, lw, WO);
+          // fuse_o + PG_PREFETCH: this block's first head's W_o slice into L2 while waiting
+          // (every split of the head prefetches it: any of them may be the merging one).
+          if (FUSE_O && PG_PREFETCH) head_o_prefetch<THREADS, HD, D, QD>(wo, (int)blockIdx.x % NH);
           block_wait(layer_ctr(ctr, l, PH_QKV), done, trace_event(tr, l * PHASES + PH_ATTN));
           float* q_s = sm;
           float* kv_s = sm + HD;  // k then v, HD each
           float* scratch = sm + 3 * HD;
           float* out_s = sm + ATTN_OUT;  // fuse_o: the head's output before its o-projection
-          const bf16_t* wo = LAYER_PTR(const bf16_t*, lw, WO);
           for (int item = blockIdx.x; item < items; item += G) {
             const int h = item % NH, sp = item / NH, g = h / GROUP;
             const bool with_current = sp == sp_cur;

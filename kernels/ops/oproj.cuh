@@ -50,3 +50,14 @@ __device__ __forceinline__ void head_o_proj(const bf16_t* __restrict__ wo, int h
     }
   }
 }
+
+/// With PG_PREFETCH: before the attention item waits for q/k/v, pull head h's W_o slice
+/// (D rows × HD·2 bytes) into L2, so the tail after the attention reads it from L2
+/// instead of paying DRAM latency on the critical path. Hints only: no waits, no shuffles.
+template <int THREADS, int HD, int D, int QD>
+__device__ __forceinline__ void head_o_prefetch(const bf16_t* __restrict__ wo, int h) {
+  constexpr int LINE_ELEMS = 64;  // 128 bytes of bf16
+  constexpr int LINES = (HD + LINE_ELEMS - 1) / LINE_ELEMS;
+  for (int i = threadIdx.x; i < D * LINES; i += THREADS)
+    prefetch_l2(wo + (size_t)(i / LINES) * QD + (size_t)h * HD + (i % LINES) * LINE_ELEMS);
+}

@@ -132,6 +132,9 @@ mod imp {
             // Off-by-default variants of "Next: phase trace and fused o-projection".
             "fuse-o" => KernelOptions { fuse_o: true, ..base },
             "fuse-o-nosplit" => KernelOptions { fuse_o: true, attn_max_splits: 1, ..base },
+            // fuse_o with PG_PREFETCH: each phase's first weight lines (v2) and, before the
+            // attention wait, the head's W_o slice go into L2 early.
+            "fuse-o-prefetch" => KernelOptions { fuse_o: true, prefetch: true, ..base },
             "trace" => KernelOptions { trace: true, ..base },
             "fuse-o-trace" => KernelOptions { fuse_o: true, trace: true, ..base },
             other => panic!("unknown variant {other}"),

@@ -187,7 +187,8 @@ pub struct KernelOptions {
     pub threads: u32,
     pub rows_per_warp: u32,
     pub unroll: u32,
-    /// Prefetch each phase's first weight lines into L2 before waiting on its inputs.
+    /// Prefetch each phase's first weight lines into L2 before waiting on its inputs (with
+    /// `fuse_o`, the attention block also prefetches its head's W_o slice).
     pub prefetch: bool,
     /// Race hunting: random delays in the dependency waits of random blocks.
     pub chaos: bool,

@@ -88,6 +88,7 @@ mod tests {
             ("fuse_o", KernelOptions { fuse_o: true, ..base.clone() }),
             ("fuse_o+trace", KernelOptions { fuse_o: true, trace: true, ..base.clone() }),
             ("fuse_o+chaos", KernelOptions { fuse_o: true, chaos: true, ..base.clone() }),
+            ("fuse_o+prefetch", KernelOptions { fuse_o: true, prefetch: true, ..base.clone() }),
             ("fuse_o+chaos unsplit", KernelOptions { fuse_o: true, chaos: true, attn_max_splits: 1, ..base.clone() }),
         ];
         let mut configs: Vec<_> = crate::synthetic::PRESET_NAMES.iter().map(|n| crate::synthetic::preset(n).expect("preset")).collect();
