@@ -344,7 +344,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         const int sp_cur = (n - 1) / chunk;
         const int items = NH * splits;
         if ((int)blockIdx.x < items) {
-          const bf16_t* wo = LAYER_PTR(const bf16_t*, lw, WO);
+          // (Read only under fuse_o: an unused __ldg is not removed, and the default kernel stays as it was.)
+          const bf16_t* wo = FUSE_O ? LAYER_PTR(const bf16_t*, lw, WO) : nullptr;
           // fuse_o + PG_PREFETCH: this block's first head's W_o slice into L2 while waiting
           // (every split of the head prefetches it: any of them may be the merging one).
           if (FUSE_O && PG_PREFETCH) head_o_prefetch<THREADS, HD, D, QD>(wo, (int)blockIdx.x % NH);

@@ -21,8 +21,8 @@ __device__ __forceinline__ float4 f4_add(float4 a, float4 b) { return make_float
 /// set, this block also stores its share of the sum there (float4 chunks c with
 /// c % writers == writer), the residual the next phase starts from.
 /// `local` (LOCAL > 0): [LOCAL][N] partials of this GPU written by other blocks (fuse_o's
-/// per-head o-projection partials), added in index order after the base; `now` null:
-/// no exchange (one GPU).
+/// per-head o-projection partials), added in index order after the base; TP = 1: no
+/// exchange (`now`, `late` unused).
 template <int THREADS, int N, int TP, int LOCAL = 0>
 __device__ __forceinline__ void load_combined(float* vec, const float* base, const bf16_t* base_bf16, const float* now,
                                               const float* late, int mode, float scale, int rank, float* out, int writer,
@@ -38,8 +38,8 @@ __device__ __forceinline__ void load_combined(float* vec, const float* base, con
     }
 #pragma unroll
     for (int j = 0; j < LOCAL; ++j) v = f4_add(v, ld_shared_f32x4(local + (size_t)j * N + i));
-    if (!now) {
-      // one GPU: nothing to exchange
+    if (TP == 1) {
+      // one GPU (fuse_o's local partials only): nothing to exchange, `now` unused
     } else if (mode == XM_ALL) {
 #pragma unroll
       for (int r = 0; r < TP; ++r)

@@ -15,7 +15,7 @@
 //! `gpu_check trace --shapes a,b [--variants v3,fuse-o]` prints the phase trace
 //! (docs/perf-notes.md, "Next: phase trace and fused o-projection").
 //!
-//! Usage: gpu_check [all|correctness|bench|sanitize|prefill|precompile|precompile-tp|tp|trace|kernel-check] [--quick]
+//! Usage: gpu_check [all|correctness|bench|sanitize|prefill|precompile|precompile-tp|tp|trace|kernel-check|defines] [--quick]
 //!        [--tp N] [--shapes a,b] [--runs N] [--prompt N] [--gen N] [--variants v1,v2,...] [--kernel NAME] [--no-tiny]
 
 #[cfg(feature = "cuda")]
@@ -885,6 +885,17 @@ mod imp {
         let args = parse();
         if args.mode == "precompile" {
             return precompile(&args);
+        }
+        if args.mode == "defines" {
+            // The -D options NVRTC gets for the first --shapes shape, --kernel and --tp (to compile
+            // kernels/decode.cu by hand, e.g. nvcc -ptx, when comparing variants).
+            let c = preset(&args.shapes[0]).unwrap_or_else(|| panic!("unknown shape {}", args.shapes[0]));
+            let tp = args.tp.unwrap_or(1);
+            let shard = cuda::layout::shard(&c, tp).map_err(peregrine_engine::Error::Cuda)?;
+            for (k, v) in cuda::layout::defines_tp(&shard, &variant(&args.kernel), tp, c.vocab_size, None) {
+                println!("-D{k}={v}");
+            }
+            return Ok(());
         }
         if args.mode == "precompile-tp" {
             // The kernels `tp` and `bench --tp 1,2` load for --shapes: one GPU, TP 2 with
