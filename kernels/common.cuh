@@ -133,6 +133,14 @@ __device__ __forceinline__ u64 global_timer_ns() {
   return t;
 }
 
+/// The SM's cycle counter: fine-grained but per SM (the phase trace maps it onto the
+/// global timer per block, cuda/trace.rs).
+__device__ __forceinline__ u64 clock_cycles() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
+  return t;
+}
+
 /// Order-preserving key of a float: larger value ⇒ larger key (NaN sorts first).
 __device__ __forceinline__ u32 order_key(float f) {
   u32 u = __float_as_uint(f);

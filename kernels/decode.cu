@@ -17,11 +17,13 @@
 #include "ops/emit.cuh"
 #include "ops/lm_head.cuh"
 #include "ops/matvec.cuh"
+#include "ops/oproj.cuh"
 #include "ops/rmsnorm.cuh"
 #include "ops/rope.cuh"
 #include "ops/sample.cuh"
 #include "ops/select.cuh"
 #include "ops/swiglu.cuh"
+#include "ops/trace.cuh"
 
 constexpr int D = PG_D;
 constexpr int F = PG_F;
@@ -79,12 +81,23 @@ __device__ __forceinline__ size_t rx_off(u32 step, int l, int kind) {
   return (size_t)(step & 1) * RX_PARITY + (size_t)l * RX_LAYER + (size_t)kind * RX_KIND;
 }
 static_assert(NR % 2 == 0, "gate/up rows are streamed in (gate, up) pairs");
+
+// ---- variants off by default (layout.rs KernelOptions) ---------------------------
+/// fuse_o: the o-projection runs in the attention item's tail as per-head partials
+/// (ops/oproj.cuh) that the gate/up phase adds on load; the O phase and its wait go.
+/// One GPU only: the host rejects it under tensor parallelism (layout::unsupported_tp).
+constexpr bool FUSE_O = PG_FUSE_O != 0;
+static_assert(!(FUSE_O && IS_TP), "fuse_o runs on one GPU only");
 static_assert(THREADS % WARP_SIZE == 0 && THREADS >= HD, "block too small");
 
 // ---- dependency counters -------------------------------------------------------
 
 /// Per-layer phases, each a counter every block arrives on once per step.
 enum Phase { PH_QKV, PH_ATTN, PH_O, PH_GATE_UP, PH_DOWN, PHASES };
+/// Trace events (PG_TRACE) after the per-layer ones (event l·PHASES + phase): the LM
+/// head, the sampler (its "arrive" = the token's release), the step-start wait of the
+/// step after the traced one (its producer is the traced step's sampler).
+enum TraceTail { EV_LM = L * PHASES, EV_SAMPLER, EV_STEP, TRACE_EVENTS };
 /// Whole-step counters.
 enum StepCounter {
   CTR_LM,     // LM-head arrivals (once per block per step that runs the head)
@@ -104,7 +117,10 @@ __host__ __device__ constexpr int cmax(int a, int b) { return a > b ? a : b; }
 /// The normalised input vector of a matrix phase.
 constexpr int VEC_FLOATS = cmax(cmax(D, QD), F);
 /// Attention: q, k, v of the current position plus the lane groups' partial states.
-constexpr int ATTN_FLOATS = 3 * HD + attn_scratch_floats<THREADS, HD>();
+constexpr int ATTN_BASE_FLOATS = 3 * HD + attn_scratch_floats<THREADS, HD>();
+/// fuse_o: the head's output, 16-byte aligned after the attention scratch.
+constexpr int ATTN_OUT = (ATTN_BASE_FLOATS + 3) / 4 * 4;
+constexpr int ATTN_FLOATS = FUSE_O ? ATTN_OUT + HD : ATTN_BASE_FLOATS;
 /// Positions one block scores per pass of loads (the split size to aim for).
 constexpr int ATTN_PASS = AttnShape<THREADS, HD>::PER_PASS;
 constexpr int SAMPLE_TOP_FLOATS = 2 * PG_MAX_TOP + 4;
@@ -121,6 +137,8 @@ extern "C" __constant__ u32 pg_partial_floats = 4;
 /// Words of each rank's exchange region and floats of its receive slots (0 without TP).
 extern "C" __constant__ u32 pg_exchange_words = IS_TP ? X_WORDS : 0;
 extern "C" __constant__ u32 pg_rx_floats = IS_TP ? RX_FLOATS : 0;
+/// Events of one block's trace record (PG_TRACE; ops/trace.cuh, cuda/trace.rs).
+extern "C" __constant__ u32 pg_trace_events = TRACE_EVENTS;
 
 // ---- arguments -----------------------------------------------------------------
 
@@ -191,6 +209,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
   const u32 top_logprobs = ARG_U32(TOP_LOGPROBS);
   const float penalty = ARG_F32(REPETITION_PENALTY);
   const SampleParams sp{ARG_F32(TEMPERATURE), ARG_U32(TOP_K), ARG_F32(TOP_P), ARG_F32(MIN_P), args.a[PG_ARG_SEED]};
+  float* opart = ARG_PTR(float*, O_PART);  // fuse_o: [NH][D] per-head o-projection partials
+  u64* trace = ARG_PTR(u64*, TRACE);       // PG_TRACE: [G][TRACE_EVENTS][TRACE_WORDS], or null
+  const u32 trace_step = ARG_U32(TRACE_STEP);
 
   const u32 G = gridDim.x;
   // Tensor parallelism: every rank's exchange region, receive slots and
@@ -250,9 +271,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
   for (u32 s = start; s < steps; ++s) {
     const u32 done = (s - start + 1) * G;  // a per-layer counter's value once step s is complete
     const bool lm_here = score || s + 1 >= n_prompt;
+    // PG_TRACE: this block's record in the traced step (null otherwise: no stamps).
+    u64* tr = trace_record(trace, TRACE_EVENTS, s == trace_step);
     if (!score && s >= n_prompt) {
       // Every block waits here, work or not, so all of them see a halt.
-      block_wait(step_ctr(ctr, CTR_TOKEN), s - n_prompt + 1);
+      block_wait(step_ctr(ctr, CTR_TOKEN), s - n_prompt + 1,
+                 trace_event(trace_record(trace, TRACE_EVENTS, s == trace_step + 1), EV_STEP));
       if (ld_shared_u32(step_ctr(ctr, CTR_HALT)) != 0) return;
     }
     const u32 tok = ld_shared_u32(tokens + s);
@@ -268,12 +292,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WQKV);
         if (block_has_rows<NR>(QKV)) {
           maybe_prefetch<D, QKV>(w);
+          u64* ev = trace_event(tr, l * PHASES + PH_QKV);
           if (l > 0) {
-            block_wait(layer_ctr(ctr, l - 1, PH_DOWN), done);
+            block_wait(layer_ctr(ctr, l - 1, PH_DOWN), done, ev);
           } else if (s > start) {
             const bool lm_prev = score || s >= n_prompt;
-            if (lm_prev) block_wait(step_ctr(ctr, CTR_LM), lm_runs * G);
-            else block_wait(layer_ctr(ctr, L - 1, PH_DOWN), (s - start) * G);
+            if (lm_prev) block_wait(step_ctr(ctr, CTR_LM), lm_runs * G, ev);
+            else block_wait(layer_ctr(ctr, L - 1, PH_DOWN), (s - start) * G, ev);
             // Every block of this rank is done with the previous step's receive slots:
             // refill their peer slots, which peers write again next step. A slot a
             // peer sent into but nobody read (the last layer's down partials after a
@@ -306,7 +331,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           });
           (void)bias;
         }
-        block_arrive(layer_ctr(ctr, l, PH_QKV));
+        block_arrive(layer_ctr(ctr, l, PH_QKV), trace_event(tr, l * PHASES + PH_QKV));
       }
 
       // ---- rope + attention: (head, position split) items over the grid ----------
@@ -319,10 +344,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         const int sp_cur = (n - 1) / chunk;
         const int items = NH * splits;
         if ((int)blockIdx.x < items) {
-          block_wait(layer_ctr(ctr, l, PH_QKV), done);
+          // (Read only under fuse_o: an unused __ldg is not removed, and the default kernel stays as it was.)
+          const bf16_t* wo = FUSE_O ? LAYER_PTR(const bf16_t*, lw, WO) : nullptr;
+          // fuse_o + PG_PREFETCH: this block's first head's W_o slice into L2 while waiting
+          // (every split of the head prefetches it: any of them may be the merging one).
+          if (FUSE_O && PG_PREFETCH) head_o_prefetch<THREADS, HD, D, QD>(wo, (int)blockIdx.x % NH);
+          block_wait(layer_ctr(ctr, l, PH_QKV), done, trace_event(tr, l * PHASES + PH_ATTN));
           float* q_s = sm;
           float* kv_s = sm + HD;  // k then v, HD each
           float* scratch = sm + 3 * HD;
+          float* out_s = sm + ATTN_OUT;  // fuse_o: the head's output before its o-projection
           for (int item = blockIdx.x; item < items; item += G) {
             const int h = item % NH, sp = item / NH, g = h / GROUP;
             const bool with_current = sp == sp_cur;
@@ -342,7 +373,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
             }
             const int p0 = sp * chunk, p1 = min(n - 1, p0 + chunk);
             if (splits == 1) {
-              attend_range<THREADS, HD>(q_s, kv_s, kv_s + HD, true, kg, vg, 0, n - 1, nullptr, attn + h * HD, scratch);
+              attend_range<THREADS, HD>(q_s, kv_s, kv_s + HD, true, kg, vg, 0, n - 1, nullptr, FUSE_O ? out_s : attn + h * HD,
+                                        scratch);
+              if (FUSE_O) {
+                head_o_proj<THREADS, HD, D, QD>(wo, h, out_s, opart + (size_t)h * D);
+                __syncthreads();
+              }
             } else {
               float* head_parts = attn_part + (size_t)h * PG_ATTN_MAX_SPLITS * (HD + 2);
               attend_range<THREADS, HD>(q_s, kv_s, kv_s + HD, with_current, kg, vg, p0, p1, head_parts + sp * (HD + 2), nullptr,
@@ -351,20 +387,26 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
               u32* flag = reinterpret_cast<u32*>(red);
               if (threadIdx.x == 0) *flag = ticket_is_last(tickets + l * NH + h, (u32)splits) ? 1u : 0u;
               __syncthreads();
-              if (*flag) merge_states<THREADS, HD>(head_parts, splits, attn + h * HD);
+              if (*flag) {
+                merge_states<THREADS, HD>(head_parts, splits, FUSE_O ? out_s : attn + h * HD);
+                if (FUSE_O) {
+                  __syncthreads();
+                  head_o_proj<THREADS, HD, D, QD>(wo, h, out_s, opart + (size_t)h * D);
+                }
+              }
               __syncthreads();
             }
           }
         }
-        block_arrive(layer_ctr(ctr, l, PH_ATTN));
+        block_arrive(layer_ctr(ctr, l, PH_ATTN), trace_event(tr, l * PHASES + PH_ATTN));
       }
 
-      // ---- o-projection + residual -----------------------------------------------
-      {
+      // ---- o-projection + residual (fuse_o: done in the attention tail) ----------
+      if (!FUSE_O) {
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WO);
         if (block_has_rows<NR>(D)) {
           maybe_prefetch<QD, D>(w);
-          block_wait(layer_ctr(ctr, l, PH_ATTN), done);
+          block_wait(layer_ctr(ctr, l, PH_ATTN), done, trace_event(tr, l * PHASES + PH_O));
           load_vec_f32<THREADS>(vec, attn, QD);
           __syncthreads();
           float* po[TP];
@@ -378,7 +420,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
             }
           });
         }
-        block_arrive(layer_ctr(ctr, l, PH_O));
+        block_arrive(layer_ctr(ctr, l, PH_O), trace_event(tr, l * PHASES + PH_O));
       }
 
       // ---- ffn norm + gate/up + SwiGLU -------------------------------------------
@@ -386,9 +428,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WGATE_UP);
         if (block_has_rows<NR>(2 * F)) {
           maybe_prefetch<D, 2 * F>(w);
-          block_wait(layer_ctr(ctr, l, PH_O), done);
-          if (IS_TP) load_after(s, l, 0, xb, l == 0 ? emb_row : nullptr, x, w_gu);
-          else load_vec_f32<THREADS>(vec, x, D);
+          block_wait(layer_ctr(ctr, l, FUSE_O ? PH_ATTN : PH_O), done, trace_event(tr, l * PHASES + PH_GATE_UP));
+          if (IS_TP) {
+            load_after(s, l, 0, xb, l == 0 ? emb_row : nullptr, x, w_gu);
+          } else if (FUSE_O) {
+            // residual + Σ_h per-head o partials; this block's share of the sum becomes
+            // xb, the residual the down-projection adds to (x is still being read here).
+            load_combined<THREADS, D, 1, NH>(vec, x, l == 0 ? emb_row : nullptr, nullptr, nullptr, XM_ALL, 1.0f, 0, xb, blockIdx.x,
+                                             w_gu, opart);
+          } else {
+            load_vec_f32<THREADS>(vec, x, D);
+          }
           rmsnorm_smem<THREADS, D>(vec, LAYER_PTR(const float*, lw, FFN_NORM), EPS, red);
           // Rows interleave (gate_j, up_j); a group of NR rows holds NR/2 whole pairs.
           const int gw = warp_id() * G + blockIdx.x;
@@ -406,7 +456,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
             }
           }
         }
-        block_arrive(layer_ctr(ctr, l, PH_GATE_UP));
+        block_arrive(layer_ctr(ctr, l, PH_GATE_UP), trace_event(tr, l * PHASES + PH_GATE_UP));
       }
 
       // ---- down projection + residual --------------------------------------------
@@ -414,17 +464,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WDOWN);
         if (block_has_rows<NR>(D)) {
           maybe_prefetch<F, D>(w);
-          block_wait(layer_ctr(ctr, l, PH_GATE_UP), done);
+          block_wait(layer_ctr(ctr, l, PH_GATE_UP), done, trace_event(tr, l * PHASES + PH_DOWN));
           load_vec_f32<THREADS>(vec, act, F);
           __syncthreads();
           float* pd[TP];
           const bool send = slots_of(pd, s, l, 1);
           grid_rows<F, NR, WARPS>(w, D, vec, [&](int r, float v) {
             if (IS_TP) push_partial<TP, D>(pd, rank, r, v, send);
-            else x[r] = ld_shared_f32(x + r) + v;
+            else x[r] = ld_shared_f32((FUSE_O ? xb : x) + r) + v;
           });
         }
-        block_arrive(layer_ctr(ctr, l, PH_DOWN));
+        block_arrive(layer_ctr(ctr, l, PH_DOWN), trace_event(tr, l * PHASES + PH_DOWN));
       }
     }
 
@@ -435,7 +485,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
     u32 host_stop = 0;
     if (!score && rank == 0 && blockIdx.x == 0 && threadIdx.x == 0) host_stop = ld_host_flag(ctl + PG_CTL_STOP);
     maybe_prefetch<D, V>(lm_head);
-    block_wait(layer_ctr(ctr, L - 1, PH_DOWN), done);
+    block_wait(layer_ctr(ctr, L - 1, PH_DOWN), done, trace_event(tr, EV_LM));
     if (IS_TP) load_after(s, L - 1, 1, x, nullptr, nullptr, 1);
     else load_vec_f32<THREADS>(vec, x, D);
     rmsnorm_smem<THREADS, D>(vec, final_norm, EPS, red);
@@ -493,13 +543,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         reinterpret_cast<float4*>(partials)[blockIdx.x] = lm_stats_pack(b);
       }
     }
-    block_arrive(step_ctr(ctr, CTR_LM));
+    block_arrive(step_ctr(ctr, CTR_LM), trace_event(tr, EV_LM));
     if (gather) arrive_peers(XC_GATHER);
     ++lm_runs;
     if (score || blockIdx.x != 0) continue;
 
     // ---- sampler (block 0) ------------------------------------------------------
-    block_wait(step_ctr(ctr, CTR_LM), lm_runs * G);
+    block_wait(step_ctr(ctr, CTR_LM), lm_runs * G, trace_event(tr, EV_SAMPLER));
     SelectSmem* sel = reinterpret_cast<SelectSmem*>(sm);
     u32* top_ids = reinterpret_cast<u32*>(sm + (sizeof(SelectSmem) / sizeof(float)));
     float* top_vals = reinterpret_cast<float*>(top_ids + PG_MAX_TOP);
@@ -581,6 +631,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         if (rank == 0) emit_end(ctl, reason);
       }
       __threadfence();
+      if (u64* ev = trace_event(tr, EV_SAMPLER)) trace_stamp(ev + TRACE_ARRIVE);
       red_release_gpu(step_ctr(ctr, CTR_TOKEN), 1);
     }
     __syncthreads();

@@ -44,13 +44,23 @@ __device__ __forceinline__ void chaos_delay(u32 salt) {
 __device__ __forceinline__ void chaos_delay(u32) {}
 #endif
 
+/// Phase trace (PG_TRACE, off by default): the global timer and this SM's cycle
+/// counter at one moment, into st[0] and st[1] (thread 0 only; ops/trace.cuh says
+/// where). With PG_TRACE=0 every call below compiles away.
+__device__ __forceinline__ void trace_stamp(u64* st) {
+  st[0] = global_timer_ns();
+  st[1] = clock_cycles();
+}
+
 /// This block's results are complete: one arrival on `ctr`. The block barrier
 /// orders every thread's writes before thread 0's release (CUTLASS's barrier does
 /// the same); PG_LIGHT_FENCE=0 adds a full fence.sc.gpu on both sides (v1).
-__device__ __forceinline__ void block_arrive(u32* ctr) {
+/// `stamp` (PG_TRACE): the event's record; its arrive stamp is taken before the release.
+__device__ __forceinline__ void block_arrive(u32* ctr, u64* stamp = nullptr) {
   __syncthreads();
   if (threadIdx.x == 0) {
     chaos_delay(reinterpret_cast<u64>(ctr) >> 2);
+    if (PG_TRACE && stamp) trace_stamp(stamp + 4);
 #if !PG_LIGHT_FENCE
     __threadfence();
 #endif
@@ -59,12 +69,15 @@ __device__ __forceinline__ void block_arrive(u32* ctr) {
 }
 
 /// Waits until `ctr` reaches `target`; afterwards every thread of the block may read
-/// what the producers wrote before arriving.
-__device__ __forceinline__ void block_wait(const u32* ctr, u32 target) {
+/// what the producers wrote before arriving. `stamp` (PG_TRACE): the event's record;
+/// wait start before the spin (after the chaos delay), wait end when the spin ends.
+__device__ __forceinline__ void block_wait(const u32* ctr, u32 target, u64* stamp = nullptr) {
   if (threadIdx.x == 0) {
     chaos_delay(target);
+    if (PG_TRACE && stamp) trace_stamp(stamp);
     while (ld_acquire_gpu(ctr) < target) {
     }
+    if (PG_TRACE && stamp) trace_stamp(stamp + 2);
 #if !PG_LIGHT_FENCE
     __threadfence();
 #endif

@@ -20,10 +20,13 @@ __device__ __forceinline__ float4 f4_add(float4 a, float4 b) { return make_float
 /// (written by other blocks) or, when `base_bf16` is set, an embedding row. With `out`
 /// set, this block also stores its share of the sum there (float4 chunks c with
 /// c % writers == writer), the residual the next phase starts from.
-template <int THREADS, int N, int TP>
+/// `local` (LOCAL > 0): [LOCAL][N] partials of this GPU written by other blocks (fuse_o's
+/// per-head o-projection partials), added in index order after the base; TP = 1: no
+/// exchange (`now`, `late` unused).
+template <int THREADS, int N, int TP, int LOCAL = 0>
 __device__ __forceinline__ void load_combined(float* vec, const float* base, const bf16_t* base_bf16, const float* now,
                                               const float* late, int mode, float scale, int rank, float* out, int writer,
-                                              int writers) {
+                                              int writers, const float* local = nullptr) {
   static_assert(N % 4 == 0, "vectors are loaded as float4");
   for (int i = threadIdx.x * 4; i < N; i += THREADS * 4) {
     float4 v;
@@ -33,7 +36,11 @@ __device__ __forceinline__ void load_combined(float* vec, const float* base, con
     } else {
       v = ld_shared_f32x4(base + i);
     }
-    if (mode == XM_ALL) {
+#pragma unroll
+    for (int j = 0; j < LOCAL; ++j) v = f4_add(v, ld_shared_f32x4(local + (size_t)j * N + i));
+    if (TP == 1) {
+      // one GPU (fuse_o's local partials only): nothing to exchange, `now` unused
+    } else if (mode == XM_ALL) {
 #pragma unroll
       for (int r = 0; r < TP; ++r)
         v = f4_add(v, r == rank ? ld_shared_f32x4(now + (size_t)r * N + i) : ld_peer_ready(now + (size_t)r * N + i));

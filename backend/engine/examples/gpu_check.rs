@@ -8,8 +8,15 @@
 //! `gpu_check tp --shapes a,b` checks tensor parallelism on GPUs 0 and 1 against
 //! one GPU, with the chaos race check on each rank.
 //!
-//! Usage: gpu_check [all|correctness|bench|sanitize|prefill|precompile|precompile-tp|tp] [--quick] [--tp N]
-//!        [--shapes a,b] [--runs N] [--prompt N] [--gen N] [--variants v1,v2,...]
+//! `--kernel NAME` runs `correctness` (and `kernel-check`) with that variant instead of
+//! the default; `gpu_check kernel-check --kernel fuse-o --shapes a,b` scores long
+//! prompts with the variant against the default kernel (every position's logits: the
+//! split-attention merge path included) and runs the chaos race check with it;
+//! `gpu_check trace --shapes a,b [--variants v3,fuse-o]` prints the phase trace
+//! (docs/perf-notes.md, "Next: phase trace and fused o-projection").
+//!
+//! Usage: gpu_check [all|correctness|bench|sanitize|prefill|precompile|precompile-tp|tp|trace|kernel-check|defines] [--quick]
+//!        [--tp N] [--shapes a,b] [--runs N] [--prompt N] [--gen N] [--variants v1,v2,...] [--kernel NAME] [--no-tiny]
 
 #[cfg(feature = "cuda")]
 fn main() {
@@ -58,6 +65,12 @@ mod imp {
         variants: Vec<String>,
         /// `tp` mode: tensor-parallel degree (default min(GPUs, 2)).
         tp: Option<usize>,
+        /// `--variants` was given (`trace` then traces those instead of v3 and fuse-o).
+        variants_given: bool,
+        /// `--kernel`: the variant `correctness` and `kernel-check` run (default v3).
+        kernel: String,
+        /// `--no-tiny`: `precompile` and `kernel-check` skip the tiny check shapes.
+        no_tiny: bool,
     }
 
     fn parse() -> Args {
@@ -71,6 +84,9 @@ mod imp {
             gen: 256,
             variants: vec!["v3".into(), "v1".into(), "v3-nosplit".into()],
             tp: None,
+            variants_given: false,
+            kernel: "v3".into(),
+            no_tiny: false,
         };
         let mut it = std::env::args().skip(1);
         while let Some(x) = it.next() {
@@ -81,7 +97,12 @@ mod imp {
                     a.shapes = val().split(',').filter(|s| !s.is_empty()).map(String::from).collect();
                     a.shapes_given = true;
                 }
-                "--variants" => a.variants = val().split(',').map(String::from).collect(),
+                "--variants" => {
+                    a.variants = val().split(',').filter(|s| !s.is_empty()).map(String::from).collect();
+                    a.variants_given = true;
+                }
+                "--kernel" => a.kernel = val(),
+                "--no-tiny" => a.no_tiny = true,
                 "--runs" => a.runs = val().parse().unwrap_or(5),
                 "--prompt" => a.prompt = val().parse().unwrap_or(32),
                 "--gen" => a.gen = val().parse().unwrap_or(256),
@@ -108,6 +129,14 @@ mod imp {
             "v3-nr4-u2" => KernelOptions { rows_per_warp: 4, unroll: 2, ..base },
             "chaos" => KernelOptions { chaos: true, ..base },
             "chaos-nosplit" => KernelOptions { chaos: true, attn_max_splits: 1, ..base },
+            // Off-by-default variants of "Next: phase trace and fused o-projection".
+            "fuse-o" => KernelOptions { fuse_o: true, ..base },
+            "fuse-o-nosplit" => KernelOptions { fuse_o: true, attn_max_splits: 1, ..base },
+            // fuse_o with PG_PREFETCH: each phase's first weight lines (v2) and, before the
+            // attention wait, the head's W_o slice go into L2 early.
+            "fuse-o-prefetch" => KernelOptions { fuse_o: true, prefetch: true, ..base },
+            "trace" => KernelOptions { trace: true, ..base },
+            "fuse-o-trace" => KernelOptions { fuse_o: true, trace: true, ..base },
             other => panic!("unknown variant {other}"),
         }
     }
@@ -269,11 +298,11 @@ mod imp {
         }
     }
 
-    fn correctness_for(config: &ModelConfig, weights: &Weights, quick: bool, v: &mut Verdict) -> Result<()> {
+    fn correctness_for(config: &ModelConfig, weights: &Weights, quick: bool, base: &KernelOptions, v: &mut Verdict) -> Result<()> {
         let name = &config.name;
         println!("== correctness: {name} ({} params)", config.parameter_count());
         let t0 = Instant::now();
-        let mut rt = CudaRuntime::new(config, weights, 0)?;
+        let mut rt = CudaRuntime::with_options(config, weights, 0, base.clone())?;
         println!("  {} (load {:.1}s)", rt.describe(), t0.elapsed().as_secs_f64());
         let reference = ReferenceModel::new(config, weights)?;
         let big = config.parameter_count() > 500_000_000;
@@ -521,39 +550,133 @@ mod imp {
         Ok(v)
     }
 
-    fn race_check(config: &ModelConfig, weights: &Weights, n: usize, v: &mut Verdict) -> Result<()> {
-        println!("== race check: {} ({n} greedy tokens, chaos delays vs none)", config.name);
-        let mut rt = CudaRuntime::new(config, weights, 0)?;
+    /// `base` with the chaos delays, attention split or not.
+    fn chaos_of(base: &KernelOptions, split: bool) -> KernelOptions {
+        let splits = if split { base.attn_max_splits } else { 1 };
+        KernelOptions { chaos: true, attn_max_splits: splits, ..base.clone() }
+    }
+
+    fn race_check(config: &ModelConfig, weights: &Weights, n: usize, base: &KernelOptions, v: &mut Verdict) -> Result<()> {
+        println!("== race check: {} ({n} greedy tokens, chaos delays vs none; {base:?})", config.name);
+        let mut rt = CudaRuntime::with_options(config, weights, 0, base.clone())?;
         let prompt = Rng(99).tokens(16, config.vocab_size);
         let greedy = SamplingParams::default();
         let (a, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
-        rt.set_options(variant("chaos"))?;
+        rt.set_options(chaos_of(base, true))?;
         let (b, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
         let (c, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
         let same = ids(&a) == ids(&b) && ids(&b) == ids(&c);
         v.check(same && a.len() == n, format!("{}: {n} tokens identical with and without random wait delays (2 chaos runs)", config.name));
         let sp = SamplingParams { temperature: 0.9, top_p: 0.9, seed: 3, ..Default::default() };
         let (d, _) = collect(&mut rt, &prompt, n / 4, &sp, &[], 0)?;
-        rt.set_options(variant("chaos-nosplit"))?;
+        rt.set_options(chaos_of(base, false))?;
         let (f, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
         v.check(ids(&f) == ids(&a), format!("{}: {n} tokens identical with chaos and attention unsplit", config.name));
-        rt.set_options(variant("v3"))?;
+        rt.set_options(base.clone())?;
         let (e, _) = collect(&mut rt, &prompt, n / 4, &sp, &[], 0)?;
         v.check(ids(&d) == ids(&e), format!("{}: seeded sampling identical with and without chaos", config.name));
         Ok(())
     }
 
-    fn correctness(quick: bool) -> Result<Verdict> {
+    fn correctness(quick: bool, base: &KernelOptions) -> Result<Verdict> {
         let mut v = Verdict::default();
         for config in tiny_shapes() {
             let w = synthetic_weights(&config, WEIGHT_SEED);
-            correctness_for(&config, &w, quick, &mut v)?;
+            correctness_for(&config, &w, quick, base, &mut v)?;
         }
         let smol = preset("smollm2-135m").expect("preset");
         let w = synthetic_weights(&smol, WEIGHT_SEED);
-        correctness_for(&smol, &w, quick, &mut v)?;
-        race_check(&smol, &w, if quick { 64 } else { 1000 }, &mut v)?;
+        correctness_for(&smol, &w, quick, base, &mut v)?;
+        race_check(&smol, &w, if quick { 64 } else { 1000 }, base, &mut v)?;
         Ok(v)
+    }
+
+    /// Relative logit difference allowed between a variant and the default kernel on the
+    /// same weights: both read the same bf16 weights and KV cache; only the order of f32
+    /// sums differs (fuse_o adds per-head partials instead of one dot per row).
+    const MAX_VARIANT_REL_ERR: f64 = 1e-2;
+
+    /// `kernel-check`: the `base` variant against the default kernel on scored prompts
+    /// long enough for split attention (the merging block then runs fuse_o's tail), then
+    /// the chaos race check with `base` over `n` greedy tokens.
+    fn kernel_check(config: &ModelConfig, base: &KernelOptions, n: usize, v: &mut Verdict) -> Result<()> {
+        let name = &config.name;
+        let w = synthetic_weights(config, WEIGHT_SEED);
+        let positions = if config.parameter_count() < 100_000_000 { 300 } else { 600 }.min(config.max_context);
+        println!("== kernel check: {name}, {positions} scored positions vs the default kernel, then {n} tokens of race check");
+        let seq = Rng(0x5C0E ^ config.hidden_size as u64).tokens(positions, config.vocab_size);
+        let mut rt = CudaRuntime::new(config, &w, 0)?;
+        let want = rt.score(&seq)?;
+        rt.set_options(base.clone())?;
+        println!("  {}", rt.describe());
+        let got = rt.score(&seq)?;
+        let errs: Vec<f64> = got.iter().zip(&want).map(|(g, c)| rel_err(g, c)).collect();
+        let worst = errs.iter().cloned().fold(0.0, f64::max);
+        let worst_at = errs.iter().position(|&e| e == worst).unwrap_or(0);
+        let top1 = got.iter().zip(&want).filter(|(g, c)| argmax(g) == argmax(c)).count();
+        v.check(
+            got.len() == positions && worst < MAX_VARIANT_REL_ERR,
+            format!(
+                "{name}: {positions} scored positions, variant vs default kernel: rel err max {worst:.2e} (position {worst_at}), top-1 {top1}/{positions}"
+            ),
+        );
+        drop(rt);
+        race_check(config, &w, n, base, v)
+    }
+
+    /// `trace`: per shape and variant, the phase trace of the step TRACE_AFTER_PROMPT
+    /// after the prompt, `runs` runs pooled (medians over layers × runs), and a check that
+    /// tracing leaves the tokens as they are.
+    fn trace_mode(args: &Args, v: &mut Verdict) -> Result<()> {
+        use peregrine_engine::cuda::layout::TRACE_AFTER_PROMPT;
+        use peregrine_engine::cuda::trace;
+        let names: Vec<String> = if args.variants_given { args.variants.clone() } else { vec!["v3".into(), "fuse-o".into()] };
+        let gen = TRACE_AFTER_PROMPT + 8;
+        let greedy = SamplingParams::default();
+        for shape in &args.shapes {
+            let config = preset(shape).unwrap_or_else(|| panic!("unknown shape {shape}"));
+            let w = synthetic_weights(&config, WEIGHT_SEED);
+            let prompt = Rng(7).tokens(args.prompt, config.vocab_size);
+            let mut rt = CudaRuntime::with_options(&config, &w, 0, variant(&names[0]))?;
+            drop(w);
+            for name in &names {
+                rt.set_options(variant(name))?;
+                let (plain, _) = collect(&mut rt, &prompt, gen, &greedy, &[], 0)?;
+                rt.set_options(KernelOptions { trace: true, ..variant(name) })?;
+                println!(
+                    "== trace {shape} {name}: step {} (prompt {} + {TRACE_AFTER_PROMPT}), {} runs pooled",
+                    args.prompt + TRACE_AFTER_PROMPT,
+                    args.prompt,
+                    args.runs
+                );
+                println!("  {}", rt.describe());
+                let _ = collect(&mut rt, &prompt, gen, &greedy, &[], 0)?; // warm-up
+                let mut figures = Vec::new();
+                let mut same = true;
+                let mut clock = Vec::new();
+                for _ in 0..args.runs {
+                    let (out, _) = collect(&mut rt, &prompt, gen, &greedy, &[], 0)?;
+                    same &= ids(&out) == ids(&plain);
+                    let raw = rt.last_trace().ok_or_else(|| peregrine_engine::Error::Cuda("no trace after a traced run".into()))?;
+                    match trace::event_figures(raw) {
+                        Ok(f) => figures.extend(f),
+                        Err(e) => println!("  trace unusable: {e}"),
+                    }
+                    if let Ok(t) = trace::calibrate(raw) {
+                        clock.push(1.0 / t.ns_per_cycle);
+                    }
+                }
+                v.check(same, format!("{shape} {name}: traced runs produce the untraced run's {gen} greedy tokens"));
+                v.check(!figures.is_empty(), format!("{shape} {name}: the trace holds phase figures"));
+                let rows = trace::summarize(&figures);
+                println!(
+                    "  SM clock fitted from the stamps: {:.3} GHz (per run: {clock:.3?})",
+                    clock.iter().sum::<f64>() / clock.len().max(1) as f64
+                );
+                println!("{}", trace::table(&rows));
+            }
+        }
+        Ok(())
     }
 
     /// Tensor parallelism over GPUs 0..tp against one GPU on the same weights: scored
@@ -733,19 +856,34 @@ mod imp {
         Ok(rows)
     }
 
+    /// Fills the cubin cache for `--variants`, plus the `--kernel` base (v3 by default)
+    /// with and without its chaos delays, on the tiny shapes (unless `--no-tiny`) and the
+    /// `--shapes` given (default: the four benchmark shapes). `--variants ''` adds none.
     fn precompile(args: &Args) -> Result<()> {
-        let mut names: Vec<String> = args.variants.clone();
-        names.push("chaos".into());
-        names.push("chaos-nosplit".into());
-        names.push("v3".into());
-        let mut configs: Vec<ModelConfig> = tiny_shapes();
-        for s in ["smollm2-135m", "llama-3.2-1b", "qwen2.5-coder-1.5b", "smollm2-1.7b"] {
-            configs.push(preset(s).expect("preset"));
+        let mut options: Vec<(String, KernelOptions)> = args.variants.iter().map(|n| (n.clone(), variant(n))).collect();
+        let base = variant(&args.kernel);
+        options.push((format!("{} + chaos", args.kernel), chaos_of(&base, true)));
+        options.push((format!("{} + chaos unsplit", args.kernel), chaos_of(&base, false)));
+        options.push((args.kernel.clone(), base));
+        options.push(("v3".into(), variant("v3")));
+        let mut seen = Vec::new();
+        options.retain(|(_, o)| {
+            if seen.contains(o) {
+                false
+            } else {
+                seen.push(o.clone());
+                true
+            }
+        });
+        let mut configs: Vec<ModelConfig> = if args.no_tiny { Vec::new() } else { tiny_shapes() };
+        let all = ["smollm2-135m", "llama-3.2-1b", "qwen2.5-coder-1.5b", "smollm2-1.7b"].map(String::from);
+        for s in if args.shapes_given { &args.shapes[..] } else { &all[..] } {
+            configs.push(preset(s).unwrap_or_else(|| panic!("unknown shape {s}")));
         }
         for c in &configs {
-            for n in &names {
+            for (n, o) in &options {
                 let t = Instant::now();
-                let bytes = cuda::compile_only(c, &variant(n), "sm_90a")?;
+                let bytes = cuda::compile_only(c, o, "sm_90a")?;
                 println!("{} {n}: {bytes} B cubin in {:.1}s", c.name, t.elapsed().as_secs_f64());
             }
         }
@@ -756,6 +894,17 @@ mod imp {
         let args = parse();
         if args.mode == "precompile" {
             return precompile(&args);
+        }
+        if args.mode == "defines" {
+            // The -D options NVRTC gets for the first --shapes shape, --kernel and --tp (to compile
+            // kernels/decode.cu by hand, e.g. nvcc -ptx, when comparing variants).
+            let c = preset(&args.shapes[0]).unwrap_or_else(|| panic!("unknown shape {}", args.shapes[0]));
+            let tp = args.tp.unwrap_or(1);
+            let shard = cuda::layout::shard(&c, tp).map_err(peregrine_engine::Error::Cuda)?;
+            for (k, v) in cuda::layout::defines_tp(&shard, &variant(&args.kernel), tp, c.vocab_size, None) {
+                println!("-D{k}={v}");
+            }
+            return Ok(());
         }
         if args.mode == "precompile-tp" {
             // The kernels `tp` and `bench --tp 1,2` load for --shapes: one GPU, TP 2 with
@@ -812,6 +961,27 @@ mod imp {
             }
             return Ok(());
         }
+        if args.mode == "trace" || args.mode == "kernel-check" {
+            if args.mode == "trace" {
+                trace_mode(&args, &mut v)?;
+            } else {
+                let base = variant(&args.kernel);
+                let mut configs = if args.no_tiny { Vec::new() } else { tiny_shapes() };
+                configs.extend(args.shapes.iter().map(|s| preset(s).unwrap_or_else(|| panic!("unknown shape {s}"))));
+                for c in &configs {
+                    kernel_check(c, &base, args.gen, &mut v)?;
+                }
+            }
+            println!("\n==== summary ====");
+            for l in &v.lines {
+                println!("{l}");
+            }
+            println!("{} checks failed", v.failures.len());
+            if !v.failures.is_empty() {
+                std::process::exit(3);
+            }
+            return Ok(());
+        }
         if args.mode == "tp" {
             let tp = args.tp.unwrap_or_else(|| cuda::devices().map_or(1, |d| d.len().clamp(1, 2)));
             for shape in &args.shapes {
@@ -832,7 +1002,7 @@ mod imp {
         let bw = cuda::measure_copy_bandwidth(0, 1 << 30, 10)?;
         println!("device-to-device copy, 1 GiB: {:.2} TB/s (read + write)", bw / 1e12);
         if args.mode == "all" || args.mode == "correctness" {
-            let c = correctness(args.quick)?;
+            let c = correctness(args.quick, &variant(&args.kernel))?;
             v.failures.extend(c.failures);
             v.lines.extend(c.lines);
         }

@@ -57,6 +57,12 @@ slots! {
         Resid,
         /// Tensor parallelism: 1 when every rank needs every rank's logits (sampling, top log-probs).
         Gather,
+        /// `fuse_o`: f32 `[heads × hidden]`, each head's o-projection partial (kernels/ops/oproj.cuh).
+        OPart,
+        /// `trace`: u64 `[grid × pg_trace_events × TRACE_WORDS_PER_EVENT]` stamps (zeroed per run), or 0 (off).
+        Trace,
+        /// `trace`: the step whose phases are stamped.
+        TraceStep,
     }
 }
 
@@ -81,6 +87,11 @@ slots! {
         Wqkv,
         /// f32 `[q+k+v rows]`, or 0 without attention bias.
         QkvBias,
+        /// `[hidden, heads·head_dim]` row-major. With `fuse_o` the attention block of head h
+        /// reads its slice in place: row r's columns h·head_dim .. (h+1)·head_dim are one
+        /// contiguous run of head_dim bf16 (a whole 128-byte line at head_dim 64), so the
+        /// strided read streams like a copy and no re-laid copy is uploaded
+        /// ([`o_head_slice_index`] is the index the kernel uses).
         Wo,
         /// gate and up rows interleaved: row 2j = gate_j, row 2j+1 = up_j.
         WgateUp,
@@ -158,13 +169,26 @@ pub const PREFILL_MMA_WARP_QUERIES: u32 = 16;
 /// kernel (the pre-prefill path, kept as a cross-check); anything else, or unset, batches it.
 pub const PREFILL_ENV: &str = "PEREGRINE_PREFILL";
 
+/// Steps after the prompt's last position at which `KernelOptions::trace` stamps the
+/// phases (the step after it is stamped too, for its step-start wait): past the first
+/// generated tokens, with a KV cache as long as a short prompt's.
+pub const TRACE_AFTER_PROMPT: usize = 8;
+
+/// Element index in the row-major `[d, heads·hd]` W_o of row `r`, column `c` of head
+/// `h`'s slice (`fuse_o`'s o-projection in the attention tail, kernels/ops/oproj.cuh:
+/// `wo + h·HD + sl·8 + r·QD`).
+pub fn o_head_slice_index(heads: usize, hd: usize, h: usize, r: usize, c: usize) -> usize {
+    r * heads * hd + h * hd + c
+}
+
 /// Kernel variants and sizes chosen at load time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KernelOptions {
     pub threads: u32,
     pub rows_per_warp: u32,
     pub unroll: u32,
-    /// Prefetch each phase's first weight lines into L2 before waiting on its inputs.
+    /// Prefetch each phase's first weight lines into L2 before waiting on its inputs (with
+    /// `fuse_o`, the attention block also prefetches its head's W_o slice).
     pub prefetch: bool,
     /// Race hunting: random delays in the dependency waits of random blocks.
     pub chaos: bool,
@@ -188,6 +212,14 @@ pub struct KernelOptions {
     /// Prefill attention on the tensor cores (mma.sync, FlashAttention-2 layout) where
     /// the shape allows it (`PrefillShape::mma`); off: the CUDA-core kernel.
     pub prefill_mma_attention: bool,
+    /// Phase trace (PG_TRACE): global-timer and SM-clock stamps at every dependency wait
+    /// and arrival of one step ([`TRACE_AFTER_PROMPT`]), read back after the run
+    /// (`CudaRuntime::last_trace`). Off by default.
+    pub trace: bool,
+    /// O-projection fused into the attention item's tail as per-head partials the gate/up
+    /// phase sums on load (PG_FUSE_O): one dependent phase less per layer. One GPU only
+    /// ([`unsupported_tp`]). Off by default.
+    pub fuse_o: bool,
 }
 
 impl Default for KernelOptions {
@@ -206,6 +238,8 @@ impl Default for KernelOptions {
             batched_prefill: std::env::var(PREFILL_ENV).map_or(true, |v| v != "tokens"),
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
             prefill_mma_attention: true,
+            trace: false,
+            fuse_o: false,
         }
     }
 }
@@ -372,6 +406,8 @@ pub fn defines_tp(
     put("PREFETCH", u8::from(options.prefetch).to_string());
     put("LIGHT_FENCE", u8::from(options.light_fences).to_string());
     put("ATTN_MAX_SPLITS", options.attn_max_splits.to_string());
+    put("TRACE", u8::from(options.trace).to_string());
+    put("FUSE_O", u8::from(options.fuse_o).to_string());
     if options.chaos {
         put("CHAOS", "1".into());
     }
@@ -419,6 +455,16 @@ pub fn defines_tp(
     put("END_STOP_TOKEN", end::STOP_TOKEN.to_string());
     put("END_STOPPED", end::STOPPED.to_string());
     d
+}
+
+/// Variants that do not run under tensor parallelism of degree `tp`, as a message.
+/// `fuse_o` under TP would need each rank's per-head partials exchanged (one receive
+/// slot per head instead of per rank, and DTP's lane-local and delayed modes over
+/// them); not built yet, so it is refused rather than silently run unfused.
+pub fn unsupported_tp(options: &KernelOptions, tp: usize) -> Option<String> {
+    (tp > 1 && options.fuse_o).then(|| {
+        format!("the fuse_o kernel variant runs on one GPU only (tensor parallelism {tp} requested); turn fuse_o off for --tp > 1")
+    })
 }
 
 /// Shapes the kernel cannot run, as a message (checked before compiling).
@@ -540,6 +586,53 @@ mod tests {
         let odd = ModelConfig { head_dim: 200, ..base };
         assert!(prefill_shape(&odd).is_err());
         assert!(!defines(&odd, &KernelOptions::default()).iter().any(|(k, _)| k.starts_with("PG_PF_")));
+    }
+
+    /// fuse_o's decomposition on the CPU: each head's partial (its slice of W_o, read
+    /// through the kernel's index, times its output) summed over heads equals the plain
+    /// W_o times the concatenated head outputs, for GQA-like and odd shapes.
+    #[test]
+    fn o_head_slices_times_head_outputs_sum_to_w_o_times_attention() {
+        for (d, heads, hd) in [(24, 3, 8), (40, 4, 16), (16, 1, 8), (32, 5, 24)] {
+            let qd = heads * hd;
+            let mut rng = crate::rng::SplitMix64(0x0F5E ^ (d * heads * hd) as u64);
+            let wo: Vec<f32> = (0..d * qd).map(|_| rng.next_signed()).collect();
+            let attn: Vec<f32> = (0..qd).map(|_| rng.next_signed()).collect();
+            let plain: Vec<f32> = (0..d).map(|r| (0..qd).map(|c| wo[r * qd + c] * attn[c]).sum()).collect();
+            let mut fused = vec![0.0f32; d];
+            for h in 0..heads {
+                let out_h = &attn[h * hd..(h + 1) * hd];
+                for (r, acc) in fused.iter_mut().enumerate() {
+                    *acc += (0..hd).map(|c| wo[o_head_slice_index(heads, hd, h, r, c)] * out_h[c]).sum::<f32>();
+                }
+            }
+            for (r, (a, b)) in fused.iter().zip(&plain).enumerate() {
+                assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "d {d} heads {heads} hd {hd} row {r}: {a} vs {b}");
+            }
+            // Each slice row is one contiguous run of hd elements (what the kernel's 16-byte loads assume).
+            for h in 0..heads {
+                for r in 0..d {
+                    let first = o_head_slice_index(heads, hd, h, r, 0);
+                    assert!((0..hd).all(|c| o_head_slice_index(heads, hd, h, r, c) == first + c));
+                    assert_eq!(first % 8, 0, "16-byte aligned at hd % 8 == 0");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fuse_o_is_refused_under_tensor_parallelism_and_both_variants_are_defines() {
+        let fused = KernelOptions { fuse_o: true, ..KernelOptions::default() };
+        assert!(unsupported_tp(&fused, 1).is_none());
+        assert!(unsupported_tp(&fused, 2).expect("refused").contains("one GPU"));
+        assert!(unsupported_tp(&KernelOptions::default(), 2).is_none());
+        let config = crate::synthetic::preset("smollm2-135m").expect("preset");
+        let get = |o: &KernelOptions, k: &str| defines(&config, o).into_iter().find(|(n, _)| n == k).map(|(_, v)| v);
+        let base = KernelOptions::default();
+        assert!(!base.trace && !base.fuse_o, "both variants are off by default");
+        assert_eq!((get(&base, "PG_TRACE").as_deref(), get(&base, "PG_FUSE_O").as_deref()), (Some("0"), Some("0")));
+        let traced = KernelOptions { trace: true, ..fused };
+        assert_eq!((get(&traced, "PG_TRACE").as_deref(), get(&traced, "PG_FUSE_O").as_deref()), (Some("1"), Some("1")));
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod bench;
 pub mod layout;
 mod run_stats;
 pub mod torch_baseline;
+pub mod trace;
 
 #[cfg(feature = "cuda")]
 pub mod cublas;
@@ -68,6 +69,52 @@ mod tests {
         let odd = crate::synthetic::preset("smollm2-135m").expect("preset");
         let err = compile_only_tp(&odd, &KernelOptions::default(), 2, None, "sm_90a").expect_err("9 heads do not split over 2");
         assert!(err.to_string().contains("query heads"), "{err}");
+    }
+
+    /// The variants that are off by default (`trace`, `fuse_o`, both, and each with the
+    /// chaos delays the race check uses, and fuse_o with attention unsplit) compile for
+    /// every benchmark shape and the tiny check shapes' head dims; fuse_o under tensor
+    /// parallelism is refused with a message, not compiled.
+    #[test]
+    fn trace_and_fuse_o_variants_compile_with_nvrtc_for_every_preset() {
+        if let Err(e) = nvrtc::preload() {
+            assert!(std::env::var_os(nvrtc::NVRTC_DIR_ENV).is_none(), "{} is set but NVRTC does not load: {e}", nvrtc::NVRTC_DIR_ENV);
+            eprintln!("skipped: {e}");
+            return;
+        }
+        let base = KernelOptions::default();
+        let variants = [
+            ("trace", KernelOptions { trace: true, ..base.clone() }),
+            ("fuse_o", KernelOptions { fuse_o: true, ..base.clone() }),
+            ("fuse_o+trace", KernelOptions { fuse_o: true, trace: true, ..base.clone() }),
+            ("fuse_o+chaos", KernelOptions { fuse_o: true, chaos: true, ..base.clone() }),
+            ("fuse_o+prefetch", KernelOptions { fuse_o: true, prefetch: true, ..base.clone() }),
+            ("fuse_o+chaos unsplit", KernelOptions { fuse_o: true, chaos: true, attn_max_splits: 1, ..base.clone() }),
+        ];
+        let mut configs: Vec<_> = crate::synthetic::PRESET_NAMES.iter().map(|n| crate::synthetic::preset(n).expect("preset")).collect();
+        let small = configs[0].clone();
+        for (hd, heads, kv_heads, bias) in [(96, 4, 4, false), (128, 4, 2, true), (256, 4, 1, false)] {
+            configs.push(crate::config::ModelConfig {
+                name: format!("hd{hd}"),
+                head_dim: hd,
+                num_heads: heads,
+                num_kv_heads: kv_heads,
+                attention_bias: bias,
+                ..small.clone()
+            });
+        }
+        for config in &configs {
+            for (label, options) in &variants {
+                let (cubin, _) =
+                    nvrtc::cubin("sm_90a", &layout::defines(config, options)).unwrap_or_else(|e| panic!("{} {label}: {e}", config.name));
+                assert!(!cubin.is_empty(), "{} {label}: empty cubin", config.name);
+            }
+        }
+        // The trace variant also under tensor parallelism (rank 0 records).
+        let llama = crate::synthetic::preset("llama-3.2-1b").expect("preset");
+        compile_only_tp(&llama, &variants[0].1, 2, None, "sm_90a").unwrap_or_else(|e| panic!("trace tp 2: {e}"));
+        let err = compile_only_tp(&llama, &variants[1].1, 2, None, "sm_90a").expect_err("fuse_o under TP");
+        assert!(err.to_string().contains("one GPU"), "{err}");
     }
 
     /// The batched prefill's kernels compile for every benchmark shape and for the other

@@ -22,11 +22,13 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("ops/emit.cuh", include_str!("../../../../kernels/ops/emit.cuh")),
     ("ops/lm_head.cuh", include_str!("../../../../kernels/ops/lm_head.cuh")),
     ("ops/matvec.cuh", include_str!("../../../../kernels/ops/matvec.cuh")),
+    ("ops/oproj.cuh", include_str!("../../../../kernels/ops/oproj.cuh")),
     ("ops/rmsnorm.cuh", include_str!("../../../../kernels/ops/rmsnorm.cuh")),
     ("ops/rope.cuh", include_str!("../../../../kernels/ops/rope.cuh")),
     ("ops/sample.cuh", include_str!("../../../../kernels/ops/sample.cuh")),
     ("ops/select.cuh", include_str!("../../../../kernels/ops/select.cuh")),
     ("ops/swiglu.cuh", include_str!("../../../../kernels/ops/swiglu.cuh")),
+    ("ops/trace.cuh", include_str!("../../../../kernels/ops/trace.cuh")),
 ];
 
 /// The decode kernel's translation unit; for each compile the other sources are headers.

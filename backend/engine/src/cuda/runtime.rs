@@ -22,6 +22,7 @@ use crate::cuda::layout::{self, ctl, end, rec, Arg, KernelOptions, LayerSlot, Pe
 use crate::cuda::nvrtc;
 use crate::cuda::prefill::{Prefill, PrefillOp, PrefillWeights};
 use crate::cuda::run_stats::PrefillSplit;
+use crate::cuda::trace::{RawTrace, WORDS_PER_EVENT};
 use crate::dtp::{DtpSchedule, ShardPlan};
 use crate::error::{Error, Result};
 use crate::runtime::{BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
@@ -104,6 +105,9 @@ struct State {
     rx: CudaSlice<f32>,
     /// Tensor parallelism: every rank's `PeerSlot` pointers (filled once all ranks exist).
     peers: CudaSlice<u64>,
+    /// `fuse_o`: each local head's o-projection partial, `[heads × hidden]` (allocated
+    /// always: it is small and `set_options` may turn the variant on).
+    opart: CudaSlice<f32>,
 }
 
 /// What `enqueue_prefill` put on the stream: positions, and events to time them.
@@ -122,6 +126,8 @@ struct Kernel {
     partial_floats: usize,
     exchange_words: usize,
     rx_floats: usize,
+    /// Events of one block's trace record (`pg_trace_events`).
+    trace_events: usize,
     from_cache: bool,
 }
 
@@ -176,6 +182,9 @@ pub struct CudaRuntime {
     debug_logits: bool,
     last_logits: Vec<Vec<f32>>,
     last_run: RunStats,
+    /// `trace`: the current run's stamp buffer (rank 0) and traced step, then the read-back stamps.
+    trace_buf: Option<(CudaSlice<u64>, usize)>,
+    last_trace: Option<RawTrace>,
     /// Set when a run hung: the kernel may still occupy the device.
     poisoned: Option<String>,
 }
@@ -239,7 +248,7 @@ fn load_prefill(
 /// [`compile_only`] for one rank of tensor parallelism of degree `tp` (DTP with a schedule).
 pub fn compile_only_tp(config: &ModelConfig, options: &KernelOptions, tp: usize, dtp: Option<&DtpSchedule>, arch: &str) -> Result<usize> {
     let shard = layout::shard(config, tp).map_err(|e| Error::Cuda(format!("unsupported tensor parallelism: {e}")))?;
-    if let Some(why) = layout::unsupported(&shard, options) {
+    if let Some(why) = layout::unsupported(&shard, options).or_else(|| layout::unsupported_tp(options, tp)) {
         return Err(Error::Cuda(format!("unsupported shape: {why}")));
     }
     Ok(nvrtc::cubin(arch, &layout::defines_tp(&shard, options, tp, config.vocab_size, dtp))?.0.len())
@@ -354,7 +363,7 @@ impl CudaRuntime {
             }
         }
         let shard = layout::shard(config, tp).map_err(|e| Error::Cuda(format!("unsupported tensor parallelism: {e}")))?;
-        if let Some(why) = layout::unsupported(&shard, &options) {
+        if let Some(why) = layout::unsupported(&shard, &options).or_else(|| layout::unsupported_tp(&options, tp)) {
             return Err(Error::Cuda(format!("unsupported shape: {why}")));
         }
         let names = devices()?;
@@ -458,6 +467,8 @@ impl CudaRuntime {
             debug_logits: false,
             last_logits: Vec::new(),
             last_run: RunStats::default(),
+            trace_buf: None,
+            last_trace: None,
             poisoned: None,
         })
     }
@@ -495,6 +506,7 @@ impl CudaRuntime {
         let partial_floats = read_u32("pg_partial_floats")? as usize;
         let exchange_words = read_u32("pg_exchange_words")? as usize;
         let rx_floats = read_u32("pg_rx_floats")? as usize;
+        let trace_events = read_u32("pg_trace_events")? as usize;
         func.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes as i32)
             .map_err(cuda_err("raise the kernel's shared-memory limit"))?;
         let per_sm = func
@@ -506,7 +518,7 @@ impl CudaRuntime {
                 options.threads
             )));
         }
-        Ok(Kernel { func, smem_bytes, num_counters, partial_floats, exchange_words, rx_floats, from_cache })
+        Ok(Kernel { func, smem_bytes, num_counters, partial_floats, exchange_words, rx_floats, trace_events, from_cache })
     }
 
     /// Uploads rank `rank`'s shard (all of it on one GPU): its query heads' q rows, its
@@ -662,6 +674,7 @@ impl CudaRuntime {
             exchange: u32s(k.exchange_words)?,
             rx: f32s(k.rx_floats)?,
             peers: stream.alloc_zeros::<u64>(tp * PeerSlot::COUNT).map_err(cuda_err("cuMemAlloc"))?,
+            opart: f32s(c.num_heads * c.hidden_size)?,
         })
     }
 
@@ -678,10 +691,10 @@ impl CudaRuntime {
                 "set_options cannot change kv_positions, ring, prefill_chunk or threads, nor raise attn_max_splits".into(),
             ));
         }
-        if let Some(why) = layout::unsupported(&self.shard, &options) {
+        let tp = self.ranks.len();
+        if let Some(why) = layout::unsupported(&self.shard, &options).or_else(|| layout::unsupported_tp(&options, tp)) {
             return Err(Error::Cuda(format!("unsupported shape: {why}")));
         }
-        let tp = self.ranks.len();
         for (i, r) in self.ranks.iter_mut().enumerate() {
             let ro = KernelOptions { chaos: options.chaos && (tp == 1 || options.chaos_rank as usize == i), ..options.clone() };
             r.kernel = Self::load_kernel(&r.ctx, &r.stream, &self.config, &self.shard, &ro, tp, self.dtp.as_ref(), &self.arch)?;
@@ -721,6 +734,12 @@ impl CudaRuntime {
     /// Raw logits of each step of the last run (with [`set_debug_logits`](Self::set_debug_logits)).
     pub fn debug_logits(&self) -> &[Vec<f32>] {
         &self.last_logits
+    }
+
+    /// The phase trace of the last run (with `KernelOptions::trace`; rank 0's blocks),
+    /// or None when tracing is off or the run ended before the traced step.
+    pub fn last_trace(&self) -> Option<&RawTrace> {
+        self.last_trace.as_ref()
     }
 
     /// Timings of the last `generate`.
@@ -798,6 +817,9 @@ impl CudaRuntime {
         let tp = self.ranks.len();
         let mut all_args = Vec::with_capacity(tp);
         let mut dbgs = Vec::new();
+        let trace_step = prompt.len() + layout::TRACE_AFTER_PROMPT;
+        let mut trace_buf = None;
+        self.last_trace = None;
         for (rank, r) in self.ranks.iter_mut().enumerate() {
             let stream = r.stream.clone();
             let st = &mut *r.state;
@@ -849,6 +871,14 @@ impl CudaRuntime {
             a.set(Arg::Peers, r.dptr(&st.peers));
             a.set(Arg::Rank, rank as u64);
             a.set(Arg::DebugLogits, dbgs.last().filter(|_| debug_rows > 0).map_or(0, |b| r.dptr(b)));
+            a.set(Arg::OPart, r.dptr(&st.opart));
+            if self.options.trace && rank == 0 {
+                let words = self.grid as usize * r.kernel.trace_events * WORDS_PER_EVENT;
+                let buf = stream.alloc_zeros::<u64>(words.max(1)).map_err(cuda_err("trace buffer"))?;
+                a.set(Arg::Trace, r.dptr(&buf));
+                a.set(Arg::TraceStep, trace_step as u64);
+                trace_buf = Some((buf, trace_step));
+            }
             // Only rank 0 talks to the host.
             if rank == 0 {
                 a.set(Arg::HostCtl, self.host_dev);
@@ -862,6 +892,7 @@ impl CudaRuntime {
         for r in &self.ranks {
             r.stream.synchronize().map_err(cuda_err("prepare"))?;
         }
+        self.trace_buf = trace_buf;
         Ok((all_args, dbgs))
     }
 
@@ -964,6 +995,19 @@ impl CudaRuntime {
         self.wait_kernel()?;
         for r in &self.ranks {
             r.stream.synchronize().map_err(cuda_err("decode kernel"))?;
+        }
+        if let Some((buf, step)) = self.trace_buf.take() {
+            let r = &self.ranks[0];
+            let words = r.stream.clone_dtoh(&buf).map_err(cuda_err("read trace"))?;
+            let layers = self.config.num_layers;
+            let expected = crate::cuda::trace::events_for(layers);
+            if r.kernel.trace_events != expected {
+                return Err(Error::Cuda(format!(
+                    "the kernel's trace has {} events per block, the host expects {expected}",
+                    r.kernel.trace_events
+                )));
+            }
+            self.last_trace = Some(RawTrace { blocks: self.grid as usize, layers, fuse_o: self.options.fuse_o, step, words });
         }
         self.last_logits.clear();
         if !dbgs.is_empty() {

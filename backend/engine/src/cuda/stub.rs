@@ -78,6 +78,9 @@ impl CudaRuntime {
     pub fn debug_logits(&self) -> &[Vec<f32>] {
         &[]
     }
+    pub fn last_trace(&self) -> Option<&crate::cuda::trace::RawTrace> {
+        None
+    }
     pub fn last_run(&self) -> &RunStats {
         unreachable!("a CudaRuntime cannot exist without the cuda feature")
     }

@@ -1,0 +1,379 @@
+//! The persistent kernel's phase trace (`KernelOptions::trace`, kernels/ops/trace.cuh):
+//! every block's stamps of one step mapped onto one time axis, and per phase kind the
+//! figures `gpu_check trace` prints — how long blocks waited, the latency from the last
+//! producer's arrival to the first consumer's wake (the cost of one dependency), the
+//! slowest block's work, and the phase's span on the critical path. Host code only, so
+//! it is tested on the CPU with synthetic stamps.
+//!
+//! Each stamp is (global timer ns, SM cycle counter). The global timer is comparable
+//! across SMs but may tick coarsely (about 1 µs on some parts); the cycle counter is
+//! fine but per SM. One slope (ns per cycle, pooled over all blocks: every SM runs on
+//! the same clock) and a per-block offset (the upper envelope of `global − slope·cycles`,
+//! since a truncating timer only ever reads early) give fine times on a common axis.
+
+/// u64 words per event in the kernel's record (kernels/ops/trace.cuh TRACE_WORDS).
+pub const WORDS_PER_EVENT: usize = 6;
+/// The per-layer phases, in the kernel's order (decode.cu `Phase`).
+pub const LAYER_PHASES: [&str; 5] = ["QKV", "ATTN", "O", "GATE_UP", "DOWN"];
+/// Events after the per-layer ones (decode.cu `TraceTail`).
+pub const TAIL_EVENTS: [&str; 3] = ["LM", "SAMPLER", "STEP"];
+const PHASES: usize = LAYER_PHASES.len();
+/// Stamp positions inside an event.
+const WAIT_START: usize = 0;
+const WAIT_END: usize = 1;
+const ARRIVE: usize = 2;
+
+/// The stamps of one run as read back from the device: `[blocks][events][WORDS_PER_EVENT]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawTrace {
+    pub blocks: usize,
+    pub layers: usize,
+    /// The kernel ran with `fuse_o` (the gate/up phase then waits on the attention phase).
+    pub fuse_o: bool,
+    /// The traced step.
+    pub step: usize,
+    pub words: Vec<u64>,
+}
+
+/// Events per block for `layers` layers (decode.cu `TRACE_EVENTS`).
+pub fn events_for(layers: usize) -> usize {
+    layers * PHASES + TAIL_EVENTS.len()
+}
+
+/// Name of event `e` ("GATE_UP", "LM", …) and its layer, if any.
+pub fn event_name(layers: usize, e: usize) -> (&'static str, Option<usize>) {
+    if e < layers * PHASES {
+        (LAYER_PHASES[e % PHASES], Some(e / PHASES))
+    } else {
+        (TAIL_EVENTS[e - layers * PHASES], None)
+    }
+}
+
+impl RawTrace {
+    fn events(&self) -> usize {
+        events_for(self.layers)
+    }
+
+    /// (global ns, cycles) of stamp `k` of event `e` in block `b`, if it was taken.
+    fn stamp(&self, b: usize, e: usize, k: usize) -> Option<(u64, u64)> {
+        let at = (b * self.events() + e) * WORDS_PER_EVENT + 2 * k;
+        let (g, c) = (*self.words.get(at)?, *self.words.get(at + 1)?);
+        (g != 0).then_some((g, c))
+    }
+
+    /// The event whose arrivals event `e`'s waiters wait for.
+    fn producer(&self, e: usize) -> Option<usize> {
+        let lp = self.layers * PHASES;
+        if e >= lp {
+            return match e - lp {
+                0 => lp.checked_sub(1), // LM ← the last layer's DOWN
+                1 => Some(lp),          // SAMPLER ← LM
+                _ => Some(lp + 1),      // STEP ← SAMPLER
+            };
+        }
+        let (l, p) = (e / PHASES, e % PHASES);
+        match LAYER_PHASES[p] {
+            "QKV" => (l > 0).then(|| (l - 1) * PHASES + 4),
+            "GATE_UP" if self.fuse_o => Some(l * PHASES + 1),
+            _ => Some(e - 1),
+        }
+    }
+}
+
+/// Stamps on one axis: ns since the earliest stamp, per (block, event, stamp).
+#[derive(Debug, Clone)]
+pub struct Timeline {
+    blocks: usize,
+    events: usize,
+    times: Vec<Option<f64>>,
+    /// Fitted ns per SM cycle (≈ 1 / clock in GHz).
+    pub ns_per_cycle: f64,
+}
+
+impl Timeline {
+    fn at(&self, b: usize, e: usize, k: usize) -> Option<f64> {
+        self.times[(b * self.events + e) * 3 + k]
+    }
+}
+
+/// Maps every stamp onto one axis (module doc); an error when the trace is empty or
+/// holds too few stamps to fit the clock.
+pub fn calibrate(raw: &RawTrace) -> Result<Timeline, String> {
+    let events = raw.events();
+    if raw.words.len() != raw.blocks * events * WORDS_PER_EVENT {
+        return Err(format!("trace holds {} words, expected {} blocks × {events} events × {WORDS_PER_EVENT}", raw.words.len(), raw.blocks));
+    }
+    let per_block: Vec<Vec<(u64, u64)>> =
+        (0..raw.blocks).map(|b| (0..events).flat_map(|e| (0..3).filter_map(move |k| raw.stamp(b, e, k))).collect()).collect();
+    let g0 = per_block.iter().flatten().map(|s| s.0).min().ok_or("the trace holds no stamps (was the traced step reached?)")?;
+    // Relative values first: absolute ns (~1e18) lose precision in an f64.
+    let rel: Vec<Vec<(f64, f64)>> = per_block
+        .iter()
+        .map(|v| {
+            let c0 = v.iter().map(|s| s.1).min().unwrap_or(0);
+            v.iter().map(|&(g, c)| ((c.wrapping_sub(c0)) as f64, (g - g0) as f64)).collect()
+        })
+        .collect();
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for v in rel.iter().filter(|v| v.len() >= 2) {
+        let n = v.len() as f64;
+        let (mc, mg) = (v.iter().map(|s| s.0).sum::<f64>() / n, v.iter().map(|s| s.1).sum::<f64>() / n);
+        num += v.iter().map(|s| (s.0 - mc) * (s.1 - mg)).sum::<f64>();
+        den += v.iter().map(|s| (s.0 - mc).powi(2)).sum::<f64>();
+    }
+    if den <= 0.0 || num <= 0.0 {
+        return Err("too few distinct stamps to fit the SM clock".into());
+    }
+    let slope = num / den;
+    let mut times = vec![None; raw.blocks * events * 3];
+    for (b, v) in rel.iter().enumerate() {
+        let Some(offset) = v.iter().map(|&(c, g)| g - slope * c).reduce(f64::max) else { continue };
+        let c0 = per_block[b].iter().map(|s| s.1).min().unwrap_or(0);
+        for e in 0..events {
+            for k in 0..3 {
+                if let Some((_, c)) = raw.stamp(b, e, k) {
+                    times[(b * events + e) * 3 + k] = Some(slope * c.wrapping_sub(c0) as f64 + offset);
+                }
+            }
+        }
+    }
+    Ok(Timeline { blocks: raw.blocks, events, times, ns_per_cycle: slope })
+}
+
+/// One event's figures in one run, ns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventFigures {
+    pub name: &'static str,
+    pub layer: Option<usize>,
+    /// Blocks that waited for this event's inputs.
+    pub waiters: usize,
+    /// Median and longest time a waiting block sat in the wait.
+    pub wait_median: f64,
+    pub wait_max: f64,
+    /// First consumer's wake minus the producers' last arrival: the dependency's latency.
+    pub sync: f64,
+    /// Last consumer's wake minus the producers' last arrival.
+    pub wake_spread: f64,
+    /// Longest wake → arrive of a waiting block (None for the step-start wait).
+    pub work_slowest: Option<f64>,
+    /// This event's last arrival (the step-start wait: its last wake) minus the producers'
+    /// last arrival: the event's share of the critical path.
+    pub span: f64,
+}
+
+/// Figures of every event with a recorded producer and waiters.
+pub fn event_figures(raw: &RawTrace) -> Result<Vec<EventFigures>, String> {
+    let t = calibrate(raw)?;
+    let mut out = Vec::new();
+    for e in 0..t.events {
+        let Some(p) = raw.producer(e) else { continue };
+        let Some(last) = (0..t.blocks).filter_map(|b| t.at(b, p, ARRIVE)).reduce(f64::max) else { continue };
+        let waits: Vec<(f64, f64)> = (0..t.blocks).filter_map(|b| Some((t.at(b, e, WAIT_START)?, t.at(b, e, WAIT_END)?))).collect();
+        if waits.is_empty() {
+            continue;
+        }
+        let mut lens: Vec<f64> = waits.iter().map(|w| w.1 - w.0).collect();
+        let first_wake = waits.iter().map(|w| w.1).fold(f64::INFINITY, f64::min);
+        let last_wake = waits.iter().map(|w| w.1).fold(f64::NEG_INFINITY, f64::max);
+        let work = (0..t.blocks).filter_map(|b| Some(t.at(b, e, ARRIVE)? - t.at(b, e, WAIT_END)?)).reduce(f64::max);
+        let end = (0..t.blocks).filter_map(|b| t.at(b, e, ARRIVE)).reduce(f64::max).unwrap_or(last_wake);
+        let (name, layer) = event_name(raw.layers, e);
+        out.push(EventFigures {
+            name,
+            layer,
+            waiters: waits.len(),
+            wait_median: median(&mut lens),
+            wait_max: lens.iter().cloned().fold(0.0, f64::max),
+            sync: first_wake - last,
+            wake_spread: last_wake - last,
+            work_slowest: work,
+            span: end - last,
+        });
+    }
+    Ok(out)
+}
+
+/// Medians over the instances (layers × runs) of one phase kind, µs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PhaseRow {
+    pub name: &'static str,
+    pub instances: usize,
+    pub waiters: f64,
+    pub wait_median_us: f64,
+    pub wait_max_us: f64,
+    pub sync_us: f64,
+    pub wake_spread_us: f64,
+    pub work_slowest_us: Option<f64>,
+    pub span_us: f64,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+/// One row per phase kind present in `figures` (kernel order), medians over instances.
+pub fn summarize(figures: &[EventFigures]) -> Vec<PhaseRow> {
+    let order = LAYER_PHASES.iter().chain(TAIL_EVENTS.iter());
+    order
+        .filter_map(|&name| {
+            let of: Vec<&EventFigures> = figures.iter().filter(|f| f.name == name).collect();
+            if of.is_empty() {
+                return None;
+            }
+            let med = |f: &dyn Fn(&EventFigures) -> f64| median(&mut of.iter().map(|x| f(x)).collect::<Vec<_>>());
+            let works: Vec<f64> = of.iter().filter_map(|x| x.work_slowest).collect();
+            Some(PhaseRow {
+                name,
+                instances: of.len(),
+                waiters: med(&|x| x.waiters as f64),
+                wait_median_us: med(&|x| x.wait_median) / 1e3,
+                wait_max_us: med(&|x| x.wait_max) / 1e3,
+                sync_us: med(&|x| x.sync) / 1e3,
+                wake_spread_us: med(&|x| x.wake_spread) / 1e3,
+                work_slowest_us: (!works.is_empty()).then(|| median(&mut works.clone()) / 1e3),
+                span_us: med(&|x| x.span) / 1e3,
+            })
+        })
+        .collect()
+}
+
+/// The rows as a markdown table, with the per-layer critical path (Σ of the layer
+/// phases' median spans).
+pub fn table(rows: &[PhaseRow]) -> String {
+    let mut s = String::from(
+        "| phase | instances | waiting blocks | wait median µs | wait max µs | sync: last arrival → first wake µs | last wake µs | slowest work µs | span µs |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for r in rows {
+        s += &format!(
+            "| {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.2} |\n",
+            r.name,
+            r.instances,
+            r.waiters,
+            r.wait_median_us,
+            r.wait_max_us,
+            r.sync_us,
+            r.wake_spread_us,
+            r.work_slowest_us.map_or("—".into(), |w| format!("{w:.2}")),
+            r.span_us
+        );
+    }
+    let layer: f64 = rows.iter().filter(|r| LAYER_PHASES.contains(&r.name)).map(|r| r.span_us).sum();
+    s += &format!("per-layer critical path (Σ median spans of the layer phases): {layer:.2} µs\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::SplitMix64;
+
+    /// A synthetic step with known latencies: every dependency wakes its first waiter
+    /// `sync` ns after the producers' last arrival, and each waiter works `work(b)` ns.
+    /// Stamps are written the way the kernel writes them, with a timer of `tick` ns.
+    fn synthetic(layers: usize, blocks: usize, fuse_o: bool, sync: f64, tick: u64) -> (RawTrace, f64) {
+        let events = events_for(layers);
+        let mut words = vec![0u64; blocks * events * WORDS_PER_EVENT];
+        let mut rng = SplitMix64(42);
+        let t0: u64 = 1_764_500_000_000_000_000; // a Unix-ns-sized base
+                                                 // Per-block cycle counter: its own origin, 1.98 cycles per ns.
+        let origin: Vec<u64> = (0..blocks).map(|b| 1_000_000 + 7_777_777 * b as u64).collect();
+        let mut put = |b: usize, e: usize, k: usize, t: f64| {
+            let at = (b * events + e) * WORDS_PER_EVENT + 2 * k;
+            words[at] = (t0 + t as u64) / tick * tick;
+            words[at + 1] = origin[b] + (t * 1.98) as u64;
+        };
+        let slowest = 1_500.0;
+        let mut clock = 10_000.0;
+        for e in 0..events {
+            let (name, _) = event_name(layers, e);
+            if fuse_o && name == "O" {
+                continue;
+            }
+            let last = clock;
+            let waiters: Vec<usize> = match name {
+                "ATTN" => (0..blocks / 2).collect(),
+                "SAMPLER" => vec![0],
+                _ => (0..blocks).collect(),
+            };
+            let mut end: f64 = last;
+            for b in 0..blocks {
+                if let Some(i) = waiters.iter().position(|&w| w == b) {
+                    let wake = last + sync + if i == 0 { 0.0 } else { 50.0 + (rng.next_u64() % 200) as f64 };
+                    let work = if i == waiters.len() - 1 { slowest } else { 300.0 + (rng.next_u64() % 1000) as f64 };
+                    put(b, e, WAIT_START, last - 800.0);
+                    put(b, e, WAIT_END, wake);
+                    if name != "STEP" {
+                        put(b, e, ARRIVE, wake + work);
+                        end = end.max(wake + work);
+                    }
+                } else if name != "STEP" && name != "SAMPLER" {
+                    put(b, e, ARRIVE, last - 400.0);
+                }
+            }
+            clock = end;
+        }
+        (RawTrace { blocks, layers, fuse_o, step: 40, words }, slowest)
+    }
+
+    #[test]
+    fn recovers_sync_latency_and_work_from_fine_and_coarse_timers() {
+        for (tick, tol) in [(1u64, 2.0), (1_000, 150.0)] {
+            for fuse_o in [false, true] {
+                let (raw, slowest) = synthetic(24, 12, fuse_o, 700.0, tick);
+                let figs = event_figures(&raw).expect("figures");
+                assert!(figs.iter().all(|f| f.name != "O" || !fuse_o), "no O phase when fused");
+                for f in &figs {
+                    assert!((f.sync - 700.0).abs() < tol, "tick {tick}: {} layer {:?}: sync {}", f.name, f.layer, f.sync);
+                    if let Some(w) = f.work_slowest {
+                        assert!((w - slowest).abs() < tol, "tick {tick}: {} work {w}", f.name);
+                    }
+                }
+                let rows = summarize(&figs);
+                let names: Vec<&str> = rows.iter().map(|r| r.name).collect();
+                let want: Vec<&str> = if fuse_o {
+                    vec!["QKV", "ATTN", "GATE_UP", "DOWN", "LM", "SAMPLER", "STEP"]
+                } else {
+                    vec!["QKV", "ATTN", "O", "GATE_UP", "DOWN", "LM", "SAMPLER", "STEP"]
+                };
+                assert_eq!(names, want);
+                let qkv = &rows[0];
+                // Layer 0's QKV waits for the previous step's LM head, which is not traced.
+                assert_eq!(qkv.instances, 23);
+                assert!((qkv.wait_median_us - 1.5).abs() < 0.4, "wait {}", qkv.wait_median_us);
+                assert!((rows[1].waiters - 6.0).abs() < 1e-9, "half the blocks wait for attention");
+                assert!(table(&rows).contains("| GATE_UP |"));
+            }
+        }
+    }
+
+    #[test]
+    fn an_empty_or_misshapen_trace_is_an_error() {
+        let raw = RawTrace { blocks: 2, layers: 1, fuse_o: false, step: 0, words: vec![0; 2 * events_for(1) * WORDS_PER_EVENT] };
+        assert!(event_figures(&raw).unwrap_err().contains("no stamps"));
+        let short = RawTrace { words: vec![1; 5], ..raw };
+        assert!(calibrate(&short).unwrap_err().contains("expected"));
+    }
+
+    #[test]
+    fn producers_follow_the_kernel_dependencies() {
+        let raw = RawTrace { blocks: 1, layers: 2, fuse_o: false, step: 0, words: Vec::new() };
+        let ev = |l: usize, p: &str| l * PHASES + LAYER_PHASES.iter().position(|&n| n == p).expect("phase");
+        assert_eq!(raw.producer(ev(0, "QKV")), None);
+        assert_eq!(raw.producer(ev(1, "QKV")), Some(ev(0, "DOWN")));
+        assert_eq!(raw.producer(ev(1, "GATE_UP")), Some(ev(1, "O")));
+        assert_eq!(raw.producer(10), Some(ev(1, "DOWN")), "LM waits for the last DOWN");
+        assert_eq!(raw.producer(11), Some(10));
+        assert_eq!(raw.producer(12), Some(11));
+        let fused = RawTrace { fuse_o: true, ..raw };
+        assert_eq!(fused.producer(ev(1, "GATE_UP")), Some(ev(1, "ATTN")));
+    }
+}

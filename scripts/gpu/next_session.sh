@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The next session's one device call on `nvidia-h200` (docs/perf-notes.md, "Next: phase
+# trace and fused o-projection"): build here first with scripts/gpu/build_next.sh, then
+#   run(command="bash .carry/next/scripts/gpu/next_session.sh", carry=[".carry/next"])
+# from the repository root. Steps, most informative first, each under `timeout -s KILL`
+# and all inside an overall deadline (default 480 s, well under the 10-minute limit):
+#   1. trace         phase trace of the default kernel and of fuse_o, SmolLM2-135M and Llama-3.2-1B
+#   2. correctness   gpu_check correctness --quick with fuse_o (tiny shapes + SmolLM2-135M vs the
+#                    CPU float32 reference, sampling, stops, cancellation, 64-token chaos check)
+#   3. kernel-check  fuse_o vs the default kernel on 300/600 scored positions (split attention,
+#                    merge + fused o tail) and the chaos race check over 1,000 greedy tokens
+#   4. bench         default (v3) vs fuse_o vs fuse_o + prefetch (W_o slice into L2 before the
+#                    attention wait), median of 5, both shapes
+# A hung kernel ends its step after the runtime's 60 s stall timeout (the process exits,
+# which ends the kernel); the later steps still run. Logs go to $OUT.
+#   env: CARRY (.carry/next), OUT, DEADLINE_S (480), RACE_TOKENS (1000), RUNS (5), STEPS
+set -uo pipefail
+C=${CARRY:-.carry/next}
+out=${OUT:-gpu-logs}; mkdir -p "$out"
+case $C in /*) cubins=$C/cubins ;; *) cubins=$PWD/$C/cubins ;; esac
+export PEREGRINE_CUBIN_CACHE=$cubins NCCL_NVLS_ENABLE=0
+bin=$C/gpu_check
+[ -x "$bin" ] || { echo "missing $bin: run scripts/gpu/build_next.sh first"; exit 1; }
+shapes=smollm2-135m,llama-3.2-1b
+start=$(date +%s)
+deadline=$((start + ${DEADLINE_S:-480}))
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
+rc=0
+step() { # name max_seconds cmd...: one step, capped by the overall deadline; its log kept, its summary printed
+  local name=$1 max=$2; shift 2
+  local left=$((deadline - $(date +%s)))
+  local t=$(( max < left ? max : left ))
+  if [ "$t" -lt 20 ]; then echo "== $name: SKIPPED (${left}s left before the deadline)"; rc=1; return; fi
+  echo "== $name (limit ${t}s)"
+  local t0=$(date +%s)
+  timeout -s KILL "$t" "$@" > "$out/$name.log" 2>&1
+  local r=$?
+  if [ "$name" = trace ]; then
+    grep -E "^== trace|^\| |per-layer|SM clock|PASS|FAIL|^error|panicked" "$out/$name.log" | cut -c1-400
+  else
+    sed -n '/==== summary ====/,$p' "$out/$name.log" | cut -c1-400
+    grep -E "^error|panicked" "$out/$name.log" | head -5
+  fi
+  echo "$name exit: $r after $(( $(date +%s) - t0 ))s"
+  [ $r = 0 ] || { rc=1; tail -n 8 "$out/$name.log" | cut -c1-400; }
+}
+for s in ${STEPS:-trace correctness kernel_check bench}; do
+  case $s in
+    trace) step trace 110 "$bin" trace --shapes "$shapes" --variants v3,fuse-o --runs "${RUNS:-5}" ;;
+    correctness) step correctness 150 "$bin" correctness --quick --kernel fuse-o ;;
+    kernel_check) step kernel_check 120 "$bin" kernel-check --kernel fuse-o --shapes "$shapes" --gen "${RACE_TOKENS:-1000}" ;;
+    bench) step bench 170 "$bin" bench --variants v3,fuse-o,fuse-o-prefetch --shapes "$shapes" --runs "${RUNS:-5}" ;;
+    *) echo "unknown step $s"; rc=1 ;;
+  esac
+done
+echo "next_session: $([ $rc = 0 ] && echo all steps passed || echo SOME STEPS FAILED) in $(( $(date +%s) - start ))s"
+exit $rc
