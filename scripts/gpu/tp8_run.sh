@@ -13,12 +13,10 @@
 #   PART=bench   4. peregrine bench --tp 1,2,4,8 on llama-3.2-1b, smollm2-1.7b, dtp-2b (standard)
 #                5. the same for dtp-2b with DTP (8 lanes at TP=8)
 #
-# Flags this relies on (the multi-GPU code of issue 8): `--tp LIST` / `--gpus` on bench,
-# `hf_score score --tp N`, `transformers_check.py --tp LIST` (all in the tp branch as of
-# this writing); `gpu_check tp --tp N` (the tp branch's gpu_check uses min(GPUs, 2): it
-# needs a --tp flag for 4 and 8); DTP selection: hf_score runs DTP when config.json has a
-# `dtp` block (docs/dtp.md), and the bench takes $DTP_FLAG (default `--dtp delay=2,early=present`,
-# the DtpConfig CLI form) — adjust DTP_FLAG to whatever the bench finally accepts.
+# Flags it uses (all on main): `--tp LIST` / `--gpus` and `--dtp SPEC` on bench,
+# `hf_score score --tp N` (DTP when config.json has a `dtp` block, docs/dtp.md),
+# `transformers_check.py --tp LIST`, `gpu_check tp --tp N`. Only 2-GPU runs have been
+# made (2026-11-30): nothing here has run at TP 4 or 8.
 #   env: BIN (.carry/tp8), PART (check|bench|all), TPS (1,2,4,8), CHECK_TPS (4,8),
 #        RUNS (5), RACE_TOKENS (2000), DTP_FLAG, OUT
 set -uo pipefail
