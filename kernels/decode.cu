@@ -89,6 +89,11 @@ static_assert(NR % 2 == 0, "gate/up rows are streamed in (gate, up) pairs");
 constexpr bool FUSE_O = PG_FUSE_O != 0;
 static_assert(!(FUSE_O && IS_TP), "fuse_o runs on one GPU only");
 static_assert(THREADS % WARP_SIZE == 0 && THREADS >= HD, "block too small");
+/// preload: each warp issues the first PRELOAD_ITERS 16-byte loads per row of its first
+/// row group before the phase's dependency wait and uses them after it (ops/matvec.cuh,
+/// RowPreload): the group's DRAM round trip overlaps the wait. NR × PRELOAD_ITERS uint4
+/// registers per lane. The loads are rank-local weights, so it composes with TP and fuse_o.
+constexpr int PRELOAD_ITERS = PG_PRELOAD ? 2 : 0;
 
 // ---- dependency counters -------------------------------------------------------
 
@@ -157,6 +162,32 @@ template <int K, int ROWS>
 __device__ __forceinline__ void maybe_prefetch(const bf16_t* w) {
 #if PG_PREFETCH
   prefetch_rows<K, NR, WARPS>(w, ROWS);
+#endif
+}
+
+/// A matrix phase's preloaded registers (unused, and removed by the compiler, without PG_PRELOAD).
+template <int K>
+using Preload = RowPreload<K, NR, PRELOAD_ITERS>;
+
+/// Before waiting for a phase's inputs, issue this warp's first row-group loads (PG_PRELOAD).
+template <int K, int ROWS>
+__device__ __forceinline__ void maybe_preload(const bf16_t* w, Preload<K>& pre) {
+#if PG_PRELOAD
+  preload_rows<K, NR, WARPS>(w, ROWS, pre);
+#else
+  (void)w;
+  (void)pre;
+#endif
+}
+
+/// grid_rows of a matrix phase, consuming what maybe_preload loaded (PG_PRELOAD).
+template <int K, class Epi>
+__device__ __forceinline__ void phase_rows(const bf16_t* w, int rows, const float* xs, const Preload<K>& pre, Epi epi) {
+#if PG_PRELOAD
+  grid_rows<K, NR, WARPS>(w, rows, xs, pre, epi);
+#else
+  (void)pre;
+  grid_rows<K, NR, WARPS>(w, rows, xs, epi);
 #endif
 }
 
@@ -292,6 +323,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WQKV);
         if (block_has_rows<NR>(QKV)) {
           maybe_prefetch<D, QKV>(w);
+          Preload<D> pre;
+          maybe_preload<D, QKV>(w, pre);
           u64* ev = trace_event(tr, l * PHASES + PH_QKV);
           if (l > 0) {
             block_wait(layer_ctr(ctr, l - 1, PH_DOWN), done, ev);
@@ -323,7 +356,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           else load_vec_f32<THREADS>(vec, x, D);
           rmsnorm_smem<THREADS, D>(vec, LAYER_PTR(const float*, lw, ATTN_NORM), EPS, red);
           const float* bias = LAYER_PTR(const float*, lw, QKV_BIAS);
-          grid_rows<D, NR, WARPS>(w, QKV, vec, [&](int r, float v) {
+          phase_rows<D>(w, QKV, vec, pre, [&](int r, float v) {
 #if PG_QKV_BIAS
             v += __ldg(bias + r);
 #endif
@@ -406,12 +439,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WO);
         if (block_has_rows<NR>(D)) {
           maybe_prefetch<QD, D>(w);
+          Preload<QD> pre;
+          maybe_preload<QD, D>(w, pre);
           block_wait(layer_ctr(ctr, l, PH_ATTN), done, trace_event(tr, l * PHASES + PH_O));
           load_vec_f32<THREADS>(vec, attn, QD);
           __syncthreads();
           float* po[TP];
           const bool send = slots_of(po, s, l, 0);
-          grid_rows<QD, NR, WARPS>(w, D, vec, [&](int r, float v) {
+          phase_rows<QD>(w, D, vec, pre, [&](int r, float v) {
             if (IS_TP) {
               push_partial<TP, D>(po, rank, r, v, send);
             } else {
@@ -428,6 +463,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WGATE_UP);
         if (block_has_rows<NR>(2 * F)) {
           maybe_prefetch<D, 2 * F>(w);
+          Preload<D> pre;
+          maybe_preload<D, 2 * F>(w, pre);
           block_wait(layer_ctr(ctr, l, FUSE_O ? PH_ATTN : PH_O), done, trace_event(tr, l * PHASES + PH_GATE_UP));
           if (IS_TP) {
             load_after(s, l, 0, xb, l == 0 ? emb_row : nullptr, x, w_gu);
@@ -446,7 +483,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           constexpr int GROUPS = (2 * F + NR - 1) / NR;
           for (int grp = gw; grp < GROUPS; grp += nw) {
             float acc[NR];
+#if PG_PRELOAD
+            // The warp's first group (grp == gw, warp-uniform) was loaded before the wait.
+            if (grp == gw) warp_rows_dot_pre<D, NR, PRELOAD_ITERS>(w, grp * NR, 2 * F, vec, pre, acc);
+            else warp_rows_dot<D, NR>(w, grp * NR, 2 * F, vec, acc);
+#else
+            (void)pre;
             warp_rows_dot<D, NR>(w, grp * NR, 2 * F, vec, acc);
+#endif
             if (lane_id() == 0) {
 #pragma unroll
               for (int r = 0; r < NR; r += 2) {
@@ -464,12 +508,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WDOWN);
         if (block_has_rows<NR>(D)) {
           maybe_prefetch<F, D>(w);
+          Preload<F> pre;
+          maybe_preload<F, D>(w, pre);
           block_wait(layer_ctr(ctr, l, PH_GATE_UP), done, trace_event(tr, l * PHASES + PH_DOWN));
           load_vec_f32<THREADS>(vec, act, F);
           __syncthreads();
           float* pd[TP];
           const bool send = slots_of(pd, s, l, 1);
-          grid_rows<F, NR, WARPS>(w, D, vec, [&](int r, float v) {
+          phase_rows<F>(w, D, vec, pre, [&](int r, float v) {
             if (IS_TP) push_partial<TP, D>(pd, rank, r, v, send);
             else x[r] = ld_shared_f32((FUSE_O ? xb : x) + r) + v;
           });
@@ -485,6 +531,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
     u32 host_stop = 0;
     if (!score && rank == 0 && blockIdx.x == 0 && threadIdx.x == 0) host_stop = ld_host_flag(ctl + PG_CTL_STOP);
     maybe_prefetch<D, V>(lm_head);
+    Preload<D> lm_pre;
+    maybe_preload<D, V>(lm_head, lm_pre);
     block_wait(layer_ctr(ctr, L - 1, PH_DOWN), done, trace_event(tr, EV_LM));
     if (IS_TP) load_after(s, L - 1, 1, x, nullptr, nullptr, 1);
     else load_vec_f32<THREADS>(vec, x, D);
@@ -518,7 +566,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       float* dbg_row = dbg ? dbg + (size_t)lm_runs * V : nullptr;
       const bool penalise_on = penalty != 1.0f;
       const u32 row0 = (u32)rank * V;  // this rank's first vocabulary row
-      grid_rows<D, NR, WARPS>(lm_head, V, vec, [&](int r, float v) {
+      phase_rows<D>(lm_head, V, vec, lm_pre, [&](int r, float v) {
         const u32 gr = row0 + (u32)r;
         const float a = penalise_on ? penalise(v, ld_shared_u8(seen + gr) != 0, penalty) : v;
         logits[gr] = v;

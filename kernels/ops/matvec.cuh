@@ -80,3 +80,102 @@ __device__ __forceinline__ void prefetch_rows(const bf16_t* __restrict__ W, int 
     for (int l = lane_id(); l < LINES; l += WARP_SIZE) prefetch_l2(W + (size_t)row * K + l * LINE_ELEMS);
   }
 }
+
+// ---- preload (PG_PRELOAD) -------------------------------------------------------
+// Weights never depend on the data, so a warp can issue the 16-byte loads of its first
+// row group before its block waits on the phase's dependency counter and consume
+// them after the wait: the group's DRAM round trip overlaps the wait. Read-only
+// weights through the non-coherent path, so loading them before the acquire is safe.
+// Summation order is warp_rows_dot's, so results are bit-identical to grid_rows.
+
+/// The first N ≤ P iterations (16-byte word per lane per row) of one row group.
+template <int K, int NR, int P>
+struct RowPreload {
+  static constexpr int CHUNKS = K / 8;
+  static constexpr int ITERS = (CHUNKS + WARP_SIZE - 1) / WARP_SIZE;
+  static constexpr int N = P < ITERS ? P : ITERS;
+  uint4 w[N > 0 ? N : 1][NR];
+};
+
+/// Loads the first iterations of this warp's first `grid_rows` group (group index
+/// warp_id() · gridDim.x + blockIdx.x) into `pre`; a warp without a group loads nothing.
+/// No shuffles and no waits: lanes past the row's end just skip their load.
+template <int K, int NR, int WARPS, int P>
+__device__ __forceinline__ void preload_rows(const bf16_t* __restrict__ W, int rows, RowPreload<K, NR, P>& pre) {
+  using Pre = RowPreload<K, NR, P>;
+  const int g = warp_id() * gridDim.x + blockIdx.x;
+  if (g * NR >= rows) return;
+  const int lane = lane_id();
+#pragma unroll
+  for (int it = 0; it < Pre::N; ++it) {
+    const int c = it * WARP_SIZE + lane;
+    if (Pre::CHUNKS % WARP_SIZE == 0 || c < Pre::CHUNKS) {
+#pragma unroll
+      for (int r = 0; r < NR; ++r) pre.w[it][r] = ld_weight16(W + (size_t)min(g * NR + r, rows - 1) * K + c * 8);
+    }
+  }
+}
+
+/// warp_rows_dot whose first Pre::N iterations come from `pre` (loaded by preload_rows
+/// for the same row0); same summation order, so the same bits.
+template <int K, int NR, int P>
+__device__ __forceinline__ void warp_rows_dot_pre(const bf16_t* __restrict__ W, int row0, int rows, const float* xs,
+                                                  const RowPreload<K, NR, P>& pre, float (&acc)[NR]) {
+  using Pre = RowPreload<K, NR, P>;
+  constexpr int CHUNKS = Pre::CHUNKS;
+  constexpr int ITERS = Pre::ITERS;
+  const int lane = lane_id();
+  const bf16_t* rowp[NR];
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    acc[r] = 0.f;
+    const int row = min(row0 + r, rows - 1);
+    rowp[r] = W + (size_t)row * K;
+  }
+#pragma unroll
+  for (int it = 0; it < Pre::N; ++it) {
+    const int c = it * WARP_SIZE + lane;
+    if (CHUNKS % WARP_SIZE == 0 || c < CHUNKS) {
+      const float4 xa = *reinterpret_cast<const float4*>(xs + c * 8);
+      const float4 xb = *reinterpret_cast<const float4*>(xs + c * 8 + 4);
+#pragma unroll
+      for (int r = 0; r < NR; ++r) acc[r] += dot8(pre.w[it][r], xa, xb);
+    }
+  }
+#pragma unroll ROW_UNROLL
+  for (int it = Pre::N; it < ITERS; ++it) {
+    const int c = it * WARP_SIZE + lane;
+    if (CHUNKS % WARP_SIZE == 0 || c < CHUNKS) {
+      uint4 w[NR];
+#pragma unroll
+      for (int r = 0; r < NR; ++r) w[r] = ld_weight16(rowp[r] + c * 8);
+      const float4 xa = *reinterpret_cast<const float4*>(xs + c * 8);
+      const float4 xb = *reinterpret_cast<const float4*>(xs + c * 8 + 4);
+#pragma unroll
+      for (int r = 0; r < NR; ++r) acc[r] += dot8(w[r], xa, xb);
+    }
+  }
+  // Every lane of the warp gets here (the loops' bounds are compile-time constants).
+#pragma unroll
+  for (int r = 0; r < NR; ++r) acc[r] = warp_sum(acc[r]);
+}
+
+/// grid_rows whose first group per warp uses the registers preload_rows filled.
+/// Group loop bounds depend only on the warp's index: warp-uniform.
+template <int K, int NR, int WARPS, int P, class Epi>
+__device__ __forceinline__ void grid_rows(const bf16_t* __restrict__ W, int rows, const float* xs, const RowPreload<K, NR, P>& pre,
+                                          Epi epi) {
+  const int gw = warp_id() * gridDim.x + blockIdx.x;
+  const int nw = WARPS * gridDim.x;
+  const int groups = (rows + NR - 1) / NR;
+  for (int g = gw; g < groups; g += nw) {
+    float acc[NR];
+    if (g == gw) warp_rows_dot_pre<K, NR, P>(W, g * NR, rows, xs, pre, acc);
+    else warp_rows_dot<K, NR>(W, g * NR, rows, xs, acc);
+    if (lane_id() == 0) {
+#pragma unroll
+      for (int r = 0; r < NR; ++r)
+        if (g * NR + r < rows) epi(g * NR + r, acc[r]);
+    }
+  }
+}

@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# The next session's one device call on `nvidia-h200` (docs/perf-notes.md, "Next: phase
-# trace and fused o-projection"): build here first with scripts/gpu/build_next.sh, then
+# The next session's one device call on `nvidia-h200` (docs/perf-notes.md, "Next: preload
+# (unmeasured)"): build here first with scripts/gpu/build_next.sh, then
 #   run(command="bash .carry/next/scripts/gpu/next_session.sh", carry=[".carry/next"])
 # from the repository root. Steps, most informative first, each under `timeout -s KILL`
-# and all inside an overall deadline (default 480 s, well under the 10-minute limit):
-#   1. trace         phase trace of the default kernel and of fuse_o, SmolLM2-135M and Llama-3.2-1B
-#   2. correctness   gpu_check correctness --quick with fuse_o (tiny shapes + SmolLM2-135M vs the
-#                    CPU float32 reference, sampling, stops, cancellation, 64-token chaos check)
-#   3. kernel-check  fuse_o vs the default kernel on 300/600 scored positions (split attention,
-#                    merge + fused o tail) and the chaos race check over 1,000 greedy tokens
-#   4. bench         default (v3) vs fuse_o vs fuse_o + prefetch (W_o slice into L2 before the
-#                    attention wait), median of 5, both shapes
+# and all inside an overall deadline (default 480 s, well under the 10-minute limit; the
+# step limits add up to more, so the last steps get what is left or are skipped):
+#   1. kernel-check  preload vs the default kernel on 300/600 scored positions (expected
+#                    bit-identical logits) and the chaos race check over 1,000 greedy tokens
+#   2. bench         default (v3), preload, fuse_o + prefetch (the best so far) and fuse_o +
+#                    preload, median of RUNS, SmolLM2-135M and Llama-3.2-1B
+#   3. trace         phase trace of the default kernel and of preload, both shapes
+#   4. correctness   gpu_check correctness --quick with fuse_o (tiny shapes + SmolLM2-135M vs the
+#                    CPU float32 reference, sampling, stops, cancellation; not yet run for fuse_o)
 # A hung kernel ends its step after the runtime's 60 s stall timeout (the process exits,
 # which ends the kernel); the later steps still run. Logs go to $OUT.
-#   env: CARRY (.carry/next), OUT, DEADLINE_S (480), RACE_TOKENS (1000), RUNS (5), STEPS
+#   env: CARRY (.carry/next), OUT, DEADLINE_S (480), RACE_TOKENS (1000), RUNS (3), STEPS
+#   (default "kernel_check bench trace correctness")
 set -uo pipefail
 C=${CARRY:-.carry/next}
 out=${OUT:-gpu-logs}; mkdir -p "$out"
@@ -44,12 +46,12 @@ step() { # name max_seconds cmd...: one step, capped by the overall deadline; it
   echo "$name exit: $r after $(( $(date +%s) - t0 ))s"
   [ $r = 0 ] || { rc=1; tail -n 8 "$out/$name.log" | cut -c1-400; }
 }
-for s in ${STEPS:-trace correctness kernel_check bench}; do
+for s in ${STEPS:-kernel_check bench trace correctness}; do
   case $s in
-    trace) step trace 110 "$bin" trace --shapes "$shapes" --variants v3,fuse-o --runs "${RUNS:-5}" ;;
+    kernel_check) step kernel_check 120 "$bin" kernel-check --kernel preload --shapes "$shapes" --gen "${RACE_TOKENS:-1000}" ;;
+    bench) step bench 200 "$bin" bench --variants v3,preload,fuse-o-prefetch,fuse-o-preload --shapes "$shapes" --runs "${RUNS:-3}" ;;
+    trace) step trace 110 "$bin" trace --shapes "$shapes" --variants v3,preload --runs "${RUNS:-3}" ;;
     correctness) step correctness 150 "$bin" correctness --quick --kernel fuse-o ;;
-    kernel_check) step kernel_check 120 "$bin" kernel-check --kernel fuse-o --shapes "$shapes" --gen "${RACE_TOKENS:-1000}" ;;
-    bench) step bench 170 "$bin" bench --variants v3,fuse-o,fuse-o-prefetch --shapes "$shapes" --runs "${RUNS:-5}" ;;
     *) echo "unknown step $s"; rc=1 ;;
   esac
 done

@@ -13,7 +13,9 @@
 //! prompts with the variant against the default kernel (every position's logits: the
 //! split-attention merge path included) and runs the chaos race check with it;
 //! `gpu_check trace --shapes a,b [--variants v3,fuse-o]` prints the phase trace
-//! (docs/perf-notes.md, "Next: phase trace and fused o-projection").
+//! (docs/perf-notes.md, "Next: phase trace and fused o-projection"). Variants `preload`
+//! and `fuse-o-preload` issue each warp's first row-group loads before the phase's wait
+//! (docs/perf-notes.md, "Next: preload (unmeasured)").
 //!
 //! Usage: gpu_check [all|correctness|bench|sanitize|prefill|precompile|precompile-tp|tp|trace|kernel-check|defines] [--quick]
 //!        [--tp N] [--shapes a,b] [--runs N] [--prompt N] [--gen N] [--variants v1,v2,...] [--kernel NAME] [--no-tiny]
@@ -137,6 +139,10 @@ mod imp {
             "fuse-o-prefetch" => KernelOptions { fuse_o: true, prefetch: true, ..base },
             "trace" => KernelOptions { trace: true, ..base },
             "fuse-o-trace" => KernelOptions { fuse_o: true, trace: true, ..base },
+            // "Next: preload": each warp's first row-group loads issued before the phase's wait.
+            "preload" => KernelOptions { preload: true, ..base },
+            "fuse-o-preload" => KernelOptions { fuse_o: true, preload: true, ..base },
+            "preload-trace" => KernelOptions { preload: true, trace: true, ..base },
             other => panic!("unknown variant {other}"),
         }
     }

@@ -220,6 +220,12 @@ pub struct KernelOptions {
     /// phase sums on load (PG_FUSE_O): one dependent phase less per layer. One GPU only
     /// ([`unsupported_tp`]). Off by default.
     pub fuse_o: bool,
+    /// Each warp issues the first 16-byte loads of its first row group of a matrix phase
+    /// before the phase's dependency wait and consumes them after it (PG_PRELOAD,
+    /// kernels/ops/matvec.cuh `RowPreload`): the weights never depend on the data, so the
+    /// group's DRAM round trip overlaps the wait. Bit-identical results; composes with
+    /// `fuse_o` and tensor parallelism (rank-local weights). Off by default.
+    pub preload: bool,
 }
 
 impl Default for KernelOptions {
@@ -240,6 +246,7 @@ impl Default for KernelOptions {
             prefill_mma_attention: true,
             trace: false,
             fuse_o: false,
+            preload: false,
         }
     }
 }
@@ -408,6 +415,7 @@ pub fn defines_tp(
     put("ATTN_MAX_SPLITS", options.attn_max_splits.to_string());
     put("TRACE", u8::from(options.trace).to_string());
     put("FUSE_O", u8::from(options.fuse_o).to_string());
+    put("PRELOAD", u8::from(options.preload).to_string());
     if options.chaos {
         put("CHAOS", "1".into());
     }
@@ -633,6 +641,20 @@ mod tests {
         assert_eq!((get(&base, "PG_TRACE").as_deref(), get(&base, "PG_FUSE_O").as_deref()), (Some("0"), Some("0")));
         let traced = KernelOptions { trace: true, ..fused };
         assert_eq!((get(&traced, "PG_TRACE").as_deref(), get(&traced, "PG_FUSE_O").as_deref()), (Some("1"), Some("1")));
+    }
+
+    #[test]
+    fn preload_is_an_off_by_default_define_allowed_under_tensor_parallelism() {
+        let config = crate::synthetic::preset("smollm2-135m").expect("preset");
+        let get = |o: &KernelOptions| defines(&config, o).into_iter().find(|(n, _)| n == "PG_PRELOAD").map(|(_, v)| v);
+        let base = KernelOptions::default();
+        assert!(!base.preload, "off by default");
+        assert_eq!(get(&base).as_deref(), Some("0"));
+        let pre = KernelOptions { preload: true, ..base };
+        assert_eq!(get(&pre).as_deref(), Some("1"));
+        // The preloaded weights are the rank's own shard: nothing to refuse under TP.
+        assert!(unsupported_tp(&pre, 2).is_none());
+        assert!(unsupported_tp(&KernelOptions { fuse_o: true, ..pre }, 2).is_some(), "fuse_o still one GPU only");
     }
 
     #[test]

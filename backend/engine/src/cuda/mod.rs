@@ -71,12 +71,13 @@ mod tests {
         assert!(err.to_string().contains("query heads"), "{err}");
     }
 
-    /// The variants that are off by default (`trace`, `fuse_o`, both, and each with the
-    /// chaos delays the race check uses, and fuse_o with attention unsplit) compile for
-    /// every benchmark shape and the tiny check shapes' head dims; fuse_o under tensor
-    /// parallelism is refused with a message, not compiled.
+    /// The variants that are off by default (`trace`, `fuse_o`, `preload`, their
+    /// combinations, each with the chaos delays the race check uses, and fuse_o with
+    /// attention unsplit) compile for every benchmark shape and the tiny check shapes'
+    /// head dims; fuse_o under tensor parallelism is refused with a message, not
+    /// compiled; preload compiles under TP 2 and DTP.
     #[test]
-    fn trace_and_fuse_o_variants_compile_with_nvrtc_for_every_preset() {
+    fn off_by_default_variants_compile_with_nvrtc_for_every_preset() {
         if let Err(e) = nvrtc::preload() {
             assert!(std::env::var_os(nvrtc::NVRTC_DIR_ENV).is_none(), "{} is set but NVRTC does not load: {e}", nvrtc::NVRTC_DIR_ENV);
             eprintln!("skipped: {e}");
@@ -90,6 +91,11 @@ mod tests {
             ("fuse_o+chaos", KernelOptions { fuse_o: true, chaos: true, ..base.clone() }),
             ("fuse_o+prefetch", KernelOptions { fuse_o: true, prefetch: true, ..base.clone() }),
             ("fuse_o+chaos unsplit", KernelOptions { fuse_o: true, chaos: true, attn_max_splits: 1, ..base.clone() }),
+            ("preload", KernelOptions { preload: true, ..base.clone() }),
+            ("preload+chaos", KernelOptions { preload: true, chaos: true, ..base.clone() }),
+            ("fuse_o+preload", KernelOptions { fuse_o: true, preload: true, ..base.clone() }),
+            ("fuse_o+preload+chaos", KernelOptions { fuse_o: true, preload: true, chaos: true, ..base.clone() }),
+            ("preload+trace", KernelOptions { preload: true, trace: true, ..base.clone() }),
         ];
         let mut configs: Vec<_> = crate::synthetic::PRESET_NAMES.iter().map(|n| crate::synthetic::preset(n).expect("preset")).collect();
         let small = configs[0].clone();
@@ -115,6 +121,13 @@ mod tests {
         compile_only_tp(&llama, &variants[0].1, 2, None, "sm_90a").unwrap_or_else(|e| panic!("trace tp 2: {e}"));
         let err = compile_only_tp(&llama, &variants[1].1, 2, None, "sm_90a").expect_err("fuse_o under TP");
         assert!(err.to_string().contains("one GPU"), "{err}");
+        // preload composes with tensor parallelism (rank-local weights) and DTP.
+        let preload = KernelOptions { preload: true, ..base.clone() };
+        compile_only_tp(&llama, &preload, 2, None, "sm_90a").unwrap_or_else(|e| panic!("preload tp 2: {e}"));
+        let shape = crate::synthetic::preset("dtp-2b").expect("preset");
+        let dtp = crate::synthetic::dtp_preset("dtp-2b").expect("dtp preset");
+        let sched = crate::dtp::DtpSchedule::new(&dtp, &shape, 2).expect("schedule");
+        compile_only_tp(&shape, &preload, 2, Some(&sched), "sm_90a").unwrap_or_else(|e| panic!("preload dtp: {e}"));
     }
 
     /// The batched prefill's kernels compile for every benchmark shape and for the other
