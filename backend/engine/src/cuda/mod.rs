@@ -33,15 +33,43 @@ pub use run_stats::{PrefillSplit, RunStats};
 mod tests {
     use super::*;
 
+    /// Whether NVRTC loads; without it the compile tests skip with the reason, except
+    /// where `make test` points PEREGRINE_NVRTC_DIR at the pinned wheel: there a missing
+    /// NVRTC is a failure, not a skip.
+    fn nvrtc_loads() -> bool {
+        match nvrtc::preload() {
+            Ok(_) => true,
+            Err(e) => {
+                assert!(std::env::var_os(nvrtc::NVRTC_DIR_ENV).is_none(), "{} is set but NVRTC does not load: {e}", nvrtc::NVRTC_DIR_ENV);
+                eprintln!("skipped: {e}");
+                false
+            }
+        }
+    }
+
+    /// Every preset plus the smallest one with the other head dims the kernels special-case
+    /// (96 MHA, 128 GQA with q/k/v bias, 256 MQA).
+    fn presets_and_head_dims() -> Vec<crate::config::ModelConfig> {
+        let mut configs: Vec<_> = crate::synthetic::PRESET_NAMES.iter().map(|n| crate::synthetic::preset(n).expect("preset")).collect();
+        let small = configs[0].clone();
+        for (hd, heads, kv_heads, bias) in [(96, 4, 4, false), (128, 4, 2, true), (256, 4, 1, false)] {
+            configs.push(crate::config::ModelConfig {
+                name: format!("hd{hd}"),
+                head_dim: hd,
+                num_heads: heads,
+                num_kv_heads: kv_heads,
+                attention_bias: bias,
+                ..small.clone()
+            });
+        }
+        configs
+    }
+
     /// CI's check that the kernel compiles through the engine's own NVRTC path for
     /// every benchmark shape (no GPU needed; skipped with a reason without libnvrtc).
     #[test]
     fn decode_kernel_compiles_with_nvrtc_for_every_preset() {
-        if let Err(e) = nvrtc::preload() {
-            // `make test` points PEREGRINE_NVRTC_DIR at the pinned wheel: there a missing
-            // NVRTC is a failure, not a skip.
-            assert!(std::env::var_os(nvrtc::NVRTC_DIR_ENV).is_none(), "{} is set but NVRTC does not load: {e}", nvrtc::NVRTC_DIR_ENV);
-            eprintln!("skipped: {e}");
+        if !nvrtc_loads() {
             return;
         }
         for name in crate::synthetic::PRESET_NAMES {
@@ -78,9 +106,7 @@ mod tests {
     /// compiled; preload compiles under TP 2 and DTP.
     #[test]
     fn off_by_default_variants_compile_with_nvrtc_for_every_preset() {
-        if let Err(e) = nvrtc::preload() {
-            assert!(std::env::var_os(nvrtc::NVRTC_DIR_ENV).is_none(), "{} is set but NVRTC does not load: {e}", nvrtc::NVRTC_DIR_ENV);
-            eprintln!("skipped: {e}");
+        if !nvrtc_loads() {
             return;
         }
         let base = KernelOptions::default();
@@ -97,18 +123,7 @@ mod tests {
             ("fuse_o+preload+chaos", KernelOptions { fuse_o: true, preload: true, chaos: true, ..base.clone() }),
             ("preload+trace", KernelOptions { preload: true, trace: true, ..base.clone() }),
         ];
-        let mut configs: Vec<_> = crate::synthetic::PRESET_NAMES.iter().map(|n| crate::synthetic::preset(n).expect("preset")).collect();
-        let small = configs[0].clone();
-        for (hd, heads, kv_heads, bias) in [(96, 4, 4, false), (128, 4, 2, true), (256, 4, 1, false)] {
-            configs.push(crate::config::ModelConfig {
-                name: format!("hd{hd}"),
-                head_dim: hd,
-                num_heads: heads,
-                num_kv_heads: kv_heads,
-                attention_bias: bias,
-                ..small.clone()
-            });
-        }
+        let configs = presets_and_head_dims();
         for config in &configs {
             for (label, options) in &variants {
                 let (cubin, _) =
@@ -135,23 +150,10 @@ mod tests {
     /// attention), and the cubin exports each entry point prefill.rs loads.
     #[test]
     fn prefill_kernels_compile_with_nvrtc() {
-        if let Err(e) = nvrtc::preload() {
-            assert!(std::env::var_os(nvrtc::NVRTC_DIR_ENV).is_none(), "{} is set but NVRTC does not load: {e}", nvrtc::NVRTC_DIR_ENV);
-            eprintln!("skipped: {e}");
+        if !nvrtc_loads() {
             return;
         }
-        let mut configs: Vec<_> = crate::synthetic::PRESET_NAMES.iter().map(|n| crate::synthetic::preset(n).expect("preset")).collect();
-        let base = configs[0].clone();
-        for (hd, heads, kv_heads, bias) in [(96, 4, 4, false), (128, 4, 2, true), (256, 4, 1, false)] {
-            configs.push(crate::config::ModelConfig {
-                name: format!("hd{hd}"),
-                head_dim: hd,
-                num_heads: heads,
-                num_kv_heads: kv_heads,
-                attention_bias: bias,
-                ..base.clone()
-            });
-        }
+        let configs = presets_and_head_dims();
         for config in &configs {
             let options = KernelOptions::default();
             assert!(layout::prefill_shape(config).is_ok(), "{}", config.name);
