@@ -302,6 +302,19 @@ mod imp {
             }
             self.lines.push(line);
         }
+
+        /// Prints every check's line under a summary header and the failure count; a
+        /// failed check ends the process with status 3.
+        fn summarise_and_exit(&self) {
+            println!("\n==== summary ====");
+            for l in &self.lines {
+                println!("{l}");
+            }
+            println!("{} checks failed", self.failures.len());
+            if !self.failures.is_empty() {
+                std::process::exit(3);
+            }
+        }
     }
 
     fn correctness_for(config: &ModelConfig, weights: &Weights, quick: bool, base: &KernelOptions, v: &mut Verdict) -> Result<()> {
@@ -957,14 +970,7 @@ mod imp {
         if args.mode == "prefill" {
             let all = ["smollm2-135m", "llama-3.2-1b", "qwen2.5-coder-1.5b", "smollm2-1.7b"].map(String::from);
             let p = prefill_check(args.quick, if args.shapes_given { &args.shapes } else { &all })?;
-            println!("\n==== summary ====");
-            for l in &p.lines {
-                println!("{l}");
-            }
-            println!("{} checks failed", p.failures.len());
-            if !p.failures.is_empty() {
-                std::process::exit(3);
-            }
+            p.summarise_and_exit();
             return Ok(());
         }
         if args.mode == "trace" || args.mode == "kernel-check" {
@@ -978,14 +984,7 @@ mod imp {
                     kernel_check(c, &base, args.gen, &mut v)?;
                 }
             }
-            println!("\n==== summary ====");
-            for l in &v.lines {
-                println!("{l}");
-            }
-            println!("{} checks failed", v.failures.len());
-            if !v.failures.is_empty() {
-                std::process::exit(3);
-            }
+            v.summarise_and_exit();
             return Ok(());
         }
         if args.mode == "tp" {
@@ -995,14 +994,7 @@ mod imp {
                 let w = synthetic_weights(&config, WEIGHT_SEED);
                 tp_check(&config, &w, tp, if args.quick { 256 } else { 2000 }, &mut v)?;
             }
-            println!("\n==== summary ====");
-            for l in &v.lines {
-                println!("{l}");
-            }
-            println!("{} checks failed", v.failures.len());
-            if !v.failures.is_empty() {
-                std::process::exit(3);
-            }
+            v.summarise_and_exit();
             return Ok(());
         }
         let bw = cuda::measure_copy_bandwidth(0, 1 << 30, 10)?;
