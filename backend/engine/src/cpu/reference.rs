@@ -159,16 +159,15 @@ impl ReferenceModel {
     fn attention(&self, layer: &Layer, li: usize, h: &[f32], pos: usize, cache: &mut KvCache) -> Vec<f32> {
         let c = &self.config;
         let (hd, kv_dim) = (c.head_dim, cache.kv_dim);
-        let mut q = matvec(&layer.q, h, c.num_heads * hd);
-        let mut k = matvec(&layer.k, h, kv_dim);
-        let mut v = matvec(&layer.v, h, kv_dim);
-        for (y, b) in [(&mut q, &layer.q_bias), (&mut k, &layer.k_bias), (&mut v, &layer.v_bias)] {
-            if let Some(b) = b {
-                add_in_place(y, b);
-            }
-        }
-        rope::apply(&mut q, hd, pos, &self.inv_freq, c.rope_layout);
-        rope::apply(&mut k, hd, pos, &self.inv_freq, c.rope_layout);
+        let [q, k, v] = project_qkv(
+            [&layer.q, &layer.k, &layer.v],
+            [&layer.q_bias, &layer.k_bias, &layer.v_bias],
+            h,
+            [c.num_heads * hd, kv_dim, kv_dim],
+            pos,
+            &self.inv_freq,
+            c,
+        );
         cache.k[li].extend_from_slice(&k);
         cache.v[li].extend_from_slice(&v);
         let (keys, values) = (&cache.k[li], &cache.v[li]);
@@ -189,6 +188,29 @@ impl ReferenceModel {
         }
         out
     }
+}
+
+/// q, k and v of one position (`rows` each) from `h`, biases added, q and k roped:
+/// the attention input of the reference and of every DTP lane.
+pub(crate) fn project_qkv(
+    w: [&[f32]; 3],
+    bias: [&Option<Vec<f32>>; 3],
+    h: &[f32],
+    rows: [usize; 3],
+    pos: usize,
+    inv_freq: &[f32],
+    c: &ModelConfig,
+) -> [Vec<f32>; 3] {
+    let mut out = [0, 1, 2].map(|i| matvec(w[i], h, rows[i]));
+    for (y, b) in out.iter_mut().zip(bias) {
+        if let Some(b) = b {
+            add_in_place(y, b);
+        }
+    }
+    for y in &mut out[..2] {
+        rope::apply(y, c.head_dim, pos, inv_freq, c.rope_layout);
+    }
+    out
 }
 
 /// `y = W x` for `W` of `[rows, x.len()]`.

@@ -5,7 +5,7 @@
 //! it anchors the GPU kernel and scripts/gpu/dtp_reference.py.
 
 use crate::config::ModelConfig;
-use crate::cpu::reference::{add_in_place, matvec, rms_norm, silu, softmax_in_place};
+use crate::cpu::reference::{add_in_place, matvec, project_qkv, rms_norm, silu, softmax_in_place};
 use crate::cpu::rope;
 use crate::dtp::config::{Combine, DtpSchedule};
 use crate::dtp::shard::{slice_cols, slice_rows, LaneShard, ShardPlan};
@@ -170,16 +170,8 @@ impl ShardedModel {
         let l = &lane.layers[li];
         let (nq, nkv) = (lane.shard.q_heads.len(), lane.shard.kv_heads.len());
         let kv_dim = nkv * hd;
-        let mut q = matvec(&l.q, h, nq * hd);
-        let mut k = matvec(&l.k, h, kv_dim);
-        let mut v = matvec(&l.v, h, kv_dim);
-        for (y, b) in [(&mut q, &l.q_bias), (&mut k, &l.k_bias), (&mut v, &l.v_bias)] {
-            if let Some(b) = b {
-                add_in_place(y, b);
-            }
-        }
-        rope::apply(&mut q, hd, pos, &self.inv_freq, c.rope_layout);
-        rope::apply(&mut k, hd, pos, &self.inv_freq, c.rope_layout);
+        let [q, k, v] =
+            project_qkv([&l.q, &l.k, &l.v], [&l.q_bias, &l.k_bias, &l.v_bias], h, [nq * hd, kv_dim, kv_dim], pos, &self.inv_freq, c);
         cache.k[li].extend_from_slice(&k);
         cache.v[li].extend_from_slice(&v);
         let (keys, values) = (&cache.k[li], &cache.v[li]);
