@@ -11,6 +11,7 @@
 #ifdef PG_D
 
 #include "common.cuh"
+#include "shape.cuh"
 #include "sync.cuh"
 #include "ops/allreduce.cuh"
 #include "ops/attention.cuh"
@@ -25,24 +26,10 @@
 #include "ops/swiglu.cuh"
 #include "ops/trace.cuh"
 
-constexpr int D = PG_D;
-constexpr int F = PG_F;
-constexpr int L = PG_L;
-constexpr int NH = PG_NH;
-constexpr int NKV = PG_NKV;
-constexpr int HD = PG_HD;
-constexpr int V = PG_V;
-constexpr int KV_CAP = PG_KV_CAP;
-constexpr float EPS = PG_EPS;
 constexpr int THREADS = PG_THREADS;
 constexpr int WARPS = THREADS / WARP_SIZE;
 /// Rows per warp group in the matrix phases (loads in flight = NR × PG_UNROLL).
 constexpr int NR = PG_NR;
-constexpr int QD = NH * HD;
-constexpr int KVD = NKV * HD;
-constexpr int QKV = QD + 2 * KVD;
-constexpr int GROUP = NH / NKV;
-static_assert(NH % NKV == 0, "query heads must be a multiple of KV heads");
 
 // ---- tensor parallelism and DTP ------------------------------------------------
 // With PG_TP > 1 this launch is rank PG_ARG_RANK of TP: NH, NKV, F and V above are

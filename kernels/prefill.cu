@@ -11,19 +11,10 @@
 #if defined(PG_D) && defined(PG_PF_TPQ)
 
 #include "common.cuh"
+#include "shape.cuh"
 #include "ops/rope.cuh"
 #include "ops/swiglu.cuh"
 
-constexpr int D = PG_D;
-constexpr int NH = PG_NH;
-constexpr int NKV = PG_NKV;
-constexpr int HD = PG_HD;
-constexpr int KV_CAP = PG_KV_CAP;
-constexpr float EPS = PG_EPS;
-constexpr int QD = NH * HD;
-constexpr int KVD = NKV * HD;
-constexpr int QKV = QD + 2 * KVD;
-constexpr int GROUP = NH / NKV;
 /// Threads of the per-row kernels (embedding, RMSNorm, bias + RoPE).
 constexpr int ROW_THREADS = PG_PF_ROW_THREADS;
 

@@ -16,6 +16,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("decode.cu", include_str!("../../../../kernels/decode.cu")),
     ("prefill.cu", include_str!("../../../../kernels/prefill.cu")),
     ("common.cuh", include_str!("../../../../kernels/common.cuh")),
+    ("shape.cuh", include_str!("../../../../kernels/shape.cuh")),
     ("sync.cuh", include_str!("../../../../kernels/sync.cuh")),
     ("ops/allreduce.cuh", include_str!("../../../../kernels/ops/allreduce.cuh")),
     ("ops/attention.cuh", include_str!("../../../../kernels/ops/attention.cuh")),
