@@ -143,6 +143,9 @@ mod imp {
             "preload" => KernelOptions { preload: true, ..base },
             "fuse-o-preload" => KernelOptions { fuse_o: true, preload: true, ..base },
             "preload-trace" => KernelOptions { preload: true, trace: true, ..base },
+            // preload with v2's L2 prefetch: the first row group's remaining iterations come from L2.
+            "preload-prefetch" => KernelOptions { preload: true, prefetch: true, ..base },
+            "fuse-o-prefetch-preload" => KernelOptions { fuse_o: true, prefetch: true, preload: true, ..base },
             other => panic!("unknown variant {other}"),
         }
     }
