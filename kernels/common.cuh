@@ -111,6 +111,18 @@ __device__ __forceinline__ uint4 ld_weight16(const void* p) {
   return v;
 }
 
+/// Starts an asynchronous 16-byte copy global → shared (L2 only, no registers held);
+/// complete once this thread's cp_async_wait_all returns.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const u32 s = (u32)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+/// Waits for every cp.async this thread issued.
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 /// Hint that this block will stream `p` soon (the weights of its next phase).
 __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));

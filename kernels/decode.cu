@@ -76,11 +76,20 @@ static_assert(NR % 2 == 0, "gate/up rows are streamed in (gate, up) pairs");
 constexpr bool FUSE_O = PG_FUSE_O != 0;
 static_assert(!(FUSE_O && IS_TP), "fuse_o runs on one GPU only");
 static_assert(THREADS % WARP_SIZE == 0 && THREADS >= HD, "block too small");
-/// preload: each warp issues the first PRELOAD_ITERS 16-byte loads per row of its first
-/// row group before the phase's dependency wait and uses them after it (ops/matvec.cuh,
-/// RowPreload): the group's DRAM round trip overlaps the wait. NR × PRELOAD_ITERS uint4
-/// registers per lane. The loads are rank-local weights, so it composes with TP and fuse_o.
-constexpr int PRELOAD_ITERS = PG_PRELOAD ? 2 : 0;
+/// stage: each warp starts copying its first row group of a matrix phase (up to
+/// PG_STAGE_ITERS 16-byte words per lane per row) into its shared-memory slot with
+/// cp.async before the phase's dependency wait and reads it from there after it
+/// (ops/matvec.cuh RowStage): the group's DRAM round trip overlaps the wait, with no
+/// registers held across it (the register preload of the previous session spilled).
+/// Rank-local weights, so it composes with TP and fuse_o. 0 = off.
+constexpr int STAGE_CAP = PG_STAGE_ITERS;
+constexpr bool STAGE = STAGE_CAP > 0;
+/// resid_smem (one GPU): the o- and down-projection epilogues add their row to the
+/// residual this block loaded into shared memory for the phase before (QKV, gate/up)
+/// instead of re-reading it from L2 after the dot product; the same bits.
+constexpr bool RESID_SMEM = PG_RESID_SMEM != 0 && !IS_TP;
+/// Rows per warp group of the LM head (more 16-byte loads in flight per lane than NR).
+constexpr int LM_NR = PG_LM_NR;
 
 // ---- dependency counters -------------------------------------------------------
 
@@ -120,9 +129,21 @@ constexpr int SELECT_FLOATS = (int)(sizeof(SelectSmem) / sizeof(float)) + SAMPLE
 constexpr int MAIN_FLOATS = cmax(cmax(VEC_FLOATS, ATTN_FLOATS), SELECT_FLOATS);
 /// Reduction scratch after the main region (one float per warp, LM stats per warp).
 constexpr int RED_FLOATS = 8 * WARPS;
+__host__ __device__ constexpr int align4(int n) { return (n + 3) / 4 * 4; }
+/// resid_smem: the residual the current layer's o / down epilogues add to.
+constexpr int RESID_OFF = align4(MAIN_FLOATS + RED_FLOATS);
+constexpr int RESID_FLOATS = RESID_SMEM ? D : 0;
+/// stage: one slot per warp, sized for the largest K of the staged phases.
+template <int K>
+using Stage = RowStage<K, NR, STAGE_CAP>;
+constexpr int STAGE_WORDS = STAGE ? cmax(cmax(Stage<D>::WORDS, Stage<QD>::WORDS), Stage<F>::WORDS) : 0;
+constexpr int STAGE_OFF = align4(RESID_OFF + RESID_FLOATS);
+/// stage: attention stages its first pass of cached k/v in the same slots when they hold it.
+constexpr bool ATTN_STAGE = STAGE && attn_stage_words<THREADS, HD>() <= WARPS * STAGE_WORDS;
+constexpr int SMEM_FLOATS = STAGE_OFF + WARPS * STAGE_WORDS * 4;
 
 /// Read by the host (cuModuleGetGlobal) so the sizes exist only here.
-extern "C" __constant__ u32 pg_smem_bytes = (MAIN_FLOATS + RED_FLOATS) * sizeof(float);
+extern "C" __constant__ u32 pg_smem_bytes = SMEM_FLOATS * sizeof(float);
 extern "C" __constant__ u32 pg_num_counters = L * PHASES + STEP_COUNTERS + L * NH;
 /// Floats each block writes for the sampler (packed LmStats).
 extern "C" __constant__ u32 pg_partial_floats = 4;
@@ -145,51 +166,50 @@ struct Args {
 
 /// Before waiting for a phase's inputs, pull the first lines of this block's rows
 /// of that phase into L2 (PG_PREFETCH) so HBM works while the block waits.
-template <int K, int ROWS>
+template <int K, int ROWS, int R = NR>
 __device__ __forceinline__ void maybe_prefetch(const bf16_t* w) {
 #if PG_PREFETCH
-  prefetch_rows<K, NR, WARPS>(w, ROWS);
+  prefetch_rows<K, R, WARPS>(w, ROWS);
 #endif
 }
 
-/// A matrix phase's preloaded registers (unused, and removed by the compiler, without PG_PRELOAD).
-template <int K>
-using Preload = RowPreload<K, NR, PRELOAD_ITERS>;
-
-/// Before waiting for a phase's inputs, issue this warp's first row-group loads (PG_PRELOAD).
+/// Before waiting for a phase's inputs, start copying this warp's first row group into
+/// its slot (PG_STAGE).
 template <int K, int ROWS>
-__device__ __forceinline__ void maybe_preload(const bf16_t* w, Preload<K>& pre) {
-#if PG_PRELOAD
-  preload_rows<K, NR, WARPS>(w, ROWS, pre);
-#else
-  (void)w;
-  (void)pre;
-#endif
+__device__ __forceinline__ void maybe_stage(const bf16_t* w, uint4* slot) {
+  if constexpr (STAGE) stage_rows<K, NR, WARPS, STAGE_CAP>(w, ROWS, slot);
 }
 
-/// grid_rows of a matrix phase, consuming what maybe_preload loaded (PG_PRELOAD).
+/// grid_rows of a matrix phase, reading what maybe_stage copied (PG_STAGE).
 template <int K, class Epi>
-__device__ __forceinline__ void phase_rows(const bf16_t* w, int rows, const float* xs, const Preload<K>& pre, Epi epi) {
-#if PG_PRELOAD
-  grid_rows<K, NR, WARPS>(w, rows, xs, pre, epi);
-#else
-  (void)pre;
-  grid_rows<K, NR, WARPS>(w, rows, xs, epi);
-#endif
+__device__ __forceinline__ void phase_rows(const bf16_t* w, int rows, const float* xs, const uint4* slot, Epi epi) {
+  if constexpr (STAGE) grid_rows_staged<K, NR, WARPS, STAGE_CAP>(w, rows, xs, slot, epi);
+  else grid_rows<K, NR, WARPS>(w, rows, xs, epi);
 }
 
-/// The current position's k and v of KV head `g`, roped and rounded to bf16 like the
-/// cache, into shared kv_s[0..HD) and kv_s[HD..2HD).
-__device__ __forceinline__ void current_kv(const float* qkv, int g, int pos, const float* inv_freq, float* kv_s) {
+/// Head h's q, roped, into shared q_s and, `with_current`, the current position's k and
+/// v of its KV head, roped and rounded to bf16 like the cache, into kv_s[0..HD) and
+/// kv_s[HD..2HD): one pass of L2 loads for all three.
+__device__ __forceinline__ void head_qkv(const float* qkv, int h, bool with_current, int pos, const float* inv_freq, float* q_s,
+                                         float* kv_s) {
+  const int g = h / GROUP;
   for (int d = threadIdx.x; d < HD; d += THREADS) {
-    kv_s[d] = ld_shared_f32(qkv + QD + g * HD + d);
-    kv_s[HD + d] = round_bf16(ld_shared_f32(qkv + QD + KVD + g * HD + d));
+    q_s[d] = ld_shared_f32(qkv + h * HD + d);
+    if (with_current) {
+      kv_s[d] = ld_shared_f32(qkv + QD + g * HD + d);
+      kv_s[HD + d] = round_bf16(ld_shared_f32(qkv + QD + KVD + g * HD + d));
+    }
   }
   __syncthreads();
-  rope_smem<THREADS, HD>(kv_s, pos, inv_freq);
+  for (int i = threadIdx.x; i < HD / 2; i += THREADS) {
+    rope_pair<HD>(q_s, i, pos, inv_freq);
+    if (with_current) rope_pair<HD>(kv_s, i, pos, inv_freq);
+  }
   __syncthreads();
-  for (int d = threadIdx.x; d < HD; d += THREADS) kv_s[d] = round_bf16(kv_s[d]);
-  __syncthreads();
+  if (with_current) {
+    for (int d = threadIdx.x; d < HD; d += THREADS) kv_s[d] = round_bf16(kv_s[d]);
+    __syncthreads();
+  }
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args args) {
@@ -197,6 +217,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
   float* sm = reinterpret_cast<float*>(smem_f4);
   float* vec = sm;
   float* red = sm + MAIN_FLOATS;
+  float* resid_s = sm + RESID_OFF;  // resid_smem
+  uint4* slot = reinterpret_cast<uint4*>(sm + STAGE_OFF) + warp_id() * STAGE_WORDS;  // stage
+  float* rcopy = RESID_SMEM ? resid_s : nullptr;
 
   const u64* layers = ARG_PTR(const u64*, LAYERS);
   const bf16_t* embed = ARG_PTR(const bf16_t*, EMBED);
@@ -310,8 +333,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WQKV);
         if (block_has_rows<NR>(QKV)) {
           maybe_prefetch<D, QKV>(w);
-          Preload<D> pre;
-          maybe_preload<D, QKV>(w, pre);
+          maybe_stage<D, QKV>(w, slot);
           u64* ev = trace_event(tr, l * PHASES + PH_QKV);
           if (l > 0) {
             block_wait(layer_ctr(ctr, l - 1, PH_DOWN), done, ev);
@@ -338,12 +360,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
               __threadfence_system();
             }
           }
-          if (l == 0) load_vec_bf16<THREADS>(vec, emb_row, D);
+          if (l == 0) load_vec_bf16<THREADS>(vec, emb_row, D, rcopy);
           else if (IS_TP) load_after(s, l - 1, 1, x, nullptr, xb, w_qkv);
-          else load_vec_f32<THREADS>(vec, x, D);
+          else load_vec_f32<THREADS>(vec, x, D, rcopy);
           rmsnorm_smem<THREADS, D>(vec, LAYER_PTR(const float*, lw, ATTN_NORM), EPS, red);
           const float* bias = LAYER_PTR(const float*, lw, QKV_BIAS);
-          phase_rows<D>(w, QKV, vec, pre, [&](int r, float v) {
+          phase_rows<D>(w, QKV, vec, slot, [&](int r, float v) {
 #if PG_QKV_BIAS
             v += __ldg(bias + r);
 #endif
@@ -369,6 +391,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           // fuse_o + PG_PREFETCH: this block's first head's W_o slice into L2 while waiting
           // (every split of the head prefetches it: any of them may be the merging one).
           if (FUSE_O && PG_PREFETCH) head_o_prefetch<THREADS, HD, D, QD>(wo, (int)blockIdx.x % NH);
+          // stage: the cached k/v rows of this block's first item's first pass (written in
+          // earlier steps) into the stage slots while waiting for this step's q/k/v.
+          uint4* kv_stage = ATTN_STAGE ? reinterpret_cast<uint4*>(sm + STAGE_OFF) : nullptr;
+          if (ATTN_STAGE) {
+            const int h0 = (int)blockIdx.x % NH, sp0 = (int)blockIdx.x / NH, g0 = h0 / GROUP;
+            const int a0 = sp0 * chunk;
+            attend_stage<THREADS, HD>(kc + (size_t)g0 * KV_CAP * HD, vc + (size_t)g0 * KV_CAP * HD, a0,
+                                      splits == 1 ? n - 1 : min(n - 1, a0 + chunk), kv_stage);
+          }
           block_wait(layer_ctr(ctr, l, PH_QKV), done, trace_event(tr, l * PHASES + PH_ATTN));
           float* q_s = sm;
           float* kv_s = sm + HD;  // k then v, HD each
@@ -377,11 +408,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           for (int item = blockIdx.x; item < items; item += G) {
             const int h = item % NH, sp = item / NH, g = h / GROUP;
             const bool with_current = sp == sp_cur;
-            if (with_current) current_kv(qkv, g, s, inv_freq, kv_s);
-            for (int d = threadIdx.x; d < HD; d += THREADS) q_s[d] = ld_shared_f32(qkv + h * HD + d);
-            __syncthreads();
-            rope_smem<THREADS, HD>(q_s, s, inv_freq);
-            __syncthreads();
+            head_qkv(qkv, h, with_current, s, inv_freq, q_s, kv_s);
+            // The staged first pass belongs to the block's first item.
+            const uint4* staged = item == (int)blockIdx.x ? kv_stage : nullptr;
             bf16_t* kg = kc + (size_t)g * KV_CAP * HD;
             bf16_t* vg = vc + (size_t)g * KV_CAP * HD;
             if (with_current && h % GROUP == 0) {
@@ -394,7 +423,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
             const int p0 = sp * chunk, p1 = min(n - 1, p0 + chunk);
             if (splits == 1) {
               attend_range<THREADS, HD>(q_s, kv_s, kv_s + HD, true, kg, vg, 0, n - 1, nullptr, FUSE_O ? out_s : attn + h * HD,
-                                        scratch);
+                                        scratch, staged);
               if (FUSE_O) {
                 head_o_proj<THREADS, HD, D, QD>(wo, h, out_s, opart + (size_t)h * D);
                 __syncthreads();
@@ -402,7 +431,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
             } else {
               float* head_parts = attn_part + (size_t)h * PG_ATTN_MAX_SPLITS * (HD + 2);
               attend_range<THREADS, HD>(q_s, kv_s, kv_s + HD, with_current, kg, vg, p0, p1, head_parts + sp * (HD + 2), nullptr,
-                                        scratch);
+                                        scratch, staged);
               // The last split of this head to finish merges all of them.
               u32* flag = reinterpret_cast<u32*>(red);
               if (threadIdx.x == 0) *flag = ticket_is_last(tickets + l * NH + h, (u32)splits) ? 1u : 0u;
@@ -426,18 +455,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WO);
         if (block_has_rows<NR>(D)) {
           maybe_prefetch<QD, D>(w);
-          Preload<QD> pre;
-          maybe_preload<QD, D>(w, pre);
+          maybe_stage<QD, D>(w, slot);
           block_wait(layer_ctr(ctr, l, PH_ATTN), done, trace_event(tr, l * PHASES + PH_O));
           load_vec_f32<THREADS>(vec, attn, QD);
           __syncthreads();
           float* po[TP];
           const bool send = slots_of(po, s, l, 0);
-          phase_rows<QD>(w, D, vec, pre, [&](int r, float v) {
+          // resid_smem: this block loaded the residual in its QKV phase (if it had QKV rows).
+          const bool res_here = RESID_SMEM && block_has_rows<NR>(QKV);
+          phase_rows<QD>(w, D, vec, slot, [&](int r, float v) {
             if (IS_TP) {
               push_partial<TP, D>(po, rank, r, v, send);
             } else {
-              const float res = l == 0 ? bf16_to_f32(emb_row[r]) : ld_shared_f32(x + r);
+              const float res = res_here ? resid_s[r] : l == 0 ? bf16_to_f32(emb_row[r]) : ld_shared_f32(x + r);
               x[r] = res + v;
             }
           });
@@ -450,8 +480,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WGATE_UP);
         if (block_has_rows<NR>(2 * F)) {
           maybe_prefetch<D, 2 * F>(w);
-          Preload<D> pre;
-          maybe_preload<D, 2 * F>(w, pre);
+          maybe_stage<D, 2 * F>(w, slot);
           block_wait(layer_ctr(ctr, l, FUSE_O ? PH_ATTN : PH_O), done, trace_event(tr, l * PHASES + PH_GATE_UP));
           if (IS_TP) {
             load_after(s, l, 0, xb, l == 0 ? emb_row : nullptr, x, w_gu);
@@ -459,9 +488,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
             // residual + Σ_h per-head o partials; this block's share of the sum becomes
             // xb, the residual the down-projection adds to (x is still being read here).
             load_combined<THREADS, D, 1, NH>(vec, x, l == 0 ? emb_row : nullptr, nullptr, nullptr, XM_ALL, 1.0f, 0, xb, blockIdx.x,
-                                             w_gu, opart);
+                                             w_gu, opart, rcopy);
           } else {
-            load_vec_f32<THREADS>(vec, x, D);
+            load_vec_f32<THREADS>(vec, x, D, rcopy);
           }
           rmsnorm_smem<THREADS, D>(vec, LAYER_PTR(const float*, lw, FFN_NORM), EPS, red);
           // Rows interleave (gate_j, up_j); a group of NR rows holds NR/2 whole pairs.
@@ -470,14 +499,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           constexpr int GROUPS = (2 * F + NR - 1) / NR;
           for (int grp = gw; grp < GROUPS; grp += nw) {
             float acc[NR];
-#if PG_PRELOAD
-            // The warp's first group (grp == gw, warp-uniform) was loaded before the wait.
-            if (grp == gw) warp_rows_dot_pre<D, NR, PRELOAD_ITERS>(w, grp * NR, 2 * F, vec, pre, acc);
+            // stage: the warp's first group (grp == gw, warp-uniform) was copied before the wait.
+            if (STAGE && grp == gw) warp_rows_dot_staged<D, NR, STAGE_CAP>(w, grp * NR, 2 * F, vec, slot, acc);
             else warp_rows_dot<D, NR>(w, grp * NR, 2 * F, vec, acc);
-#else
-            (void)pre;
-            warp_rows_dot<D, NR>(w, grp * NR, 2 * F, vec, acc);
-#endif
             if (lane_id() == 0) {
 #pragma unroll
               for (int r = 0; r < NR; r += 2) {
@@ -495,16 +519,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WDOWN);
         if (block_has_rows<NR>(D)) {
           maybe_prefetch<F, D>(w);
-          Preload<F> pre;
-          maybe_preload<F, D>(w, pre);
+          maybe_stage<F, D>(w, slot);
           block_wait(layer_ctr(ctr, l, PH_GATE_UP), done, trace_event(tr, l * PHASES + PH_DOWN));
           load_vec_f32<THREADS>(vec, act, F);
           __syncthreads();
           float* pd[TP];
           const bool send = slots_of(pd, s, l, 1);
-          phase_rows<F>(w, D, vec, pre, [&](int r, float v) {
+          // resid_smem: this block loaded the residual in its gate/up phase.
+          const bool res_here = RESID_SMEM && block_has_rows<NR>(2 * F);
+          phase_rows<F>(w, D, vec, slot, [&](int r, float v) {
             if (IS_TP) push_partial<TP, D>(pd, rank, r, v, send);
-            else x[r] = ld_shared_f32((FUSE_O ? xb : x) + r) + v;
+            else x[r] = (res_here ? resid_s[r] : ld_shared_f32((FUSE_O ? xb : x) + r)) + v;
           });
         }
         block_arrive(layer_ctr(ctr, l, PH_DOWN), trace_event(tr, l * PHASES + PH_DOWN));
@@ -517,9 +542,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
     // Read the host's stop flag early: the PCIe round trip overlaps the LM head.
     u32 host_stop = 0;
     if (!score && rank == 0 && blockIdx.x == 0 && threadIdx.x == 0) host_stop = ld_host_flag(ctl + PG_CTL_STOP);
-    maybe_prefetch<D, V>(lm_head);
-    Preload<D> lm_pre;
-    maybe_preload<D, V>(lm_head, lm_pre);
+    maybe_prefetch<D, V, LM_NR>(lm_head);
     block_wait(layer_ctr(ctr, L - 1, PH_DOWN), done, trace_event(tr, EV_LM));
     if (IS_TP) load_after(s, L - 1, 1, x, nullptr, nullptr, 1);
     else load_vec_f32<THREADS>(vec, x, D);
@@ -553,7 +576,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       float* dbg_row = dbg ? dbg + (size_t)lm_runs * V : nullptr;
       const bool penalise_on = penalty != 1.0f;
       const u32 row0 = (u32)rank * V;  // this rank's first vocabulary row
-      phase_rows<D>(lm_head, V, vec, lm_pre, [&](int r, float v) {
+      grid_rows<D, LM_NR, WARPS>(lm_head, V, vec, [&](int r, float v) {
         const u32 gr = row0 + (u32)r;
         const float a = penalise_on ? penalise(v, ld_shared_u8(seen + gr) != 0, penalty) : v;
         logits[gr] = v;

@@ -22,11 +22,11 @@ __device__ __forceinline__ float4 f4_add(float4 a, float4 b) { return make_float
 /// c % writers == writer), the residual the next phase starts from.
 /// `local` (LOCAL > 0): [LOCAL][N] partials of this GPU written by other blocks (fuse_o's
 /// per-head o-projection partials), added in index order after the base; TP = 1: no
-/// exchange (`now`, `late` unused).
+/// exchange (`now`, `late` unused). `copy` (if set): shared memory that gets the sum too.
 template <int THREADS, int N, int TP, int LOCAL = 0>
 __device__ __forceinline__ void load_combined(float* vec, const float* base, const bf16_t* base_bf16, const float* now,
                                               const float* late, int mode, float scale, int rank, float* out, int writer,
-                                              int writers, const float* local = nullptr) {
+                                              int writers, const float* local = nullptr, float* copy = nullptr) {
   static_assert(N % 4 == 0, "vectors are loaded as float4");
   for (int i = threadIdx.x * 4; i < N; i += THREADS * 4) {
     float4 v;
@@ -55,6 +55,7 @@ __device__ __forceinline__ void load_combined(float* vec, const float* base, con
       }
     }
     *reinterpret_cast<float4*>(vec + i) = v;
+    if (copy) *reinterpret_cast<float4*>(copy + i) = v;
     if (out && (i / 4) % writers == writer) *reinterpret_cast<float4*>(out + i) = v;
   }
 }

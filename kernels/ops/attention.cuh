@@ -38,14 +38,42 @@ __host__ __device__ constexpr int attn_scratch_floats() {
   return AttnShape<THREADS, HD>::SCRATCH;
 }
 
+/// uint4 words of shared memory attend_stage fills: the first pass's k and v words of every thread.
+template <int THREADS, int HD>
+__host__ __device__ constexpr int attn_stage_words() {
+  return THREADS * AttnShape<THREADS, HD>::UNROLL * 2;
+}
+
+/// Starts copying (cp.async) the cached k and v words this thread reads in the first
+/// pass of attend_range over [p0, p1) into `stage` ([UNROLL][2][THREADS] uint4), so the
+/// block can issue them before waiting for the current position's q/k/v: cached rows
+/// were written in earlier steps.
+template <int THREADS, int HD>
+__device__ __forceinline__ void attend_stage(const bf16_t* kc, const bf16_t* vc, int p0, int p1, uint4* stage) {
+  using S = AttnShape<THREADS, HD>;
+  const int lane = lane_id(), warp = warp_id();
+  const int sub = lane / S::LANES, sl = lane % S::LANES;
+  const int base = p0 + warp * S::PER_WARP + sub;
+#pragma unroll
+  for (int u = 0; u < S::UNROLL; ++u) {
+    const int p = base + u * S::GROUPS;
+    if (p < p1 && sl < S::CHUNKS) {
+      cp_async16(stage + (u * 2) * THREADS + threadIdx.x, kc + (size_t)p * HD + sl * 8);
+      cp_async16(stage + (u * 2 + 1) * THREADS + threadIdx.x, vc + (size_t)p * HD + sl * 8);
+    }
+  }
+  cp_async_commit();
+}
+
 /// Softmax state of q over cached positions [p0, p1) plus, when `with_current`, the
 /// current position (kcur/vcur in shared, rounded to bf16 like the cache). Writes
 /// (m, l, acc[HD]) unnormalised to `state` (any memory), or — when `out` is given —
-/// the normalised output acc/l to `out`.
+/// the normalised output acc/l to `out`. `staged` (or null): the first pass's words,
+/// copied by attend_stage for the same range.
 template <int THREADS, int HD>
 __device__ __forceinline__ void attend_range(const float* q_s, const float* kcur_s, const float* vcur_s, bool with_current,
                                              const bf16_t* kc, const bf16_t* vc, int p0, int p1, float* state, float* out,
-                                             float* scratch) {
+                                             float* scratch, const uint4* staged = nullptr) {
   using S = AttnShape<THREADS, HD>;
   constexpr int STRIDE = S::GROUPS;
   const int lane = lane_id(), warp = warp_id();
@@ -77,8 +105,10 @@ __device__ __forceinline__ void attend_range(const float* q_s, const float* kcur
   }
   // The loop bound is uniform per warp (shuffles below need every lane); each lane
   // group takes position base + sub (+ u · STRIDE).
+  if (staged) cp_async_wait_all();
   for (int wbase = p0 + warp * S::PER_WARP; wbase < p1; wbase += STRIDE * S::UNROLL) {
     const int base = wbase + sub;
+    const bool first = staged && wbase == p0 + warp * S::PER_WARP;
     uint4 kw[S::UNROLL], vw[S::UNROLL];
 #pragma unroll
     for (int u = 0; u < S::UNROLL; ++u) {
@@ -86,8 +116,13 @@ __device__ __forceinline__ void attend_range(const float* q_s, const float* kcur
       kw[u] = make_uint4(0, 0, 0, 0);
       vw[u] = make_uint4(0, 0, 0, 0);
       if (p < p1 && active) {
-        kw[u] = ld_shared_16(kc + (size_t)p * HD + sl * 8);
-        vw[u] = ld_shared_16(vc + (size_t)p * HD + sl * 8);
+        if (first) {
+          kw[u] = staged[(u * 2) * THREADS + threadIdx.x];
+          vw[u] = staged[(u * 2 + 1) * THREADS + threadIdx.x];
+        } else {
+          kw[u] = ld_shared_16(kc + (size_t)p * HD + sl * 8);
+          vw[u] = ld_shared_16(vc + (size_t)p * HD + sl * 8);
+        }
       }
     }
 #pragma unroll

@@ -81,49 +81,55 @@ __device__ __forceinline__ void prefetch_rows(const bf16_t* __restrict__ W, int 
   }
 }
 
-// ---- preload (PG_PRELOAD) -------------------------------------------------------
-// Weights never depend on the data, so a warp can issue the 16-byte loads of its first
-// row group before its block waits on the phase's dependency counter and consume
-// them after the wait: the group's DRAM round trip overlaps the wait. Read-only
-// weights through the non-coherent path, so loading them before the acquire is safe.
-// Summation order is warp_rows_dot's, so results are bit-identical to grid_rows.
+// ---- staging (PG_STAGE) ----------------------------------------------------------
+// Weights never depend on the data, so a warp can start copying its first row group
+// into shared memory (cp.async, no registers held while in flight) before its block
+// waits on the phase's dependency counter, and read it from there after the wait: the
+// group's DRAM round trip overlaps the wait. Each lane copies exactly the 16-byte words
+// it later reads, so the lane's own cp.async wait is all the ordering needed. Read-only
+// weights through L2 (.cg), so copying them before the acquire is safe. Summation order
+// is warp_rows_dot's, so results are bit-identical to grid_rows.
 
-/// The first N ≤ P iterations (16-byte word per lane per row) of one row group.
-template <int K, int NR, int P>
-struct RowPreload {
+/// The first N ≤ CAP iterations (one 16-byte word per lane per row) of a row group,
+/// staged in a warp's slot laid out [N][NR][WARP_SIZE] uint4 (conflict-free reads).
+template <int K, int NR, int CAP>
+struct RowStage {
   static constexpr int CHUNKS = K / 8;
   static constexpr int ITERS = (CHUNKS + WARP_SIZE - 1) / WARP_SIZE;
-  static constexpr int N = P < ITERS ? P : ITERS;
-  uint4 w[N > 0 ? N : 1][NR];
+  static constexpr int N = CAP < ITERS ? CAP : ITERS;
+  /// uint4 words of one warp's slot.
+  static constexpr int WORDS = N * NR * WARP_SIZE;
 };
 
-/// Loads the first iterations of this warp's first `grid_rows` group (group index
-/// warp_id() · gridDim.x + blockIdx.x) into `pre`; a warp without a group loads nothing.
-/// No shuffles and no waits: lanes past the row's end just skip their load.
-template <int K, int NR, int WARPS, int P>
-__device__ __forceinline__ void preload_rows(const bf16_t* __restrict__ W, int rows, RowPreload<K, NR, P>& pre) {
-  using Pre = RowPreload<K, NR, P>;
+/// Starts copying the first iterations of this warp's first `grid_rows` group (group
+/// index warp_id() · gridDim.x + blockIdx.x) into `slot`; a warp without a group copies
+/// nothing. No shuffles, no waits.
+template <int K, int NR, int WARPS, int CAP>
+__device__ __forceinline__ void stage_rows(const bf16_t* __restrict__ W, int rows, uint4* slot) {
+  using S = RowStage<K, NR, CAP>;
   const int g = warp_id() * gridDim.x + blockIdx.x;
   if (g * NR >= rows) return;
   const int lane = lane_id();
 #pragma unroll
-  for (int it = 0; it < Pre::N; ++it) {
+  for (int it = 0; it < S::N; ++it) {
     const int c = it * WARP_SIZE + lane;
-    if (Pre::CHUNKS % WARP_SIZE == 0 || c < Pre::CHUNKS) {
+    if (S::CHUNKS % WARP_SIZE == 0 || c < S::CHUNKS) {
 #pragma unroll
-      for (int r = 0; r < NR; ++r) pre.w[it][r] = ld_weight16(W + (size_t)min(g * NR + r, rows - 1) * K + c * 8);
+      for (int r = 0; r < NR; ++r)
+        cp_async16(slot + (it * NR + r) * WARP_SIZE + lane, W + (size_t)min(g * NR + r, rows - 1) * K + c * 8);
     }
   }
+  cp_async_commit();
 }
 
-/// warp_rows_dot whose first Pre::N iterations come from `pre` (loaded by preload_rows
-/// for the same row0); same summation order, so the same bits.
-template <int K, int NR, int P>
-__device__ __forceinline__ void warp_rows_dot_pre(const bf16_t* __restrict__ W, int row0, int rows, const float* xs,
-                                                  const RowPreload<K, NR, P>& pre, float (&acc)[NR]) {
-  using Pre = RowPreload<K, NR, P>;
-  constexpr int CHUNKS = Pre::CHUNKS;
-  constexpr int ITERS = Pre::ITERS;
+/// warp_rows_dot whose first S::N iterations come from `slot` (filled by stage_rows for
+/// the same row0); same summation order, so the same bits.
+template <int K, int NR, int CAP>
+__device__ __forceinline__ void warp_rows_dot_staged(const bf16_t* __restrict__ W, int row0, int rows, const float* xs, const uint4* slot,
+                                                     float (&acc)[NR]) {
+  using S = RowStage<K, NR, CAP>;
+  constexpr int CHUNKS = S::CHUNKS;
+  constexpr int ITERS = S::ITERS;
   const int lane = lane_id();
   const bf16_t* rowp[NR];
 #pragma unroll
@@ -132,18 +138,20 @@ __device__ __forceinline__ void warp_rows_dot_pre(const bf16_t* __restrict__ W, 
     const int row = min(row0 + r, rows - 1);
     rowp[r] = W + (size_t)row * K;
   }
+  // This lane's copies (issued before the phase's wait) have usually landed by now.
+  cp_async_wait_all();
 #pragma unroll
-  for (int it = 0; it < Pre::N; ++it) {
+  for (int it = 0; it < S::N; ++it) {
     const int c = it * WARP_SIZE + lane;
     if (CHUNKS % WARP_SIZE == 0 || c < CHUNKS) {
       const float4 xa = *reinterpret_cast<const float4*>(xs + c * 8);
       const float4 xb = *reinterpret_cast<const float4*>(xs + c * 8 + 4);
 #pragma unroll
-      for (int r = 0; r < NR; ++r) acc[r] += dot8(pre.w[it][r], xa, xb);
+      for (int r = 0; r < NR; ++r) acc[r] += dot8(slot[(it * NR + r) * WARP_SIZE + lane], xa, xb);
     }
   }
 #pragma unroll ROW_UNROLL
-  for (int it = Pre::N; it < ITERS; ++it) {
+  for (int it = S::N; it < ITERS; ++it) {
     const int c = it * WARP_SIZE + lane;
     if (CHUNKS % WARP_SIZE == 0 || c < CHUNKS) {
       uint4 w[NR];
@@ -160,17 +168,16 @@ __device__ __forceinline__ void warp_rows_dot_pre(const bf16_t* __restrict__ W, 
   for (int r = 0; r < NR; ++r) acc[r] = warp_sum(acc[r]);
 }
 
-/// grid_rows whose first group per warp uses the registers preload_rows filled.
+/// grid_rows whose first group per warp reads what stage_rows copied into `slot`.
 /// Group loop bounds depend only on the warp's index: warp-uniform.
-template <int K, int NR, int WARPS, int P, class Epi>
-__device__ __forceinline__ void grid_rows(const bf16_t* __restrict__ W, int rows, const float* xs, const RowPreload<K, NR, P>& pre,
-                                          Epi epi) {
+template <int K, int NR, int WARPS, int CAP, class Epi>
+__device__ __forceinline__ void grid_rows_staged(const bf16_t* __restrict__ W, int rows, const float* xs, const uint4* slot, Epi epi) {
   const int gw = warp_id() * gridDim.x + blockIdx.x;
   const int nw = WARPS * gridDim.x;
   const int groups = (rows + NR - 1) / NR;
   for (int g = gw; g < groups; g += nw) {
     float acc[NR];
-    if (g == gw) warp_rows_dot_pre<K, NR, P>(W, g * NR, rows, xs, pre, acc);
+    if (g == gw) warp_rows_dot_staged<K, NR, CAP>(W, g * NR, rows, xs, slot, acc);
     else warp_rows_dot<K, NR>(W, g * NR, rows, xs, acc);
     if (lane_id() == 0) {
 #pragma unroll

@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
-# The next session's one device call on `nvidia-h200` (docs/perf-notes.md, "Next: preload
-# (unmeasured)"): build here first with scripts/gpu/build_next.sh, then
+# One device call on `nvidia-h200` that measures the kernel variants under work
+# (docs/perf-notes.md): build here first with scripts/gpu/build_next.sh, then
 #   run(command="bash .carry/next/scripts/gpu/next_session.sh", carry=[".carry/next"])
 # from the repository root. Steps, most informative first, each under `timeout -s KILL`
 # and all inside an overall deadline (default 480 s, well under the 10-minute limit; the
 # step limits add up to more, so the last steps get what is left or are skipped):
-#   1. kernel-check  preload vs the default kernel on 300/600 scored positions (expected
-#                    bit-identical logits) and the chaos race check over 1,000 greedy tokens
-#   2. bench         default (v3), preload, fuse_o + prefetch (the best so far) and fuse_o +
-#                    preload, median of RUNS, SmolLM2-135M and Llama-3.2-1B
-#   3. trace         phase trace of the default kernel and of preload, both shapes
-#   4. correctness   gpu_check correctness --quick with fuse_o (tiny shapes + SmolLM2-135M vs the
-#                    CPU float32 reference, sampling, stops, cancellation; not yet run for fuse_o)
+#   1. kernel-check  $check_kernel vs the default kernel on 300/600 scored positions
+#                    and the chaos race check over RACE_TOKENS greedy tokens
+#   2. bench         $bench_variants, median of RUNS, on SHAPES
+#   3. trace         phase trace of $trace_variants
+#   4. correctness   gpu_check correctness --quick with $check_kernel (tiny shapes +
+#                    SmolLM2-135M vs the CPU float32 reference, sampling, stops, cancellation)
+# The variant lists live in next_variants.sh (shared with build_next.sh).
 # A hung kernel ends its step after the runtime's 60 s stall timeout (the process exits,
 # which ends the kernel); the later steps still run. Logs go to $OUT.
 #   env: CARRY (.carry/next), OUT, DEADLINE_S (480), RACE_TOKENS (1000), RUNS (3), STEPS
-#   (default "kernel_check bench trace correctness")
+#   (default "kernel_check bench trace correctness"), SHAPES, BENCH_LIMIT_S (200),
+#   CHECK_KERNEL, BENCH_VARIANTS, TRACE_VARIANTS
 set -uo pipefail
 C=${CARRY:-.carry/next}
 out=${OUT:-gpu-logs}; mkdir -p "$out"
@@ -23,7 +24,9 @@ case $C in /*) cubins=$C/cubins ;; *) cubins=$PWD/$C/cubins ;; esac
 export PEREGRINE_CUBIN_CACHE=$cubins NCCL_NVLS_ENABLE=0
 bin=$C/gpu_check
 [ -x "$bin" ] || { echo "missing $bin: run scripts/gpu/build_next.sh first"; exit 1; }
-shapes=smollm2-135m,llama-3.2-1b
+shapes=${SHAPES:-smollm2-135m,llama-3.2-1b}
+# What the steps run (build_next.sh precompiles the same lists).
+source "$(dirname "$0")/next_variants.sh"
 start=$(date +%s)
 deadline=$((start + ${DEADLINE_S:-480}))
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
@@ -48,10 +51,10 @@ step() { # name max_seconds cmd...: one step, capped by the overall deadline; it
 }
 for s in ${STEPS:-kernel_check bench trace correctness}; do
   case $s in
-    kernel_check) step kernel_check 120 "$bin" kernel-check --kernel preload --shapes "$shapes" --gen "${RACE_TOKENS:-1000}" ;;
-    bench) step bench 200 "$bin" bench --variants v3,preload,fuse-o-prefetch,fuse-o-preload --shapes "$shapes" --runs "${RUNS:-3}" ;;
-    trace) step trace 110 "$bin" trace --shapes "$shapes" --variants v3,preload --runs "${RUNS:-3}" ;;
-    correctness) step correctness 150 "$bin" correctness --quick --kernel fuse-o ;;
+    kernel_check) step kernel_check 120 "$bin" kernel-check --kernel "$check_kernel" --shapes "$shapes" --gen "${RACE_TOKENS:-1000}" ;;
+    bench) step bench ${BENCH_LIMIT_S:-200} "$bin" bench --variants "$bench_variants" --shapes "$shapes" --runs "${RUNS:-3}" ;;
+    trace) step trace 110 "$bin" trace --shapes "$shapes" --variants "$trace_variants" --runs "${RUNS:-3}" ;;
+    correctness) step correctness 150 "$bin" correctness --quick --kernel "$check_kernel" ;;
     *) echo "unknown step $s"; rc=1 ;;
   esac
 done

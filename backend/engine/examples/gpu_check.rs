@@ -13,9 +13,10 @@
 //! prompts with the variant against the default kernel (every position's logits: the
 //! split-attention merge path included) and runs the chaos race check with it;
 //! `gpu_check trace --shapes a,b [--variants v3,fuse-o]` prints the phase trace
-//! (docs/perf-notes.md, "Next: phase trace and fused o-projection"). Variants `preload`
-//! and `fuse-o-preload` issue each warp's first row-group loads before the phase's wait
-//! (docs/perf-notes.md, "Next: preload (unmeasured)").
+//! (docs/perf-notes.md, "Next: phase trace and fused o-projection"). Variants joined
+//! with `+` compose: `v3+stage+resid+lm4` stages each warp's first row group in shared
+//! memory before the phase's wait, reads the residual from shared memory and runs the LM
+//! head with 4 rows per warp (docs/perf-notes.md, "Session 3: staging").
 //!
 //! Usage: gpu_check [all|correctness|bench|sanitize|prefill|precompile|precompile-tp|tp|trace|kernel-check|defines] [--quick]
 //!        [--tp N] [--shapes a,b] [--runs N] [--prompt N] [--gen N] [--variants v1,v2,...] [--kernel NAME] [--no-tiny]
@@ -115,12 +116,40 @@ mod imp {
         a
     }
 
-    /// Kernel variants by name (see docs/perf-notes.md). "v3" is the default.
+    /// Kernel variants by name (see docs/perf-notes.md). "v3" is the default; names with
+    /// `+` compose: a named variant first, then modifiers (`stage`, `stageN`, `resid`,
+    /// `lmN`, `prefetch`, `fuse-o`, `trace`, `chaos`, `nosplit`).
     fn variant(name: &str) -> KernelOptions {
-        let base = KernelOptions::default();
+        if let Some((first, mods)) = name.split_once('+') {
+            let mut o = variant(first);
+            for m in mods.split('+') {
+                match m {
+                    "stage" => o.stage_iters = 8,
+                    "resid" => o.resid_smem = true,
+                    "prefetch" => o.prefetch = true,
+                    "fuse-o" => o.fuse_o = true,
+                    "trace" => o.trace = true,
+                    "chaos" => o.chaos = true,
+                    "nosplit" => o.attn_max_splits = 1,
+                    _ => {
+                        if let Some(n) = m.strip_prefix("stage").and_then(|n| n.parse().ok()) {
+                            o.stage_iters = n;
+                        } else if let Some(n) = m.strip_prefix("lm").and_then(|n| n.parse().ok()) {
+                            o.lm_rows_per_warp = n;
+                        } else {
+                            panic!("unknown variant modifier {m} in {name}");
+                        }
+                    }
+                }
+            }
+            return o;
+        }
+        // Named variants build on v3 (session 2's default); "v4" is today's default.
+        let base = KernelOptions::v3();
         let v1 = KernelOptions { light_fences: false, attn_max_splits: 1, ..base.clone() };
         match name {
             "v3" => base,
+            "v4" => KernelOptions::default(),
             // v1's scheduling (full fences, one block per head) with v3's attention loop.
             "v1" => v1,
             "v2" => KernelOptions { prefetch: true, ..v1 },
@@ -139,13 +168,8 @@ mod imp {
             "fuse-o-prefetch" => KernelOptions { fuse_o: true, prefetch: true, ..base },
             "trace" => KernelOptions { trace: true, ..base },
             "fuse-o-trace" => KernelOptions { fuse_o: true, trace: true, ..base },
-            // "Next: preload": each warp's first row-group loads issued before the phase's wait.
-            "preload" => KernelOptions { preload: true, ..base },
-            "fuse-o-preload" => KernelOptions { fuse_o: true, preload: true, ..base },
-            "preload-trace" => KernelOptions { preload: true, trace: true, ..base },
-            // preload with v2's L2 prefetch: the first row group's remaining iterations come from L2.
-            "preload-prefetch" => KernelOptions { preload: true, prefetch: true, ..base },
-            "fuse-o-prefetch-preload" => KernelOptions { fuse_o: true, prefetch: true, preload: true, ..base },
+            // Session 3: stage + resid_smem + a 4-row LM head (see the `+` modifiers above).
+            "fast" => KernelOptions { stage_iters: 8, resid_smem: true, lm_rows_per_warp: 4, ..base },
             other => panic!("unknown variant {other}"),
         }
     }
@@ -659,43 +683,59 @@ mod imp {
             let config = preset(shape).unwrap_or_else(|| panic!("unknown shape {shape}"));
             let w = synthetic_weights(&config, WEIGHT_SEED);
             let prompt = Rng(7).tokens(args.prompt, config.vocab_size);
-            let mut rt = CudaRuntime::with_options(&config, &w, 0, variant(&names[0]))?;
-            drop(w);
-            for name in &names {
-                rt.set_options(variant(name))?;
-                let (plain, _) = collect(&mut rt, &prompt, gen, &greedy, &[], 0)?;
-                rt.set_options(KernelOptions { trace: true, ..variant(name) })?;
-                println!(
-                    "== trace {shape} {name}: step {} (prompt {} + {TRACE_AFTER_PROMPT}), {} runs pooled",
-                    args.prompt + TRACE_AFTER_PROMPT,
-                    args.prompt,
-                    args.runs
-                );
-                println!("  {}", rt.describe());
-                let _ = collect(&mut rt, &prompt, gen, &greedy, &[], 0)?; // warm-up
-                let mut figures = Vec::new();
-                let mut same = true;
-                let mut clock = Vec::new();
-                for _ in 0..args.runs {
-                    let (out, _) = collect(&mut rt, &prompt, gen, &greedy, &[], 0)?;
-                    same &= ids(&out) == ids(&plain);
-                    let raw = rt.last_trace().ok_or_else(|| peregrine_engine::Error::Cuda("no trace after a traced run".into()))?;
-                    match trace::event_figures(raw) {
-                        Ok(f) => figures.extend(f),
-                        Err(e) => println!("  trace unusable: {e}"),
-                    }
-                    if let Ok(t) = trace::calibrate(raw) {
-                        clock.push(1.0 / t.ns_per_cycle);
-                    }
+            // --tp N: rank 0's blocks of a tensor-parallel run over GPUs 0..N, standard TP, and
+            // for a shape with a DTP preset (dtp-2b) also as DTP; one runtime at a time.
+            let tp = args.tp.unwrap_or(1);
+            let mut kinds: Vec<(String, Option<peregrine_engine::dtp::DtpSchedule>)> = vec![(String::new(), None)];
+            if tp > 1 {
+                kinds = vec![(format!(" tp {tp}"), None)];
+                if let Some(d) = peregrine_engine::synthetic::dtp_preset(shape) {
+                    kinds.push((format!(" dtp {tp}"), Some(peregrine_engine::dtp::DtpSchedule::new(&d, &config, tp)?)));
                 }
-                v.check(same, format!("{shape} {name}: traced runs produce the untraced run's {gen} greedy tokens"));
-                v.check(!figures.is_empty(), format!("{shape} {name}: the trace holds phase figures"));
-                let rows = trace::summarize(&figures);
-                println!(
-                    "  SM clock fitted from the stamps: {:.3} GHz (per run: {clock:.3?})",
-                    clock.iter().sum::<f64>() / clock.len().max(1) as f64
-                );
-                println!("{}", trace::table(&rows));
+            }
+            for (label, sched) in kinds {
+                let mut rt = if tp > 1 {
+                    CudaRuntime::with_dtp(&config, &w, &(0..tp).collect::<Vec<_>>(), variant(&names[0]), sched)?
+                } else {
+                    CudaRuntime::with_options(&config, &w, 0, variant(&names[0]))?
+                };
+                let shape = format!("{shape}{label}");
+                for name in &names {
+                    rt.set_options(variant(name))?;
+                    let (plain, _) = collect(&mut rt, &prompt, gen, &greedy, &[], 0)?;
+                    rt.set_options(KernelOptions { trace: true, ..variant(name) })?;
+                    println!(
+                        "== trace {shape} {name}: step {} (prompt {} + {TRACE_AFTER_PROMPT}), {} runs pooled",
+                        args.prompt + TRACE_AFTER_PROMPT,
+                        args.prompt,
+                        args.runs
+                    );
+                    println!("  {}", rt.describe());
+                    let _ = collect(&mut rt, &prompt, gen, &greedy, &[], 0)?; // warm-up
+                    let mut figures = Vec::new();
+                    let mut same = true;
+                    let mut clock = Vec::new();
+                    for _ in 0..args.runs {
+                        let (out, _) = collect(&mut rt, &prompt, gen, &greedy, &[], 0)?;
+                        same &= ids(&out) == ids(&plain);
+                        let raw = rt.last_trace().ok_or_else(|| peregrine_engine::Error::Cuda("no trace after a traced run".into()))?;
+                        match trace::event_figures(raw) {
+                            Ok(f) => figures.extend(f),
+                            Err(e) => println!("  trace unusable: {e}"),
+                        }
+                        if let Ok(t) = trace::calibrate(raw) {
+                            clock.push(1.0 / t.ns_per_cycle);
+                        }
+                    }
+                    v.check(same, format!("{shape} {name}: traced runs produce the untraced run's {gen} greedy tokens"));
+                    v.check(!figures.is_empty(), format!("{shape} {name}: the trace holds phase figures"));
+                    let rows = trace::summarize(&figures);
+                    println!(
+                        "  SM clock fitted from the stamps: {:.3} GHz (per run: {clock:.3?})",
+                        clock.iter().sum::<f64>() / clock.len().max(1) as f64
+                    );
+                    println!("{}", trace::table(&rows));
+                }
             }
         }
         Ok(())
@@ -940,6 +980,14 @@ mod imp {
                 if let Some(d) = peregrine_engine::synthetic::dtp_preset(shape) {
                     let sched = peregrine_engine::dtp::DtpSchedule::new(&d, &c, 2)?;
                     cuda::compile_only_tp(&c, &KernelOptions::default(), 2, Some(&sched), "sm_90a")?;
+                }
+                // --variants: those too, standard TP and DTP (e.g. the traced kernels of `trace --tp 2`).
+                for name in args.variants.iter().filter(|_| args.variants_given) {
+                    cuda::compile_only_tp(&c, &variant(name), 2, None, "sm_90a")?;
+                    if let Some(d) = peregrine_engine::synthetic::dtp_preset(shape) {
+                        let sched = peregrine_engine::dtp::DtpSchedule::new(&d, &c, 2)?;
+                        cuda::compile_only_tp(&c, &variant(name), 2, Some(&sched), "sm_90a")?;
+                    }
                 }
                 println!("{shape}: TP kernels compiled in {:.1}s", t.elapsed().as_secs_f64());
             }

@@ -220,16 +220,40 @@ pub struct KernelOptions {
     /// phase sums on load (PG_FUSE_O): one dependent phase less per layer. One GPU only
     /// ([`unsupported_tp`]). Off by default.
     pub fuse_o: bool,
-    /// Each warp issues the first 16-byte loads of its first row group of a matrix phase
-    /// before the phase's dependency wait and consumes them after it (PG_PRELOAD,
-    /// kernels/ops/matvec.cuh `RowPreload`): the weights never depend on the data, so the
+    /// Each warp starts copying its first row group of a matrix phase into shared memory
+    /// (cp.async, up to this many 16-byte words per lane per row) before the phase's
+    /// dependency wait and reads it from there after it (PG_STAGE_ITERS,
+    /// kernels/ops/matvec.cuh `RowStage`): the weights never depend on the data, so the
     /// group's DRAM round trip overlaps the wait. Bit-identical results; composes with
-    /// `fuse_o` and tensor parallelism (rank-local weights). Off by default.
-    pub preload: bool,
+    /// `fuse_o` and tensor parallelism (rank-local weights). 0 = off (the default).
+    pub stage_iters: u32,
+    /// One GPU: the o- and down-projection epilogues add to the residual the block holds
+    /// in shared memory from its previous phase instead of re-reading it from L2
+    /// (PG_RESID_SMEM). Bit-identical results. Ignored under tensor parallelism (the
+    /// residual moves with the exchange there).
+    pub resid_smem: bool,
+    /// Rows per warp group of the LM head (PG_LM_NR): more loads in flight per lane on
+    /// small hidden sizes. Any value ≥ 1; the logits are bit-identical for every value.
+    pub lm_rows_per_warp: u32,
 }
 
-impl Default for KernelOptions {
-    fn default() -> Self {
+/// Environment switch for benchmarking against the previous kernel: `v3` turns off
+/// the session-3 defaults (staging, residual in shared memory, 4-row LM head).
+pub const KERNEL_ENV: &str = "PEREGRINE_KERNEL";
+
+/// Staged 16-byte words per lane per row by default (a whole row up to K = 2048 at 2 rows per warp).
+pub const DEFAULT_STAGE_ITERS: u32 = 8;
+/// LM-head rows per warp group by default.
+pub const DEFAULT_LM_ROWS_PER_WARP: u32 = 4;
+
+impl KernelOptions {
+    /// v3's settings (session 2's default kernel): no staging, residual re-read from L2,
+    /// 2-row LM head. Kept for comparisons (`PEREGRINE_KERNEL=v3`, `gpu_check ... v3`).
+    pub fn v3() -> Self {
+        KernelOptions { stage_iters: 0, resid_smem: false, lm_rows_per_warp: DEFAULT_ROWS_PER_WARP, ..Self::current() }
+    }
+
+    fn current() -> Self {
         KernelOptions {
             threads: DEFAULT_THREADS,
             rows_per_warp: DEFAULT_ROWS_PER_WARP,
@@ -246,7 +270,19 @@ impl Default for KernelOptions {
             prefill_mma_attention: true,
             trace: false,
             fuse_o: false,
-            preload: false,
+            stage_iters: DEFAULT_STAGE_ITERS,
+            resid_smem: true,
+            lm_rows_per_warp: DEFAULT_LM_ROWS_PER_WARP,
+        }
+    }
+}
+
+impl Default for KernelOptions {
+    /// The current kernel (measured fastest, docs/perf-notes.md), or v3's with `PEREGRINE_KERNEL=v3`.
+    fn default() -> Self {
+        match std::env::var(KERNEL_ENV).as_deref() {
+            Ok("v3") => Self::v3(),
+            _ => Self::current(),
         }
     }
 }
@@ -415,7 +451,9 @@ pub fn defines_tp(
     put("ATTN_MAX_SPLITS", options.attn_max_splits.to_string());
     put("TRACE", u8::from(options.trace).to_string());
     put("FUSE_O", u8::from(options.fuse_o).to_string());
-    put("PRELOAD", u8::from(options.preload).to_string());
+    put("STAGE_ITERS", options.stage_iters.to_string());
+    put("RESID_SMEM", u8::from(options.resid_smem).to_string());
+    put("LM_NR", options.lm_rows_per_warp.to_string());
     if options.chaos {
         put("CHAOS", "1".into());
     }
@@ -487,6 +525,8 @@ pub fn unsupported(config: &ModelConfig, options: &KernelOptions) -> Option<Stri
         (c.vocab_size >= u32::MAX as usize, "vocab_size too large".to_string()),
         (options.threads % 32 != 0 || (options.threads as usize) < c.head_dim, format!("threads {} invalid", options.threads)),
         (options.rows_per_warp == 0 || options.rows_per_warp % 2 != 0, "rows_per_warp must be even".to_string()),
+        (options.lm_rows_per_warp == 0 || options.lm_rows_per_warp > 16, "lm_rows_per_warp must be 1 to 16".to_string()),
+        (options.stage_iters > 16, "stage_iters must be at most 16".to_string()),
         (options.ring == 0, "ring must hold at least one record".to_string()),
         (options.attn_max_splits == 0, "attn_max_splits must be at least 1".to_string()),
         (options.prefill_chunk == 0, "prefill_chunk must be at least 1".to_string()),
@@ -644,17 +684,23 @@ mod tests {
     }
 
     #[test]
-    fn preload_is_an_off_by_default_define_allowed_under_tensor_parallelism() {
+    fn stage_is_a_define_allowed_under_tensor_parallelism() {
         let config = crate::synthetic::preset("smollm2-135m").expect("preset");
-        let get = |o: &KernelOptions| defines(&config, o).into_iter().find(|(n, _)| n == "PG_PRELOAD").map(|(_, v)| v);
-        let base = KernelOptions::default();
-        assert!(!base.preload, "off by default");
-        assert_eq!(get(&base).as_deref(), Some("0"));
-        let pre = KernelOptions { preload: true, ..base };
-        assert_eq!(get(&pre).as_deref(), Some("1"));
-        // The preloaded weights are the rank's own shard: nothing to refuse under TP.
-        assert!(unsupported_tp(&pre, 2).is_none());
-        assert!(unsupported_tp(&KernelOptions { fuse_o: true, ..pre }, 2).is_some(), "fuse_o still one GPU only");
+        let get = |o: &KernelOptions, name: &str| defines(&config, o).into_iter().find(|(n, _)| n == name).map(|(_, v)| v);
+        let base = KernelOptions::v3();
+        assert_eq!(base.stage_iters, 0, "off in v3");
+        assert_eq!(get(&base, "PG_STAGE_ITERS").as_deref(), Some("0"));
+        assert_eq!(get(&base, "PG_RESID_SMEM").as_deref(), Some("0"));
+        assert_eq!(get(&base, "PG_LM_NR").as_deref(), Some("2"));
+        let staged = KernelOptions { stage_iters: 8, resid_smem: true, lm_rows_per_warp: 4, ..base };
+        assert_eq!(KernelOptions::current(), staged, "the session-3 settings are the default");
+        assert_eq!(get(&staged, "PG_STAGE_ITERS").as_deref(), Some("8"));
+        assert_eq!(get(&staged, "PG_RESID_SMEM").as_deref(), Some("1"));
+        assert_eq!(get(&staged, "PG_LM_NR").as_deref(), Some("4"));
+        // The staged weights are the rank's own shard: nothing to refuse under TP.
+        assert!(unsupported_tp(&staged, 2).is_none());
+        assert!(unsupported_tp(&KernelOptions { fuse_o: true, ..staged.clone() }, 2).is_some(), "fuse_o still one GPU only");
+        assert!(unsupported(&config, &KernelOptions { lm_rows_per_warp: 0, ..staged }).is_some());
     }
 
     #[test]

@@ -99,11 +99,11 @@ mod tests {
         assert!(err.to_string().contains("query heads"), "{err}");
     }
 
-    /// The variants that are off by default (`trace`, `fuse_o`, `preload`, their
+    /// The variants that are off by default (`trace`, `fuse_o`, `stage`, `resid_smem`, their
     /// combinations, each with the chaos delays the race check uses, and fuse_o with
     /// attention unsplit) compile for every benchmark shape and the tiny check shapes'
     /// head dims; fuse_o under tensor parallelism is refused with a message, not
-    /// compiled; preload compiles under TP 2 and DTP.
+    /// compiled; stage compiles under TP 2 and DTP.
     #[test]
     fn off_by_default_variants_compile_with_nvrtc_for_every_preset() {
         if !nvrtc_loads() {
@@ -117,11 +117,12 @@ mod tests {
             ("fuse_o+chaos", KernelOptions { fuse_o: true, chaos: true, ..base.clone() }),
             ("fuse_o+prefetch", KernelOptions { fuse_o: true, prefetch: true, ..base.clone() }),
             ("fuse_o+chaos unsplit", KernelOptions { fuse_o: true, chaos: true, attn_max_splits: 1, ..base.clone() }),
-            ("preload", KernelOptions { preload: true, ..base.clone() }),
-            ("preload+chaos", KernelOptions { preload: true, chaos: true, ..base.clone() }),
-            ("fuse_o+preload", KernelOptions { fuse_o: true, preload: true, ..base.clone() }),
-            ("fuse_o+preload+chaos", KernelOptions { fuse_o: true, preload: true, chaos: true, ..base.clone() }),
-            ("preload+trace", KernelOptions { preload: true, trace: true, ..base.clone() }),
+            ("v3", KernelOptions::v3()),
+            ("v3+chaos", KernelOptions { chaos: true, ..KernelOptions::v3() }),
+            ("stage+chaos", KernelOptions { chaos: true, ..base.clone() }),
+            ("fuse_o+stage+resid", KernelOptions { fuse_o: true, stage_iters: 8, resid_smem: true, ..base.clone() }),
+            ("fuse_o+stage+resid+chaos", KernelOptions { fuse_o: true, stage_iters: 8, resid_smem: true, chaos: true, ..base.clone() }),
+            ("stage+trace", KernelOptions { stage_iters: 8, trace: true, ..base.clone() }),
         ];
         let configs = presets_and_head_dims();
         for config in &configs {
@@ -136,13 +137,13 @@ mod tests {
         compile_only_tp(&llama, &variants[0].1, 2, None, "sm_90a").unwrap_or_else(|e| panic!("trace tp 2: {e}"));
         let err = compile_only_tp(&llama, &variants[1].1, 2, None, "sm_90a").expect_err("fuse_o under TP");
         assert!(err.to_string().contains("one GPU"), "{err}");
-        // preload composes with tensor parallelism (rank-local weights) and DTP.
-        let preload = KernelOptions { preload: true, ..base.clone() };
-        compile_only_tp(&llama, &preload, 2, None, "sm_90a").unwrap_or_else(|e| panic!("preload tp 2: {e}"));
+        // stage (+ resid_smem, ignored there) composes with tensor parallelism (rank-local weights) and DTP.
+        let preload = KernelOptions { stage_iters: 8, resid_smem: true, lm_rows_per_warp: 4, ..base.clone() };
+        compile_only_tp(&llama, &preload, 2, None, "sm_90a").unwrap_or_else(|e| panic!("stage tp 2: {e}"));
         let shape = crate::synthetic::preset("dtp-2b").expect("preset");
         let dtp = crate::synthetic::dtp_preset("dtp-2b").expect("dtp preset");
         let sched = crate::dtp::DtpSchedule::new(&dtp, &shape, 2).expect("schedule");
-        compile_only_tp(&shape, &preload, 2, Some(&sched), "sm_90a").unwrap_or_else(|e| panic!("preload dtp: {e}"));
+        compile_only_tp(&shape, &preload, 2, Some(&sched), "sm_90a").unwrap_or_else(|e| panic!("stage dtp: {e}"));
     }
 
     /// The batched prefill's kernels compile for every benchmark shape and for the other
