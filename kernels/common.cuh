@@ -134,6 +134,7 @@ __device__ __forceinline__ float ld_shared_f32(const float* p) { return __ldcg(p
 __device__ __forceinline__ float4 ld_shared_f32x4(const float* p) { return __ldcg(reinterpret_cast<const float4*>(p)); }
 __device__ __forceinline__ uint4 ld_shared_16(const void* p) { return __ldcg(reinterpret_cast<const uint4*>(p)); }
 __device__ __forceinline__ u32 ld_shared_u32(const u32* p) { return __ldcg(p); }
+__device__ __forceinline__ long long ld_shared_i64(const long long* p) { return __ldcg(p); }
 __device__ __forceinline__ unsigned char ld_shared_u8(const unsigned char* p) {
   return (unsigned char)__ldcg(reinterpret_cast<const char*>(p));
 }

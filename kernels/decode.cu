@@ -16,6 +16,7 @@
 #include "ops/allreduce.cuh"
 #include "ops/attention.cuh"
 #include "ops/emit.cuh"
+#include "ops/fused_down.cuh"
 #include "ops/lm_head.cuh"
 #include "ops/matvec.cuh"
 #include "ops/oproj.cuh"
@@ -90,6 +91,16 @@ constexpr bool STAGE = STAGE_CAP > 0;
 constexpr bool RESID_SMEM = PG_RESID_SMEM != 0 && !IS_TP;
 /// Rows per warp group of the LM head (more 16-byte loads in flight per lane than NR).
 constexpr int LM_NR = PG_LM_NR;
+/// fuse_down (one GPU, not with fuse_o): the down-projection runs in the gate/up phase
+/// as per-block partials summed exactly by fixed-point atomics (ops/fused_down.cuh);
+/// the DOWN phase and its wait go. Blocks own chunks of FD_CW FFN columns.
+constexpr bool FUSE_DOWN = PG_FUSE_DOWN != 0;
+static_assert(!(FUSE_DOWN && (IS_TP || FUSE_O)), "fuse_down runs on one GPU, without fuse_o");
+constexpr int FD_CW = WARPS;  // one (gate, up) pair per warp per chunk
+constexpr int FD_CHUNKS = F / FD_CW;
+static_assert(!FUSE_DOWN || (F % FD_CW == 0 && FD_CW % 8 == 0), "fuse_down needs F divisible by the warps per block (a multiple of 8)");
+/// Rows of W_down per thread.
+constexpr int FD_RPT = (D + THREADS - 1) / THREADS;
 
 // ---- dependency counters -------------------------------------------------------
 
@@ -126,7 +137,9 @@ constexpr int ATTN_FLOATS = FUSE_O ? ATTN_OUT + HD : ATTN_BASE_FLOATS;
 constexpr int ATTN_PASS = AttnShape<THREADS, HD>::PER_PASS;
 constexpr int SAMPLE_TOP_FLOATS = 2 * PG_MAX_TOP + 4;
 constexpr int SELECT_FLOATS = (int)(sizeof(SelectSmem) / sizeof(float)) + SAMPLE_TOP_FLOATS;
-constexpr int MAIN_FLOATS = cmax(cmax(VEC_FLOATS, ATTN_FLOATS), SELECT_FLOATS);
+/// fuse_down: the block's activations after the normalised input.
+constexpr int FD_ACT_OFF = (D + 3) / 4 * 4;
+constexpr int MAIN_FLOATS = cmax(cmax(cmax(VEC_FLOATS, ATTN_FLOATS), SELECT_FLOATS), FUSE_DOWN ? FD_ACT_OFF + F : 0);
 /// Reduction scratch after the main region (one float per warp, LM stats per warp).
 constexpr int RED_FLOATS = 8 * WARPS;
 __host__ __device__ constexpr int align4(int n) { return (n + 3) / 4 * 4; }
@@ -140,7 +153,10 @@ constexpr int STAGE_WORDS = STAGE ? cmax(cmax(Stage<D>::WORDS, Stage<QD>::WORDS)
 constexpr int STAGE_OFF = align4(RESID_OFF + RESID_FLOATS);
 /// stage: attention stages its first pass of cached k/v in the same slots when they hold it.
 constexpr bool ATTN_STAGE = STAGE && attn_stage_words<THREADS, HD>() <= WARPS * STAGE_WORDS;
-constexpr int SMEM_FLOATS = STAGE_OFF + WARPS * STAGE_WORDS * 4;
+/// fuse_down + stage: this thread's rows of the block's first W_down chunk.
+constexpr int DSTAGE_OFF = STAGE_OFF + WARPS * STAGE_WORDS * 4;
+constexpr int DSTAGE_WORDS = FUSE_DOWN && STAGE ? FD_RPT * (FD_CW / 8) * THREADS : 0;
+constexpr int SMEM_FLOATS = DSTAGE_OFF + DSTAGE_WORDS * 4;
 
 /// Read by the host (cuModuleGetGlobal) so the sizes exist only here.
 extern "C" __constant__ u32 pg_smem_bytes = SMEM_FLOATS * sizeof(float);
@@ -220,6 +236,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
   float* resid_s = sm + RESID_OFF;  // resid_smem
   uint4* slot = reinterpret_cast<uint4*>(sm + STAGE_OFF) + warp_id() * STAGE_WORDS;  // stage
   float* rcopy = RESID_SMEM ? resid_s : nullptr;
+  uint4* dstage = DSTAGE_WORDS ? reinterpret_cast<uint4*>(sm + DSTAGE_OFF) : nullptr;  // fuse_down + stage
 
   const u64* layers = ARG_PTR(const u64*, LAYERS);
   const bf16_t* embed = ARG_PTR(const bf16_t*, EMBED);
@@ -251,6 +268,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
   const float penalty = ARG_F32(REPETITION_PENALTY);
   const SampleParams sp{ARG_F32(TEMPERATURE), ARG_U32(TOP_K), ARG_F32(TOP_P), ARG_F32(MIN_P), args.a[PG_ARG_SEED]};
   float* opart = ARG_PTR(float*, O_PART);  // fuse_o: [NH][D] per-head o-projection partials
+  // fuse_down: [2 step parities][L][D] fixed-point down-projection sums (zeroed per run).
+  long long* down_acc = ARG_PTR(long long*, DOWN_ACC);
   u64* trace = ARG_PTR(u64*, TRACE);       // PG_TRACE: [G][TRACE_EVENTS][TRACE_WORDS], or null
   const u32 trace_step = ARG_U32(TRACE_STEP);
 
@@ -301,6 +320,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
 #pragma unroll
     for (int r = 0; r < TP; ++r) dst[r] = IS_TP ? peer_rx[r] + rx_off(step, l, kind) : nullptr;
     return x_mode[l] == XM_ALL || (x_mode[l] == XM_DELAYED && x_send[l] != 0);
+  };
+  // fuse_down: layer l's accumulator in step s.
+  auto acc_of = [&](u32 step, int l) { return down_acc + ((size_t)(step & 1) * L + l) * D; };
+  // fuse_down: vec (and `copy`) ← x + layer l's accumulator, the residual after layer l.
+  auto load_resid_fixed = [&](u32 step, int l, float* copy) {
+    const long long* a = acc_of(step, l);
+    for (int i = threadIdx.x; i < D; i += THREADS) {
+      const float v = ld_shared_f32(x + i) + fixed_to_f32(ld_shared_i64(a + i));
+      vec[i] = v;
+      if (copy) copy[i] = v;
+    }
   };
   const u32 steps = score ? n_prompt : n_prompt + max_tokens - 1;
   // Steps before `start` were run by the batched prefill (prefill.cu): their KV-cache
@@ -359,9 +389,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
               }
               __threadfence_system();
             }
+            // fuse_down: every read of the other parity's accumulators (last step's) is
+            // done: zero them for the next step.
+            if (FUSE_DOWN) {
+              long long* a = acc_of(s + 1, 0);
+              for (int c = blockIdx.x * THREADS + threadIdx.x; c < L * D; c += w_qkv * THREADS) a[c] = 0;
+            }
           }
           if (l == 0) load_vec_bf16<THREADS>(vec, emb_row, D, rcopy);
           else if (IS_TP) load_after(s, l - 1, 1, x, nullptr, xb, w_qkv);
+          else if (FUSE_DOWN) load_resid_fixed(s, l - 1, rcopy);
           else load_vec_f32<THREADS>(vec, x, D, rcopy);
           rmsnorm_smem<THREADS, D>(vec, LAYER_PTR(const float*, lw, ATTN_NORM), EPS, red);
           const float* bias = LAYER_PTR(const float*, lw, QKV_BIAS);
@@ -467,12 +504,49 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
             if (IS_TP) {
               push_partial<TP, D>(po, rank, r, v, send);
             } else {
-              const float res = res_here ? resid_s[r] : l == 0 ? bf16_to_f32(emb_row[r]) : ld_shared_f32(x + r);
+              const float res = res_here ? resid_s[r]
+                                : l == 0  ? bf16_to_f32(emb_row[r])
+                                : FUSE_DOWN ? ld_shared_f32(x + r) + fixed_to_f32(ld_shared_i64(acc_of(s, l - 1) + r))
+                                            : ld_shared_f32(x + r);
               x[r] = res + v;
             }
           });
         }
         block_arrive(layer_ctr(ctr, l, PH_O), trace_event(tr, l * PHASES + PH_O));
+      }
+
+      // ---- fuse_down: ffn norm + gate/up + SwiGLU + down partials, one phase ------
+      if constexpr (FUSE_DOWN) {
+        const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WGATE_UP);
+        const bf16_t* wd = LAYER_PTR(const bf16_t*, lw, WDOWN);
+        if ((int)blockIdx.x < FD_CHUNKS) {
+          // stage: this warp's first (gate, up) pair and this thread's first-chunk W_down rows.
+          if constexpr (STAGE) {
+            stage_group<D, 2, STAGE_CAP>(w, 2 * F, (int)blockIdx.x * FD_CW + warp_id(), slot);
+            stage_down_chunk<THREADS, D, F, FD_CW>(wd, blockIdx.x, dstage);
+          }
+          block_wait(layer_ctr(ctr, l, PH_O), done, trace_event(tr, l * PHASES + PH_DOWN));
+          load_vec_f32<THREADS>(vec, x, D);
+          rmsnorm_smem<THREADS, D>(vec, LAYER_PTR(const float*, lw, FFN_NORM), EPS, red);
+          float* act_s = sm + FD_ACT_OFF;  // [this block's chunks][FD_CW]
+          int k = 0;
+          for (int c = blockIdx.x; c < FD_CHUNKS; c += G, ++k) {
+            // Rows interleave (gate_j, up_j): pair j is group j of 2 rows.
+            const int j = c * FD_CW + warp_id();
+            float acc[2];
+            if (STAGE && k == 0) warp_rows_dot_staged<D, 2, STAGE_CAP>(w, 2 * j, 2 * F, vec, slot, acc);
+            else warp_rows_dot<D, 2>(w, 2 * j, 2 * F, vec, acc);
+            if (lane_id() == 0) act_s[k * FD_CW + warp_id()] = swiglu(acc[0], acc[1]);
+          }
+          __syncthreads();
+          if (dstage) cp_async_wait_all();
+          long long* a = acc_of(s, l);
+          int q = 0;
+          for (int i = threadIdx.x; i < D; i += THREADS, ++q)
+            red_add_fixed(a + i, f32_to_fixed(down_row_partial<THREADS, F, FD_CW>(wd, i, q, blockIdx.x, FD_CHUNKS, G, act_s, dstage)));
+        }
+        block_arrive(layer_ctr(ctr, l, PH_DOWN), trace_event(tr, l * PHASES + PH_DOWN));
+        continue;
       }
 
       // ---- ffn norm + gate/up + SwiGLU -------------------------------------------
@@ -545,6 +619,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
     maybe_prefetch<D, V, LM_NR>(lm_head);
     block_wait(layer_ctr(ctr, L - 1, PH_DOWN), done, trace_event(tr, EV_LM));
     if (IS_TP) load_after(s, L - 1, 1, x, nullptr, nullptr, 1);
+    else if (FUSE_DOWN) load_resid_fixed(s, L - 1, nullptr);
     else load_vec_f32<THREADS>(vec, x, D);
     rmsnorm_smem<THREADS, D>(vec, final_norm, EPS, red);
     if (IS_DTP) {

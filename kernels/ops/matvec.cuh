@@ -122,6 +122,24 @@ __device__ __forceinline__ void stage_rows(const bf16_t* __restrict__ W, int row
   cp_async_commit();
 }
 
+/// stage_rows for an explicit group index `g` (a warp's own choice of rows).
+template <int K, int NR, int CAP>
+__device__ __forceinline__ void stage_group(const bf16_t* __restrict__ W, int rows, int g, uint4* slot) {
+  using S = RowStage<K, NR, CAP>;
+  if (g * NR >= rows) return;
+  const int lane = lane_id();
+#pragma unroll
+  for (int it = 0; it < S::N; ++it) {
+    const int c = it * WARP_SIZE + lane;
+    if (S::CHUNKS % WARP_SIZE == 0 || c < S::CHUNKS) {
+#pragma unroll
+      for (int r = 0; r < NR; ++r)
+        cp_async16(slot + (it * NR + r) * WARP_SIZE + lane, W + (size_t)min(g * NR + r, rows - 1) * K + c * 8);
+    }
+  }
+  cp_async_commit();
+}
+
 /// warp_rows_dot whose first S::N iterations come from `slot` (filled by stage_rows for
 /// the same row0); same summation order, so the same bits.
 template <int K, int NR, int CAP>

@@ -128,6 +128,7 @@ mod imp {
                     "resid" => o.resid_smem = true,
                     "prefetch" => o.prefetch = true,
                     "fuse-o" => o.fuse_o = true,
+                    "fuse-down" => o.fuse_down = true,
                     "trace" => o.trace = true,
                     "chaos" => o.chaos = true,
                     "nosplit" => o.attn_max_splits = 1,

@@ -61,6 +61,8 @@ slots! {
         OPart,
         /// `trace`: u64 `[grid × pg_trace_events × TRACE_WORDS_PER_EVENT]` stamps (zeroed per run), or 0 (off).
         Trace,
+        /// `fuse_down`: i64 `[2 × layers × hidden]` fixed-point down-projection sums (zeroed per run).
+        DownAcc,
         /// `trace`: the step whose phases are stamped.
         TraceStep,
     }
@@ -235,6 +237,11 @@ pub struct KernelOptions {
     /// Rows per warp group of the LM head (PG_LM_NR): more loads in flight per lane on
     /// small hidden sizes. Any value ≥ 1; the logits are bit-identical for every value.
     pub lm_rows_per_warp: u32,
+    /// The down-projection folded into the gate/up phase as per-block partials summed by
+    /// fixed-point 64-bit atomics (exact, order-independent; kernels/ops/fused_down.cuh):
+    /// one dependent phase less per layer (PG_FUSE_DOWN). One GPU, not with `fuse_o`;
+    /// needs intermediate_size divisible by the warps per block. Off by default.
+    pub fuse_down: bool,
 }
 
 /// Environment switch for benchmarking against the previous kernel: `v3` turns off
@@ -273,6 +280,7 @@ impl KernelOptions {
             stage_iters: DEFAULT_STAGE_ITERS,
             resid_smem: true,
             lm_rows_per_warp: DEFAULT_LM_ROWS_PER_WARP,
+            fuse_down: false,
         }
     }
 }
@@ -454,6 +462,7 @@ pub fn defines_tp(
     put("STAGE_ITERS", options.stage_iters.to_string());
     put("RESID_SMEM", u8::from(options.resid_smem).to_string());
     put("LM_NR", options.lm_rows_per_warp.to_string());
+    put("FUSE_DOWN", u8::from(options.fuse_down).to_string());
     if options.chaos {
         put("CHAOS", "1".into());
     }
@@ -508,8 +517,9 @@ pub fn defines_tp(
 /// slot per head instead of per rank, and DTP's lane-local and delayed modes over
 /// them); not built yet, so it is refused rather than silently run unfused.
 pub fn unsupported_tp(options: &KernelOptions, tp: usize) -> Option<String> {
-    (tp > 1 && options.fuse_o).then(|| {
-        format!("the fuse_o kernel variant runs on one GPU only (tensor parallelism {tp} requested); turn fuse_o off for --tp > 1")
+    let variant = if options.fuse_o { "fuse_o" } else { "fuse_down" };
+    (tp > 1 && (options.fuse_o || options.fuse_down)).then(|| {
+        format!("the {variant} kernel variant runs on one GPU only (tensor parallelism {tp} requested); turn {variant} off for --tp > 1")
     })
 }
 
@@ -527,6 +537,11 @@ pub fn unsupported(config: &ModelConfig, options: &KernelOptions) -> Option<Stri
         (options.rows_per_warp == 0 || options.rows_per_warp % 2 != 0, "rows_per_warp must be even".to_string()),
         (options.lm_rows_per_warp == 0 || options.lm_rows_per_warp > 16, "lm_rows_per_warp must be 1 to 16".to_string()),
         (options.stage_iters > 16, "stage_iters must be at most 16".to_string()),
+        (options.fuse_down && options.fuse_o, "fuse_down and fuse_o do not combine".to_string()),
+        (
+            options.fuse_down && (options.threads % 256 != 0 || c.intermediate_size % (options.threads as usize / 32) != 0),
+            "fuse_down needs a multiple of 256 threads and intermediate_size divisible by the warps per block".to_string(),
+        ),
         (options.ring == 0, "ring must hold at least one record".to_string()),
         (options.attn_max_splits == 0, "attn_max_splits must be at least 1".to_string()),
         (options.prefill_chunk == 0, "prefill_chunk must be at least 1".to_string()),
@@ -701,6 +716,23 @@ mod tests {
         assert!(unsupported_tp(&staged, 2).is_none());
         assert!(unsupported_tp(&KernelOptions { fuse_o: true, ..staged.clone() }, 2).is_some(), "fuse_o still one GPU only");
         assert!(unsupported(&config, &KernelOptions { lm_rows_per_warp: 0, ..staged }).is_some());
+    }
+
+    #[test]
+    fn fuse_down_is_an_off_by_default_one_gpu_define() {
+        let config = crate::synthetic::preset("smollm2-135m").expect("preset");
+        let get = |o: &KernelOptions| defines(&config, o).into_iter().find(|(n, _)| n == "PG_FUSE_DOWN").map(|(_, v)| v);
+        let base = KernelOptions::default();
+        assert!(!base.fuse_down, "off by default");
+        assert_eq!(get(&base).as_deref(), Some("0"));
+        let fused = KernelOptions { fuse_down: true, ..base };
+        assert_eq!(get(&fused).as_deref(), Some("1"));
+        assert!(unsupported(&config, &fused).is_none());
+        let why = unsupported_tp(&fused, 2).expect("refused under TP");
+        assert!(why.contains("fuse_down") && why.contains("one GPU"), "{why}");
+        assert!(unsupported(&config, &KernelOptions { fuse_o: true, ..fused.clone() }).is_some(), "not with fuse_o");
+        let odd = ModelConfig { intermediate_size: 1544, ..config };
+        assert!(unsupported(&odd, &fused).is_some(), "F must divide by the warps per block");
     }
 
     #[test]

@@ -123,6 +123,9 @@ mod tests {
             ("fuse_o+stage+resid", KernelOptions { fuse_o: true, stage_iters: 8, resid_smem: true, ..base.clone() }),
             ("fuse_o+stage+resid+chaos", KernelOptions { fuse_o: true, stage_iters: 8, resid_smem: true, chaos: true, ..base.clone() }),
             ("stage+trace", KernelOptions { stage_iters: 8, trace: true, ..base.clone() }),
+            ("fuse_down", KernelOptions { fuse_down: true, ..base.clone() }),
+            ("fuse_down+chaos", KernelOptions { fuse_down: true, chaos: true, ..base.clone() }),
+            ("fuse_down v3", KernelOptions { fuse_down: true, ..KernelOptions::v3() }),
         ];
         let configs = presets_and_head_dims();
         for config in &configs {

@@ -108,6 +108,9 @@ struct State {
     /// `fuse_o`: each local head's o-projection partial, `[heads × hidden]` (allocated
     /// always: it is small and `set_options` may turn the variant on).
     opart: CudaSlice<f32>,
+    /// `fuse_down`: fixed-point down-projection sums `[2 × layers × hidden]` i64 (zeroed
+    /// per run; allocated always, like `opart`).
+    down_acc: CudaSlice<i64>,
 }
 
 /// What `enqueue_prefill` put on the stream: positions, and events to time them.
@@ -675,6 +678,7 @@ impl CudaRuntime {
             rx: f32s(k.rx_floats)?,
             peers: stream.alloc_zeros::<u64>(tp * PeerSlot::COUNT).map_err(cuda_err("cuMemAlloc"))?,
             opart: f32s(c.num_heads * c.hidden_size)?,
+            down_acc: stream.alloc_zeros::<i64>(2 * c.num_layers * c.hidden_size).map_err(cuda_err("cuMemAlloc"))?,
         })
     }
 
@@ -828,6 +832,7 @@ impl CudaRuntime {
             stream.memcpy_htod(prompt, &mut toks).map_err(cuda_err("upload prompt"))?;
             stream.memset_zeros(&mut st.counters).map_err(cuda_err("zero counters"))?;
             stream.memset_zeros(&mut st.exchange).map_err(cuda_err("zero exchange"))?;
+            stream.memset_zeros(&mut st.down_acc).map_err(cuda_err("zero down sums"))?;
             // The receive slots start as the sentinel the kernel's peer loads wait past.
             let rx_len = st.rx.len();
             let filled = {
@@ -872,6 +877,7 @@ impl CudaRuntime {
             a.set(Arg::Rank, rank as u64);
             a.set(Arg::DebugLogits, dbgs.last().filter(|_| debug_rows > 0).map_or(0, |b| r.dptr(b)));
             a.set(Arg::OPart, r.dptr(&st.opart));
+            a.set(Arg::DownAcc, r.dptr(&st.down_acc));
             if self.options.trace && rank == 0 {
                 let words = self.grid as usize * r.kernel.trace_events * WORDS_PER_EVENT;
                 let buf = stream.alloc_zeros::<u64>(words.max(1)).map_err(cuda_err("trace buffer"))?;
