@@ -19,7 +19,7 @@
 //! head with 4 rows per warp (docs/perf-notes.md, "Session 3: staging").
 //!
 //! Usage: gpu_check [all|correctness|bench|sanitize|prefill|precompile|precompile-tp|tp|trace|kernel-check|defines] [--quick]
-//!        [--tp N] [--shapes a,b] [--runs N] [--prompt N] [--gen N] [--variants v1,v2,...] [--kernel NAME] [--no-tiny]
+//!        [--tp N] [--shapes a,b] [--runs N] [--prompt N] [--gen N] [--variants v1,v2,...] [--kernel NAME] [--no-tiny] [--no-chaos]
 
 #[cfg(feature = "cuda")]
 fn main() {
@@ -74,6 +74,8 @@ mod imp {
         kernel: String,
         /// `--no-tiny`: `precompile` and `kernel-check` skip the tiny check shapes.
         no_tiny: bool,
+        /// `--no-chaos`: `precompile` / `precompile-tp` skip the chaos-delay kernels.
+        no_chaos: bool,
     }
 
     fn parse() -> Args {
@@ -90,6 +92,7 @@ mod imp {
             variants_given: false,
             kernel: "v3".into(),
             no_tiny: false,
+            no_chaos: false,
         };
         let mut it = std::env::args().skip(1);
         while let Some(x) = it.next() {
@@ -106,6 +109,7 @@ mod imp {
                 }
                 "--kernel" => a.kernel = val(),
                 "--no-tiny" => a.no_tiny = true,
+                "--no-chaos" => a.no_chaos = true,
                 "--runs" => a.runs = val().parse().unwrap_or(5),
                 "--prompt" => a.prompt = val().parse().unwrap_or(32),
                 "--gen" => a.gen = val().parse().unwrap_or(256),
@@ -920,13 +924,15 @@ mod imp {
     }
 
     /// Fills the cubin cache for `--variants`, plus the `--kernel` base (v3 by default)
-    /// with and without its chaos delays, on the tiny shapes (unless `--no-tiny`) and the
+    /// with and without its chaos delays (not with `--no-chaos`), on the tiny shapes (unless `--no-tiny`) and the
     /// `--shapes` given (default: the four benchmark shapes). `--variants ''` adds none.
     fn precompile(args: &Args) -> Result<()> {
         let mut options: Vec<(String, KernelOptions)> = args.variants.iter().map(|n| (n.clone(), variant(n))).collect();
         let base = variant(&args.kernel);
-        options.push((format!("{} + chaos", args.kernel), chaos_of(&base, true)));
-        options.push((format!("{} + chaos unsplit", args.kernel), chaos_of(&base, false)));
+        if !args.no_chaos {
+            options.push((format!("{} + chaos", args.kernel), chaos_of(&base, true)));
+            options.push((format!("{} + chaos unsplit", args.kernel), chaos_of(&base, false)));
+        }
         options.push((args.kernel.clone(), base));
         options.push(("v3".into(), variant("v3")));
         let mut seen = Vec::new();
@@ -971,13 +977,15 @@ mod imp {
         }
         if args.mode == "precompile-tp" {
             // The kernels `tp` and `bench --tp 1,2` load for --shapes: one GPU, TP 2 with
-            // and without chaos delays, and DTP for shapes with a DTP preset.
+            // and without chaos delays (`--no-chaos`: without only), and DTP for shapes with a DTP preset.
             for shape in &args.shapes {
                 let c = preset(shape).unwrap_or_else(|| panic!("unknown shape {shape}"));
                 let t = Instant::now();
                 cuda::compile_only(&c, &KernelOptions::default(), "sm_90a")?;
                 cuda::compile_only_tp(&c, &KernelOptions::default(), 2, None, "sm_90a")?;
-                cuda::compile_only_tp(&c, &KernelOptions { chaos: true, ..KernelOptions::default() }, 2, None, "sm_90a")?;
+                if !args.no_chaos {
+                    cuda::compile_only_tp(&c, &KernelOptions { chaos: true, ..KernelOptions::default() }, 2, None, "sm_90a")?;
+                }
                 if let Some(d) = peregrine_engine::synthetic::dtp_preset(shape) {
                     let sched = peregrine_engine::dtp::DtpSchedule::new(&d, &c, 2)?;
                     cuda::compile_only_tp(&c, &KernelOptions::default(), 2, Some(&sched), "sm_90a")?;
@@ -1004,7 +1012,8 @@ mod imp {
         let mut v = Verdict::default();
         if args.mode == "sanitize" {
             // Small and short: compute-sanitizer slows every access down. The prompt spans
-            // three 16-row prefill chunks and two attention key tiles.
+            // three 16-row prefill chunks and two CUDA-core attention key tiles (32); it
+            // runs with the tensor-core attention first (one partial 64-key tile).
             let c = &tiny_shapes()[0];
             let w = synthetic_weights(c, WEIGHT_SEED);
             let mut rt = CudaRuntime::with_options(c, &w, 0, KernelOptions { prefill_chunk: 16, ..KernelOptions::default() })?;
@@ -1017,6 +1026,23 @@ mod imp {
             collect(&mut rt, &prompt, 2, &sp, &[], 0)?;
             let scores = rt.score(&prompt)?;
             println!("sanitize run: {} tokens, end {end:?}, {} scored positions", out.len(), scores.len());
+            // The tensor-core attention past one key tile: 149 prefill rows in 64-row
+            // chunks span three PREFILL_MMA_KEY_TILE (64) key tiles, the last chunk starts
+            // mid-block, on head_dim 64 (GQA) and 128 (q/k/v bias).
+            for c in &tiny_shapes()[..2] {
+                let w = synthetic_weights(c, WEIGHT_SEED);
+                let opts = KernelOptions { prefill_chunk: 64, prefill_mma_attention: true, ..KernelOptions::default() };
+                let mut rt = CudaRuntime::with_options(c, &w, 0, opts)?;
+                println!("{}", rt.describe());
+                let prompt = Rng(6).tokens(150, c.vocab_size);
+                let (out, end) = collect(&mut rt, &prompt, 2, &sp, &[], 0)?;
+                println!(
+                    "sanitize mma run {}: {} batched prefill positions, {} tokens, end {end:?}",
+                    c.name,
+                    rt.last_run().prefill_positions,
+                    out.len()
+                );
+            }
             return Ok(());
         }
         if args.mode == "prefill" {

@@ -7,6 +7,9 @@
 //!   hf_score score --model DIR --tokens FILE --out FILE [--device cuda|cpu] [--tp N]
 //!       FILE: JSON list of token-id lists; writes little-endian f32 logits
 //!       [sequences × positions × vocab] to --out and one JSON summary line to stdout.
+//!   hf_score tokenizer --gguf FILE --out DIR  the GGUF's tokenizer as tokenizer.json +
+//!       tokenizer_config.json (BOS/EOS, chat template) in DIR, so a random-weight HF
+//!       directory of a preset with the same vocabulary can be served (scripts/gpu/cover_x2.sh).
 
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -14,12 +17,15 @@ use std::time::Instant;
 
 use peregrine_engine::cpu::reference_runtime::ReferenceRuntime;
 use peregrine_engine::cuda::CudaRuntime;
+use peregrine_engine::gguf::GgufFile;
 use peregrine_engine::runtime::Runtime;
+use peregrine_engine::tokenizer::Tokenizer;
 use peregrine_engine::{Error, Result};
 
 fn usage() -> Error {
     Error::InvalidRequest(
-        "usage: hf_score config NAME | hf_score score --model DIR --tokens FILE --out FILE [--device cuda|cpu] [--tp N]".into(),
+        "usage: hf_score config NAME | hf_score score --model DIR --tokens FILE --out FILE [--device cuda|cpu] [--tp N] | hf_score tokenizer --gguf FILE --out DIR"
+            .into(),
     )
 }
 
@@ -92,6 +98,36 @@ fn score(args: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Writes the GGUF's tokenizer as the files the HF loader reads beside a model.
+fn export_tokenizer(args: &[String]) -> Result<()> {
+    let (mut gguf, mut out) = (None, None);
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let value = it.next().map(PathBuf::from).ok_or_else(usage)?;
+        match flag.as_str() {
+            "--gguf" => gguf = Some(value),
+            "--out" => out = Some(value),
+            _ => return Err(usage()),
+        }
+    }
+    let (gguf, out) = (gguf.ok_or_else(usage)?, out.ok_or_else(usage)?);
+    let tok = Tokenizer::from_gguf(&GgufFile::open(&gguf)?)?;
+    let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i));
+    let config = serde_json::json!({
+        "bos_token": text(tok.bos_id()),
+        "eos_token": text(tok.eos_id()),
+        "add_bos_token": tok.adds_bos(),
+        "chat_template": tok.chat_template(),
+    });
+    std::fs::create_dir_all(&out).map_err(io(&out))?;
+    for (name, body) in [("tokenizer.json", tok.to_json()?), ("tokenizer_config.json", config.to_string())] {
+        let path = out.join(name);
+        std::fs::write(&path, body).map_err(io(&path))?;
+    }
+    println!("{}: {} tokens, BOS {:?}, EOS {:?}", out.display(), tok.vocab_size(), tok.bos_id(), tok.eos_ids());
+    Ok(())
+}
+
 fn run() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
@@ -103,6 +139,7 @@ fn run() -> Result<()> {
             Ok(())
         }
         Some("score") => score(&args[1..]),
+        Some("tokenizer") => export_tokenizer(&args[1..]),
         _ => Err(usage()),
     }
 }
