@@ -153,9 +153,12 @@ constexpr int STAGE_WORDS = STAGE ? cmax(cmax(Stage<D>::WORDS, Stage<QD>::WORDS)
 constexpr int STAGE_OFF = align4(RESID_OFF + RESID_FLOATS);
 /// stage: attention stages its first pass of cached k/v in the same slots when they hold it.
 constexpr bool ATTN_STAGE = STAGE && attn_stage_words<THREADS, HD>() <= WARPS * STAGE_WORDS;
-/// fuse_down + stage: this thread's rows of the block's first W_down chunk.
+/// fuse_down + stage: this thread's rows of the block's first W_down chunk, where
+/// shared memory holds them (at most ~200 KB in all; Llama-1B's 64 KB does not fit).
 constexpr int DSTAGE_OFF = STAGE_OFF + WARPS * STAGE_WORDS * 4;
-constexpr int DSTAGE_WORDS = FUSE_DOWN && STAGE ? FD_RPT * (FD_CW / 8) * THREADS : 0;
+constexpr int DSTAGE_NEED = FD_RPT * (FD_CW / 8) * THREADS;
+constexpr bool FD_STAGE = FUSE_DOWN && STAGE && (DSTAGE_OFF + DSTAGE_NEED * 4) * 4 <= 200 * 1024;
+constexpr int DSTAGE_WORDS = FD_STAGE ? DSTAGE_NEED : 0;
 constexpr int SMEM_FLOATS = DSTAGE_OFF + DSTAGE_WORDS * 4;
 
 /// Read by the host (cuModuleGetGlobal) so the sizes exist only here.
@@ -528,8 +531,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WGATE_UP);
         const bf16_t* wd = LAYER_PTR(const bf16_t*, lw, WDOWN);
         if ((int)blockIdx.x < FD_CHUNKS) {
-          // stage: this warp's first (gate, up) pair and this thread's first-chunk W_down rows.
-          if constexpr (STAGE) {
+          // stage: this warp's first (gate, up) pair and this thread's first-chunk W_down rows
+          // (only with one chunk per block, the rule of stage_fits).
+          const bool staged = FD_STAGE && FD_CHUNKS <= (int)G;
+          if (staged) {
             stage_group<D, 2, STAGE_CAP>(w, 2 * F, (int)blockIdx.x * FD_CW + warp_id(), slot);
             stage_down_chunk<THREADS, D, F, FD_CW>(wd, blockIdx.x, dstage);
           }
@@ -542,16 +547,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
             // Rows interleave (gate_j, up_j): pair j is group j of 2 rows.
             const int j = c * FD_CW + warp_id();
             float acc[2];
-            if (STAGE && k == 0) warp_rows_dot_staged<D, 2, STAGE_CAP>(w, 2 * j, 2 * F, vec, slot, acc);
+            if (staged && k == 0) warp_rows_dot_staged<D, 2, STAGE_CAP>(w, 2 * j, 2 * F, vec, slot, acc);
             else warp_rows_dot<D, 2>(w, 2 * j, 2 * F, vec, acc);
             if (lane_id() == 0) act_s[k * FD_CW + warp_id()] = swiglu(acc[0], acc[1]);
           }
           __syncthreads();
-          if (dstage) cp_async_wait_all();
+          if (staged) cp_async_wait_all();
           long long* a = acc_of(s, l);
           int q = 0;
           for (int i = threadIdx.x; i < D; i += THREADS, ++q)
-            red_add_fixed(a + i, f32_to_fixed(down_row_partial<THREADS, F, FD_CW>(wd, i, q, blockIdx.x, FD_CHUNKS, G, act_s, dstage)));
+            red_add_fixed(a + i, f32_to_fixed(down_row_partial<THREADS, F, FD_CW>(wd, i, q, blockIdx.x, FD_CHUNKS, G, act_s,
+                                                                               staged ? dstage : nullptr)));
         }
         block_arrive(layer_ctr(ctr, l, PH_DOWN), trace_event(tr, l * PHASES + PH_DOWN));
         continue;

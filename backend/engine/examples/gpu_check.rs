@@ -350,6 +350,10 @@ mod imp {
     }
 
     fn correctness_for(config: &ModelConfig, weights: &Weights, quick: bool, base: &KernelOptions, v: &mut Verdict) -> Result<()> {
+        if let Some(why) = skip_unsupported(config, base) {
+            println!("== {}: skipped for this variant ({why})", config.name);
+            return Ok(());
+        }
         let name = &config.name;
         println!("== correctness: {name} ({} params)", config.parameter_count());
         let t0 = Instant::now();
@@ -629,6 +633,12 @@ mod imp {
         Ok(())
     }
 
+    /// A variant the shape cannot run (e.g. fuse_down on an FFN width the warps do not
+    /// divide): the reason, so the check of that shape is skipped with it printed.
+    fn skip_unsupported(config: &ModelConfig, options: &KernelOptions) -> Option<String> {
+        cuda::layout::unsupported(config, options)
+    }
+
     fn correctness(quick: bool, base: &KernelOptions) -> Result<Verdict> {
         let mut v = Verdict::default();
         for config in tiny_shapes() {
@@ -651,6 +661,10 @@ mod imp {
     /// long enough for split attention (the merging block then runs fuse_o's tail), then
     /// the chaos race check with `base` over `n` greedy tokens.
     fn kernel_check(config: &ModelConfig, base: &KernelOptions, n: usize, v: &mut Verdict) -> Result<()> {
+        if let Some(why) = skip_unsupported(config, base) {
+            println!("== {}: skipped for this variant ({why})", config.name);
+            return Ok(());
+        }
         let name = &config.name;
         let w = synthetic_weights(config, WEIGHT_SEED);
         let positions = if config.parameter_count() < 100_000_000 { 300 } else { 600 }.min(config.max_context);
@@ -951,6 +965,10 @@ mod imp {
         }
         for c in &configs {
             for (n, o) in &options {
+                if let Some(why) = skip_unsupported(c, o) {
+                    println!("{} {n}: skipped ({why})", c.name);
+                    continue;
+                }
                 let t = Instant::now();
                 let bytes = cuda::compile_only(c, o, "sm_90a")?;
                 println!("{} {n}: {bytes} B cubin in {:.1}s", c.name, t.elapsed().as_secs_f64());

@@ -24,6 +24,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("ops/lm_head.cuh", include_str!("../../../../kernels/ops/lm_head.cuh")),
     ("ops/matvec.cuh", include_str!("../../../../kernels/ops/matvec.cuh")),
     ("ops/oproj.cuh", include_str!("../../../../kernels/ops/oproj.cuh")),
+    ("ops/fused_down.cuh", include_str!("../../../../kernels/ops/fused_down.cuh")),
     ("ops/rmsnorm.cuh", include_str!("../../../../kernels/ops/rmsnorm.cuh")),
     ("ops/rope.cuh", include_str!("../../../../kernels/ops/rope.cuh")),
     ("ops/sample.cuh", include_str!("../../../../kernels/ops/sample.cuh")),
