@@ -665,7 +665,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       float* dbg_row = dbg ? dbg + (size_t)lm_runs * V : nullptr;
       const bool penalise_on = penalty != 1.0f;
       const u32 row0 = (u32)rank * V;  // this rank's first vocabulary row
-      grid_rows_lanes<D, LM_NR, WARPS>(lm_head, V, vec, [&](int r, float v) {
+      grid_rows<D, LM_NR, WARPS>(lm_head, V, vec, [&](int r, float v) {
         const u32 gr = row0 + (u32)r;
         const float a = penalise_on ? penalise(v, ld_shared_u8(seen + gr) != 0, penalty) : v;
         logits[gr] = v;
@@ -680,9 +680,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         if (dbg_row) dbg_row[r] = v;
         lm_stats_push(st, gr, v, a);
       });
-      // Lanes 0..LM_NR-1 hold statistics of their rows: merge them (fixed butterfly
-      // order), then lane 0's warp totals in warp order.
-      st = lm_stats_warp_merge(st);
+      // Lane 0 of each warp holds its warp's statistics; merge them in warp order.
       LmStats* wst = reinterpret_cast<LmStats*>(red);
       if (lane_id() == 0) wst[warp_id()] = st;
       __syncthreads();

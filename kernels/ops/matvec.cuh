@@ -59,29 +59,6 @@ __device__ __forceinline__ void grid_rows(const bf16_t* __restrict__ W, int rows
   }
 }
 
-/// grid_rows with the epilogue spread over lanes: lane r < NR runs `epi` for row r of
-/// each group (every lane holds every sum after warp_rows_dot's butterfly), so a heavy
-/// epilogue (the LM head's statistics) costs one row's time per group, not NR. Each lane
-/// still sees its rows in increasing order.
-template <int K, int NR, int WARPS, class Epi>
-__device__ __forceinline__ void grid_rows_lanes(const bf16_t* __restrict__ W, int rows, const float* xs, Epi epi) {
-  static_assert(NR <= WARP_SIZE, "one lane per row");
-  const int gw = warp_id() * gridDim.x + blockIdx.x;
-  const int nw = WARPS * gridDim.x;
-  const int groups = (rows + NR - 1) / NR;
-  const int lane = lane_id();
-  for (int g = gw; g < groups; g += nw) {
-    float acc[NR];
-    warp_rows_dot<K, NR>(W, g * NR, rows, xs, acc);
-    // Select this lane's row without dynamic indexing (which would spill acc to local memory).
-    float v = acc[0];
-#pragma unroll
-    for (int r = 1; r < NR; ++r)
-      if (lane == r) v = acc[r];
-    if (lane < NR && g * NR + lane < rows) epi(g * NR + lane, v);
-  }
-}
-
 /// True when this block owns at least one row group of a `rows`-row matrix.
 template <int NR>
 __device__ __forceinline__ bool block_has_rows(int rows) {
