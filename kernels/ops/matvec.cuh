@@ -85,13 +85,17 @@ __device__ __forceinline__ void prefetch_rows(const bf16_t* __restrict__ W, int 
 // Weights never depend on the data, so a warp can start copying its first row group
 // into shared memory (cp.async, no registers held while in flight) before its block
 // waits on the phase's dependency counter, and read it from there after the wait: the
-// group's DRAM round trip overlaps the wait. Each lane copies exactly the 16-byte words
-// it later reads, so the lane's own cp.async wait is all the ordering needed. Read-only
-// weights through L2 (.cg), so copying them before the acquire is safe. Summation order
-// is warp_rows_dot's, so results are bit-identical to grid_rows.
+// group's DRAM round trip overlaps the wait. The warp's slot is a ring of N iteration
+// stages: a row longer than N iterations keeps streaming through it (stage `it % N` is
+// refilled with iteration it + N as soon as it is used), so N iterations stay in flight
+// per lane instead of the register path's ROW_UNROLL. Each lane copies exactly the
+// 16-byte words it later reads, one commit group per iteration, so its own
+// cp.async.wait_group is the only ordering needed. Read-only weights through L2 (.cg),
+// so copying them before the acquire is safe. Summation order is warp_rows_dot's, so
+// results are bit-identical to grid_rows.
 
-/// The first N ≤ CAP iterations (one 16-byte word per lane per row) of a row group,
-/// staged in a warp's slot laid out [N][NR][WARP_SIZE] uint4 (conflict-free reads).
+/// Ring stages (iterations of one 16-byte word per lane per row) of a warp's slot, laid
+/// out [N][NR][WARP_SIZE] uint4 (conflict-free reads).
 template <int K, int NR, int CAP>
 struct RowStage {
   static constexpr int CHUNKS = K / 8;
@@ -101,87 +105,63 @@ struct RowStage {
   static constexpr int WORDS = N * NR * WARP_SIZE;
 };
 
-/// Starts copying the first iterations of this warp's first `grid_rows` group (group
-/// index warp_id() · gridDim.x + blockIdx.x) into `slot`; a warp without a group copies
-/// nothing. No shuffles, no waits.
-template <int K, int NR, int WARPS, int CAP>
-__device__ __forceinline__ void stage_rows(const bf16_t* __restrict__ W, int rows, uint4* slot) {
+/// Iteration `it` of rows row0.. (this lane's word of each row) into ring stage `it % N`,
+/// as one commit group (empty past the row's end, so every lane commits alike).
+template <int K, int NR, int CAP>
+__device__ __forceinline__ void stage_iter(const bf16_t* __restrict__ W, int row0, int rows, int it, uint4* slot) {
   using S = RowStage<K, NR, CAP>;
-  const int g = warp_id() * gridDim.x + blockIdx.x;
-  if (g * NR >= rows) return;
-  const int lane = lane_id();
+  const int c = it * WARP_SIZE + lane_id();
+  if (it < S::ITERS && (S::CHUNKS % WARP_SIZE == 0 || c < S::CHUNKS)) {
 #pragma unroll
-  for (int it = 0; it < S::N; ++it) {
-    const int c = it * WARP_SIZE + lane;
-    if (S::CHUNKS % WARP_SIZE == 0 || c < S::CHUNKS) {
-#pragma unroll
-      for (int r = 0; r < NR; ++r)
-        cp_async16(slot + (it * NR + r) * WARP_SIZE + lane, W + (size_t)min(g * NR + r, rows - 1) * K + c * 8);
-    }
+    for (int r = 0; r < NR; ++r)
+      cp_async16(slot + ((it % S::N) * NR + r) * WARP_SIZE + lane_id(), W + (size_t)min(row0 + r, rows - 1) * K + c * 8);
   }
   cp_async_commit();
 }
 
-/// stage_rows for an explicit group index `g` (a warp's own choice of rows).
+/// Starts copying the first N iterations of row group `g` into `slot` (a warp whose
+/// group is past the matrix copies nothing). No shuffles, no waits.
 template <int K, int NR, int CAP>
 __device__ __forceinline__ void stage_group(const bf16_t* __restrict__ W, int rows, int g, uint4* slot) {
   using S = RowStage<K, NR, CAP>;
   if (g * NR >= rows) return;
-  const int lane = lane_id();
 #pragma unroll
-  for (int it = 0; it < S::N; ++it) {
-    const int c = it * WARP_SIZE + lane;
-    if (S::CHUNKS % WARP_SIZE == 0 || c < S::CHUNKS) {
-#pragma unroll
-      for (int r = 0; r < NR; ++r)
-        cp_async16(slot + (it * NR + r) * WARP_SIZE + lane, W + (size_t)min(g * NR + r, rows - 1) * K + c * 8);
-    }
-  }
-  cp_async_commit();
+  for (int it = 0; it < S::N; ++it) stage_iter<K, NR, CAP>(W, g * NR, rows, it, slot);
 }
 
-/// warp_rows_dot whose first S::N iterations come from `slot` (filled by stage_rows for
-/// the same row0); same summation order, so the same bits.
+/// stage_group of this warp's first `grid_rows` group (warp_id() · gridDim.x + blockIdx.x).
+template <int K, int NR, int WARPS, int CAP>
+__device__ __forceinline__ void stage_rows(const bf16_t* __restrict__ W, int rows, uint4* slot) {
+  stage_group<K, NR, CAP>(W, rows, warp_id() * gridDim.x + blockIdx.x, slot);
+}
+
+/// warp_rows_dot of the group stage_group started in `slot` (same row0), streaming the
+/// rest of the rows through the ring; same summation order, so the same bits.
 template <int K, int NR, int CAP>
 __device__ __forceinline__ void warp_rows_dot_staged(const bf16_t* __restrict__ W, int row0, int rows, const float* xs, const uint4* slot,
                                                      float (&acc)[NR]) {
   using S = RowStage<K, NR, CAP>;
   constexpr int CHUNKS = S::CHUNKS;
-  constexpr int ITERS = S::ITERS;
   const int lane = lane_id();
-  const bf16_t* rowp[NR];
 #pragma unroll
-  for (int r = 0; r < NR; ++r) {
-    acc[r] = 0.f;
-    const int row = min(row0 + r, rows - 1);
-    rowp[r] = W + (size_t)row * K;
-  }
-  // This lane's copies (issued before the phase's wait) have usually landed by now.
-  cp_async_wait_all();
-#pragma unroll
-  for (int it = 0; it < S::N; ++it) {
+  for (int r = 0; r < NR; ++r) acc[r] = 0.f;
+  uint4* ring = const_cast<uint4*>(slot);
+#pragma unroll 2
+  for (int it = 0; it < S::ITERS; ++it) {
+    // Iteration `it`'s group is done once at most N-1 later groups are pending (every
+    // iteration commits one, so the count is the same for every lane).
+    cp_async_wait_group<S::N - 1>();
     const int c = it * WARP_SIZE + lane;
     if (CHUNKS % WARP_SIZE == 0 || c < CHUNKS) {
       const float4 xa = *reinterpret_cast<const float4*>(xs + c * 8);
       const float4 xb = *reinterpret_cast<const float4*>(xs + c * 8 + 4);
 #pragma unroll
-      for (int r = 0; r < NR; ++r) acc[r] += dot8(slot[(it * NR + r) * WARP_SIZE + lane], xa, xb);
+      for (int r = 0; r < NR; ++r) acc[r] += dot8(ring[((it % S::N) * NR + r) * WARP_SIZE + lane], xa, xb);
     }
+    // The stage just read (into registers, consumed above) takes iteration it + N.
+    stage_iter<K, NR, CAP>(W, row0, rows, it + S::N, ring);
   }
-#pragma unroll ROW_UNROLL
-  for (int it = S::N; it < ITERS; ++it) {
-    const int c = it * WARP_SIZE + lane;
-    if (CHUNKS % WARP_SIZE == 0 || c < CHUNKS) {
-      uint4 w[NR];
-#pragma unroll
-      for (int r = 0; r < NR; ++r) w[r] = ld_weight16(rowp[r] + c * 8);
-      const float4 xa = *reinterpret_cast<const float4*>(xs + c * 8);
-      const float4 xb = *reinterpret_cast<const float4*>(xs + c * 8 + 4);
-#pragma unroll
-      for (int r = 0; r < NR; ++r) acc[r] += dot8(w[r], xa, xb);
-    }
-  }
-  // Every lane of the warp gets here (the loops' bounds are compile-time constants).
+  // Every lane of the warp gets here (the loop's bounds are compile-time constants).
 #pragma unroll
   for (int r = 0; r < NR; ++r) acc[r] = warp_sum(acc[r]);
 }
