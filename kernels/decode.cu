@@ -199,7 +199,7 @@ __device__ __forceinline__ void maybe_prefetch(const bf16_t* w) {
 __device__ __forceinline__ bool stage_fits(int rows) { return STAGE && rows <= (int)gridDim.x * WARPS * NR; }
 
 /// Before waiting for a phase's inputs, start copying this warp's first row group into
-/// its slot (PG_STAGE, stage_fits).
+/// its slot (PG_STAGE_ITERS, stage_fits).
 template <int K, int ROWS>
 __device__ __forceinline__ void maybe_stage(const bf16_t* w, uint4* slot) {
   if constexpr (STAGE) {
@@ -207,7 +207,7 @@ __device__ __forceinline__ void maybe_stage(const bf16_t* w, uint4* slot) {
   }
 }
 
-/// grid_rows of a matrix phase, reading what maybe_stage copied (PG_STAGE).
+/// grid_rows of a matrix phase, reading what maybe_stage copied (PG_STAGE_ITERS).
 template <int K, class Epi>
 __device__ __forceinline__ void phase_rows(const bf16_t* w, int rows, const float* xs, const uint4* slot, Epi epi) {
   if (stage_fits(rows)) grid_rows_staged<K, NR, WARPS, STAGE_CAP>(w, rows, xs, slot, epi);

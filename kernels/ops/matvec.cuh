@@ -81,7 +81,7 @@ __device__ __forceinline__ void prefetch_rows(const bf16_t* __restrict__ W, int 
   }
 }
 
-// ---- staging (PG_STAGE) ----------------------------------------------------------
+// ---- staging (PG_STAGE_ITERS) ----------------------------------------------------------
 // Weights never depend on the data, so a warp can start copying its first row group
 // into shared memory (cp.async, no registers held while in flight) before its block
 // waits on the phase's dependency counter, and read it from there after the wait: the
