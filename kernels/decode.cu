@@ -79,9 +79,11 @@ static_assert(!(FUSE_O && IS_TP), "fuse_o runs on one GPU only");
 static_assert(THREADS % WARP_SIZE == 0 && THREADS >= HD, "block too small");
 /// stage: each warp starts copying its first row group of a matrix phase (up to
 /// PG_STAGE_ITERS 16-byte words per lane per row) into its shared-memory slot with
-/// cp.async before the phase's dependency wait and reads it from there after it
-/// (ops/matvec.cuh RowStage): the group's DRAM round trip overlaps the wait, with no
-/// registers held across it (the register preload of the previous session spilled).
+/// cp.async before the phase's dependency wait and reads it from there after it; a
+/// longer row keeps streaming through the slot as a ring (ops/matvec.cuh RowStage): the
+/// group's DRAM round trip overlaps the wait, with no registers held across it (the
+/// register preload of session 2 spilled), and 8 iterations stay in flight per lane.
+/// Only phases where every warp has at most one row group stage (stage_fits).
 /// Rank-local weights, so it composes with TP and fuse_o. 0 = off.
 constexpr int STAGE_CAP = PG_STAGE_ITERS;
 constexpr bool STAGE = STAGE_CAP > 0;
@@ -137,12 +139,12 @@ constexpr int ATTN_FLOATS = FUSE_O ? ATTN_OUT + HD : ATTN_BASE_FLOATS;
 constexpr int ATTN_PASS = AttnShape<THREADS, HD>::PER_PASS;
 constexpr int SAMPLE_TOP_FLOATS = 2 * PG_MAX_TOP + 4;
 constexpr int SELECT_FLOATS = (int)(sizeof(SelectSmem) / sizeof(float)) + SAMPLE_TOP_FLOATS;
+__host__ __device__ constexpr int align4(int n) { return (n + 3) / 4 * 4; }
 /// fuse_down: the block's activations after the normalised input.
-constexpr int FD_ACT_OFF = (D + 3) / 4 * 4;
+constexpr int FD_ACT_OFF = align4(D);
 constexpr int MAIN_FLOATS = cmax(cmax(cmax(VEC_FLOATS, ATTN_FLOATS), SELECT_FLOATS), FUSE_DOWN ? FD_ACT_OFF + F : 0);
 /// Reduction scratch after the main region (one float per warp, LM stats per warp).
 constexpr int RED_FLOATS = 8 * WARPS;
-__host__ __device__ constexpr int align4(int n) { return (n + 3) / 4 * 4; }
 /// resid_smem: the residual the current layer's o / down epilogues add to.
 constexpr int RESID_OFF = align4(MAIN_FLOATS + RED_FLOATS);
 constexpr int RESID_FLOATS = RESID_SMEM ? D : 0;
