@@ -248,6 +248,7 @@ async fn info_metrics_and_unknown_routes() {
     assert_eq!(info.backend, "cpu");
     assert_eq!(info.max_queue, 8);
     assert_eq!(a.json()["limits"]["max_per_client"], 3);
+    assert_eq!(a.json()["tensor_parallel"], 1, "one CPU engine: no split");
     let a = call(&app, "GET", "/metrics", "").await;
     assert_eq!(a.status, 200);
     assert!(a.headers[header::CONTENT_TYPE].to_str().unwrap().starts_with("text/plain"));

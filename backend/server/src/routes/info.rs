@@ -16,6 +16,8 @@ pub struct InfoBody {
     pub limits: Limits,
     /// The id `/v1/models` lists.
     pub model_id: String,
+    /// GPUs the model is split over (tensor parallelism; one kernel per GPU), 1 on the CPU.
+    pub tensor_parallel: u32,
 }
 
 /// Describes the engine, or 503 while there is none.
@@ -41,5 +43,6 @@ pub async fn info(State(state): State<AppState>) -> Result<Json<InfoBody>> {
             request_timeout_s: s.request_timeout.map(|t| t.as_secs()).unwrap_or(0),
         },
         model_id: engine.model_id.clone(),
+        tensor_parallel: if i.backend == "cuda" { i.devices.len().max(1) as u32 } else { 1 },
     }))
 }
