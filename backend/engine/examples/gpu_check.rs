@@ -173,8 +173,6 @@ mod imp {
             "fuse-o-prefetch" => KernelOptions { fuse_o: true, prefetch: true, ..base },
             "trace" => KernelOptions { trace: true, ..base },
             "fuse-o-trace" => KernelOptions { fuse_o: true, trace: true, ..base },
-            // Session 3: stage + resid_smem + a 4-row LM head (see the `+` modifiers above).
-            "fast" => KernelOptions { stage_iters: 8, resid_smem: true, lm_rows_per_warp: 4, ..base },
             other => panic!("unknown variant {other}"),
         }
     }
