@@ -212,8 +212,7 @@ __device__ __forceinline__ void maybe_stage(const bf16_t* w, uint4* slot) {
 /// grid_rows of a matrix phase, reading what maybe_stage copied (PG_STAGE_ITERS).
 template <int K, class Epi>
 __device__ __forceinline__ void phase_rows(const bf16_t* w, int rows, const float* xs, const uint4* slot, Epi epi) {
-  if (stage_fits(rows)) grid_rows_staged<K, NR, WARPS, STAGE_CAP>(w, rows, xs, slot, epi);
-  else grid_rows<K, NR, WARPS>(w, rows, xs, epi);
+  grid_rows<K, NR, WARPS, STAGE_CAP>(w, rows, xs, epi, stage_fits(rows) ? slot : nullptr);
 }
 
 /// Head h's q, roped, into shared q_s and, `with_current`, the current position's k and
@@ -336,11 +335,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
   };
   // fuse_down: layer l's accumulator in step s.
   auto acc_of = [&](u32 step, int l) { return down_acc + ((size_t)(step & 1) * L + l) * D; };
-  // fuse_down: vec (and `copy`) ← x + layer l's accumulator, the residual after layer l.
+  // fuse_down: element i of the residual after layer l (x + layer l's accumulator).
+  auto resid_fixed = [&](u32 step, int l, int i) { return ld_shared_f32(x + i) + fixed_to_f32(ld_shared_i64(acc_of(step, l) + i)); };
+  // fuse_down: vec (and `copy`) ← the residual after layer l.
   auto load_resid_fixed = [&](u32 step, int l, float* copy) {
-    const long long* a = acc_of(step, l);
     for (int i = threadIdx.x; i < D; i += THREADS) {
-      const float v = ld_shared_f32(x + i) + fixed_to_f32(ld_shared_i64(a + i));
+      const float v = resid_fixed(step, l, i);
       vec[i] = v;
       if (copy) copy[i] = v;
     }
@@ -519,7 +519,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
             } else {
               const float res = res_here ? resid_s[r]
                                 : l == 0  ? bf16_to_f32(emb_row[r])
-                                : FUSE_DOWN ? ld_shared_f32(x + r) + fixed_to_f32(ld_shared_i64(acc_of(s, l - 1) + r))
+                                : FUSE_DOWN ? resid_fixed(s, l - 1, r)
                                             : ld_shared_f32(x + r);
               x[r] = res + v;
             }

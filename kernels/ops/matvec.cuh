@@ -40,25 +40,6 @@ __device__ __forceinline__ void warp_rows_dot(const bf16_t* __restrict__ W, int 
   for (int r = 0; r < NR; ++r) acc[r] = warp_sum(acc[r]);
 }
 
-/// Runs `epi(row, value)` (on lane 0) for every row of W that this warp owns, with
-/// row groups of NR spread warp-major over the grid so small matrices still touch
-/// every SM. Returns nothing; `epi` stores the results.
-template <int K, int NR, int WARPS, class Epi>
-__device__ __forceinline__ void grid_rows(const bf16_t* __restrict__ W, int rows, const float* xs, Epi epi) {
-  const int gw = warp_id() * gridDim.x + blockIdx.x;
-  const int nw = WARPS * gridDim.x;
-  const int groups = (rows + NR - 1) / NR;
-  for (int g = gw; g < groups; g += nw) {
-    float acc[NR];
-    warp_rows_dot<K, NR>(W, g * NR, rows, xs, acc);
-    if (lane_id() == 0) {
-#pragma unroll
-      for (int r = 0; r < NR; ++r)
-        if (g * NR + r < rows) epi(g * NR + r, acc[r]);
-    }
-  }
-}
-
 /// True when this block owns at least one row group of a `rows`-row matrix.
 template <int NR>
 __device__ __forceinline__ bool block_has_rows(int rows) {
@@ -171,17 +152,24 @@ __device__ __forceinline__ void warp_rows_dot_staged(const bf16_t* __restrict__ 
   for (int r = 0; r < NR; ++r) acc[r] = warp_sum(acc[r]);
 }
 
-/// grid_rows whose first group per warp reads what stage_rows copied into `slot`.
-/// Group loop bounds depend only on the warp's index: warp-uniform.
-template <int K, int NR, int WARPS, int CAP, class Epi>
-__device__ __forceinline__ void grid_rows_staged(const bf16_t* __restrict__ W, int rows, const float* xs, const uint4* slot, Epi epi) {
+/// Runs `epi(row, value)` (on lane 0) for every row of W that this warp owns, with
+/// row groups of NR spread warp-major over the grid so small matrices still touch
+/// every SM. With `slot` (CAP > 0), the warp's first group is read from what
+/// stage_rows copied there. Group loop bounds depend only on the warp's index:
+/// warp-uniform. Returns nothing; `epi` stores the results.
+template <int K, int NR, int WARPS, int CAP = 0, class Epi>
+__device__ __forceinline__ void grid_rows(const bf16_t* __restrict__ W, int rows, const float* xs, Epi epi, const uint4* slot = nullptr) {
   const int gw = warp_id() * gridDim.x + blockIdx.x;
   const int nw = WARPS * gridDim.x;
   const int groups = (rows + NR - 1) / NR;
   for (int g = gw; g < groups; g += nw) {
     float acc[NR];
-    if (g == gw) warp_rows_dot_staged<K, NR, CAP>(W, g * NR, rows, xs, slot, acc);
-    else warp_rows_dot<K, NR>(W, g * NR, rows, xs, acc);
+    if constexpr (CAP > 0) {
+      if (slot && g == gw) warp_rows_dot_staged<K, NR, CAP>(W, g * NR, rows, xs, slot, acc);
+      else warp_rows_dot<K, NR>(W, g * NR, rows, xs, acc);
+    } else {
+      warp_rows_dot<K, NR>(W, g * NR, rows, xs, acc);
+    }
     if (lane_id() == 0) {
 #pragma unroll
       for (int r = 0; r < NR; ++r)

@@ -6,7 +6,7 @@
 #include "common.cuh"
 
 /// Rotates pair `i` (0 ≤ i < HD/2) of one head `h` at position `pos`; the decode
-/// kernel (rope_smem) and the batched prefill (prefill.cu) share it.
+/// kernel (head_qkv) and the batched prefill (prefill.cu) share it.
 template <int HD>
 __device__ __forceinline__ void rope_pair(float* h, int i, int pos, const float* __restrict__ inv_freq) {
   constexpr int HALF = HD / 2;
@@ -22,9 +22,4 @@ __device__ __forceinline__ void rope_pair(float* h, int i, int pos, const float*
   const float x0 = h[a], x1 = h[b];
   h[a] = x0 * c - x1 * s;
   h[b] = x1 * c + x0 * s;
-}
-
-template <int THREADS, int HD>
-__device__ __forceinline__ void rope_smem(float* h, int pos, const float* __restrict__ inv_freq) {
-  for (int i = threadIdx.x; i < HD / 2; i += THREADS) rope_pair<HD>(h, i, pos, inv_freq);
 }

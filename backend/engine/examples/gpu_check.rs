@@ -348,7 +348,7 @@ mod imp {
     }
 
     fn correctness_for(config: &ModelConfig, weights: &Weights, quick: bool, base: &KernelOptions, v: &mut Verdict) -> Result<()> {
-        if let Some(why) = skip_unsupported(config, base) {
+        if let Some(why) = cuda::layout::unsupported(config, base) {
             println!("== {}: skipped for this variant ({why})", config.name);
             return Ok(());
         }
@@ -631,12 +631,6 @@ mod imp {
         Ok(())
     }
 
-    /// A variant the shape cannot run (e.g. fuse_down on an FFN width the warps do not
-    /// divide): the reason, so the check of that shape is skipped with it printed.
-    fn skip_unsupported(config: &ModelConfig, options: &KernelOptions) -> Option<String> {
-        cuda::layout::unsupported(config, options)
-    }
-
     fn correctness(quick: bool, base: &KernelOptions) -> Result<Verdict> {
         let mut v = Verdict::default();
         for config in tiny_shapes() {
@@ -659,7 +653,7 @@ mod imp {
     /// long enough for split attention (the merging block then runs fuse_o's tail), then
     /// the chaos race check with `base` over `n` greedy tokens.
     fn kernel_check(config: &ModelConfig, base: &KernelOptions, n: usize, v: &mut Verdict) -> Result<()> {
-        if let Some(why) = skip_unsupported(config, base) {
+        if let Some(why) = cuda::layout::unsupported(config, base) {
             println!("== {}: skipped for this variant ({why})", config.name);
             return Ok(());
         }
@@ -963,7 +957,7 @@ mod imp {
         }
         for c in &configs {
             for (n, o) in &options {
-                if let Some(why) = skip_unsupported(c, o) {
+                if let Some(why) = cuda::layout::unsupported(c, o) {
                     println!("{} {n}: skipped ({why})", c.name);
                     continue;
                 }
