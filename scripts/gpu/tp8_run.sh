@@ -10,6 +10,7 @@
 #                2. transformers_check.py --tp 1,2,4,8 (vs transformers float32/bf16)
 #                3. DTP and standard TP of a bf16 dtp-2b model through the real HF loader
 #                   (hf_score --tp N) vs scripts/gpu/dtp_reference.py (PyTorch), N = 4, 8
+#   PART=dtp     step 3 only (DTP and standard TP vs the PyTorch reference)
 #   PART=bench   4. peregrine bench --tp 1,2,4,8 on llama-3.2-1b, smollm2-1.7b, dtp-2b (standard)
 #                5. the same for dtp-2b with DTP (8 lanes at TP=8)
 #
@@ -52,6 +53,9 @@ if [ "$part" = check ] || [ "$part" = all ]; then
     step "gpu_check_tp$t" "${TP_CHECK_TIMEOUT:-150}" "$bin/gpu_check" tp --tp "$t" --shapes llama-3.2-1b,smollm2-1.7b "${quick[@]}"
   done
   step transformers "${CHECK_TIMEOUT:-150}" python3 "$here/transformers_check.py" --bin "$bin/hf_score" --shapes llama-3.2-1b,smollm2-1.7b --tp "1,$check_tps" --seqs 8 --len 256 --out "$out"
+fi
+
+if [ "$part" = check ] || [ "$part" = all ] || [ "$part" = dtp ]; then
   # DTP: one bf16 dtp-2b model written twice, with its dtp block (the engine runs DTP)
   # and without (the engine runs the same weights as standard TP).
   work=/tmp/pg-tp8; rm -rf "$work"; mkdir -p "$work"
