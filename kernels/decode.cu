@@ -25,6 +25,7 @@
 #include "ops/sample.cuh"
 #include "ops/select.cuh"
 #include "ops/swiglu.cuh"
+#include "ops/tagged.cuh"
 #include "ops/trace.cuh"
 
 constexpr int THREADS = PG_THREADS;
@@ -103,6 +104,23 @@ constexpr int FD_CHUNKS = F / FD_CW;
 static_assert(!FUSE_DOWN || (F % FD_CW == 0 && FD_CW % 8 == 0), "fuse_down needs F divisible by the warps per block (a multiple of 8)");
 /// Rows of W_down per thread.
 constexpr int FD_RPT = (D + THREADS - 1) / THREADS;
+/// tagged (one GPU, not with fuse_o / fuse_down): every per-layer vector a phase
+/// publishes (q/k/v, attention output, residual after o, activations, residual after
+/// down) is written as tagged words (sync.cuh: value + step tag in one 64-bit store,
+/// one buffer per layer, zeroed per run) and its consumers poll the words they read
+/// instead of a phase counter: no release fence at the producer, no counter poll and
+/// separate load at the consumer. The step chain (token, LM head, prompt steps) keeps
+/// its counters, which also order the KV-cache rows written in earlier steps.
+constexpr bool TAGGED = PG_TAGGED != 0;
+static_assert(!(TAGGED && (IS_TP || FUSE_O || FUSE_DOWN)), "tagged runs on one GPU, without fuse_o or fuse_down");
+/// Word offsets inside one layer's tagged buffer.
+constexpr int T_QKV = 0;
+constexpr int T_ATTN = T_QKV + QKV;
+constexpr int T_XO = T_ATTN + QD;
+constexpr int T_ACT = T_XO + D;
+constexpr int T_XD = T_ACT + F;
+constexpr int T_LAYER = T_XD + D;
+static_assert(QKV % 2 == 0 && QD % 2 == 0 && D % 2 == 0 && F % 2 == 0, "tagged vectors are read in 16-byte pairs");
 
 // ---- dependency counters -------------------------------------------------------
 
@@ -134,7 +152,7 @@ constexpr int VEC_FLOATS = cmax(cmax(D, QD), F);
 constexpr int ATTN_BASE_FLOATS = 3 * HD + attn_scratch_floats<THREADS, HD>();
 /// fuse_o: the head's output, 16-byte aligned after the attention scratch.
 constexpr int ATTN_OUT = (ATTN_BASE_FLOATS + 3) / 4 * 4;
-constexpr int ATTN_FLOATS = FUSE_O ? ATTN_OUT + HD : ATTN_BASE_FLOATS;
+constexpr int ATTN_FLOATS = FUSE_O || TAGGED ? ATTN_OUT + HD : ATTN_BASE_FLOATS;
 /// Positions one block scores per pass of loads (the split size to aim for).
 constexpr int ATTN_PASS = AttnShape<THREADS, HD>::PER_PASS;
 constexpr int SAMPLE_TOP_FLOATS = 2 * PG_MAX_TOP + 4;
@@ -153,11 +171,30 @@ template <int K>
 using Stage = RowStage<K, NR, STAGE_CAP>;
 constexpr int STAGE_WORDS = STAGE ? cmax(cmax(Stage<D>::WORDS, Stage<QD>::WORDS), Stage<F>::WORDS) : 0;
 constexpr int STAGE_OFF = align4(RESID_OFF + RESID_FLOATS);
-/// stage: attention stages its first pass of cached k/v in the same slots when they hold it.
-constexpr bool ATTN_STAGE = STAGE && attn_stage_words<THREADS, HD>() <= WARPS * STAGE_WORDS;
+/// stage_ahead (PG_STAGE_AHEAD): a second set of slots, so each matrix phase starts the
+/// copy of the *next* matrix phase's first row group (QKV and gate/up in set A, o and
+/// down in set B; layer l's down stages layer l+1's q/k/v) before waiting on its own
+/// inputs: the copy gets a whole phase more to land. Only where every staged row fits
+/// its slot (the pending-group count of a ring would mix with the next stage's) and
+/// both sets fit in shared memory, not with fuse_o / fuse_down; elsewhere the kernel
+/// stages as without it.
+/// Set A holds q/k/v, gate/up and attention's staged k/v; set B the o and down rows.
+constexpr bool ROWS_FIT = Stage<D>::ITERS <= Stage<D>::N && Stage<QD>::ITERS <= Stage<QD>::N && Stage<F>::ITERS <= Stage<F>::N;
+constexpr int A_WORDS = cmax(Stage<D>::WORDS, (attn_stage_words<THREADS, HD>() + WARPS - 1) / WARPS);
+constexpr int B_WORDS = cmax(Stage<QD>::WORDS, Stage<F>::WORDS);
+constexpr bool AHEAD = STAGE && PG_STAGE_AHEAD != 0 && !FUSE_O && !FUSE_DOWN && ROWS_FIT &&
+                       STAGE_OFF * 4 + WARPS * (A_WORDS + B_WORDS) * 16 <= 220 * 1024;
+/// uint4 words per warp of set A (the only set without stage_ahead) and the whole staging region.
+constexpr int SLOT_WORDS = AHEAD ? A_WORDS : STAGE_WORDS;
+constexpr int STAGE_REGION_WORDS = AHEAD ? WARPS * (A_WORDS + B_WORDS) : WARPS * STAGE_WORDS;
+/// stage: attention stages its first pass of cached k/v in set A's slots when they hold it.
+constexpr bool ATTN_STAGE = STAGE && attn_stage_words<THREADS, HD>() <= WARPS * SLOT_WORDS;
+/// Commit groups the next phase's stage leaves in flight while a phase reads its own (0 without stage_ahead).
+constexpr int N_QKV = AHEAD ? Stage<D>::N : 0, N_O = AHEAD ? Stage<QD>::N : 0, N_GU = AHEAD ? Stage<D>::N : 0,
+              N_DOWN = AHEAD ? Stage<F>::N : 0;
 /// fuse_down + stage: this thread's rows of the block's first W_down chunk, where
 /// shared memory holds them (at most ~200 KB in all; Llama-1B's 64 KB does not fit).
-constexpr int DSTAGE_OFF = STAGE_OFF + WARPS * STAGE_WORDS * 4;
+constexpr int DSTAGE_OFF = STAGE_OFF + STAGE_REGION_WORDS * 4;
 constexpr int DSTAGE_NEED = FD_RPT * (FD_CW / 8) * THREADS;
 constexpr bool FD_STAGE = FUSE_DOWN && STAGE && (DSTAGE_OFF + DSTAGE_NEED * 4) * 4 <= 200 * 1024;
 constexpr int DSTAGE_WORDS = FD_STAGE ? DSTAGE_NEED : 0;
@@ -171,6 +208,8 @@ extern "C" __constant__ u32 pg_partial_floats = 4;
 /// Words of each rank's exchange region and floats of its receive slots (0 without TP).
 extern "C" __constant__ u32 pg_exchange_words = IS_TP ? X_WORDS : 0;
 extern "C" __constant__ u32 pg_rx_floats = IS_TP ? RX_FLOATS : 0;
+/// u64 words of the tagged buffer (0 unless PG_TAGGED; layout::tagged_words allocates it).
+extern "C" __constant__ u32 pg_tagged_words = TAGGED ? L * T_LAYER : 0;
 /// Events of one block's trace record (PG_TRACE; ops/trace.cuh, cuda/trace.rs).
 extern "C" __constant__ u32 pg_trace_events = TRACE_EVENTS;
 
@@ -210,9 +249,23 @@ __device__ __forceinline__ void maybe_stage(const bf16_t* w, uint4* slot) {
 }
 
 /// grid_rows of a matrix phase, reading what maybe_stage copied (PG_STAGE_ITERS).
-template <int K, class Epi>
-__device__ __forceinline__ void phase_rows(const bf16_t* w, int rows, const float* xs, const uint4* slot, Epi epi) {
-  grid_rows<K, NR, WARPS, STAGE_CAP>(w, rows, xs, epi, stage_fits(rows) ? slot : nullptr);
+/// `ahead`: the next phase's stage (PENDING commit groups) was started after this one's.
+template <int K, int PENDING = 0, class Epi>
+__device__ __forceinline__ void phase_rows(const bf16_t* w, int rows, const float* xs, const uint4* slot, Epi epi, bool ahead = false) {
+  grid_rows<K, NR, WARPS, STAGE_CAP, PENDING>(w, rows, xs, epi, stage_fits(rows) ? slot : nullptr, ahead);
+}
+
+/// stage_ahead: whether this block stages a `rows`-row phase (it owns rows and the phase stages).
+__device__ __forceinline__ bool stages_ahead(int rows) { return AHEAD && block_has_rows<NR>(rows) && stage_fits(rows); }
+
+/// stage_ahead: starts this warp's copy of a phase's first row group into `slot`, ahead
+/// of the phase before it; returns whether it did (the earlier phase then leaves the
+/// copy's groups pending).
+template <int K, int ROWS>
+__device__ __forceinline__ bool stage_ahead(const bf16_t* w, uint4* slot) {
+  if (!stages_ahead(ROWS)) return false;
+  stage_rows<K, NR, WARPS, STAGE_CAP>(w, ROWS, slot);
+  return true;
 }
 
 /// Head h's q, roped, into shared q_s and, `with_current`, the current position's k and
@@ -240,13 +293,67 @@ __device__ __forceinline__ void head_qkv(const float* qkv, int h, bool with_curr
   }
 }
 
+/// head_qkv from the tagged q/k/v words of this step (`tq`: the layer's T_QKV), each
+/// thread polling the words it reads.
+/// `rope_s`, `rope_c`: the sin and cos of pair threadIdx.x (< HD/2) at this position.
+__device__ __forceinline__ void head_qkv_tagged(const u64* tq, u32 tag, int h, bool with_current, float rope_s, float rope_c, float* q_s,
+                                                float* kv_s) {
+  const int g = h / GROUP;
+  const int n = with_current ? 3 * HD : HD;
+  for (int i = threadIdx.x; i < n; i += THREADS) {
+    const int part = i / HD, d = i % HD;
+    const int src = part == 0 ? h * HD + d : part == 1 ? QD + g * HD + d : QD + KVD + g * HD + d;
+    const float v = wait_tagged(tq + src, tag);
+    if (part == 0) q_s[d] = v;
+    else if (part == 1) kv_s[d] = v;
+    else kv_s[HD + d] = round_bf16(v);
+  }
+  __syncthreads();
+  if (threadIdx.x < HD / 2) {  // THREADS ≥ HD: one pair per thread
+    rope_apply<HD>(q_s, threadIdx.x, rope_s, rope_c);
+    if (with_current) rope_apply<HD>(kv_s, threadIdx.x, rope_s, rope_c);
+  }
+  __syncthreads();
+  if (with_current) {
+    for (int d = threadIdx.x; d < HD; d += THREADS) kv_s[d] = round_bf16(kv_s[d]);
+    __syncthreads();
+  }
+}
+
+/// tagged: a norm's weights read into registers before the phase's wait, so the norm
+/// after it reads no memory (other variants read them in rmsnorm_smem, after the wait).
+__device__ __forceinline__ NormWeights<THREADS, D> early_norm(const float* w) {
+  if constexpr (TAGGED) return load_norm_weights<THREADS, D>(w);
+  else return NormWeights<THREADS, D>{};
+}
+
+/// RMSNorm of `v` with early_norm's weights (tagged) or with `w` read now; the same bits.
+__device__ __forceinline__ void norm_vec(float* v, const NormWeights<THREADS, D>& nw, const float* w, float* red) {
+  if constexpr (TAGGED) rmsnorm_smem<THREADS, D>(v, nw, EPS, red);
+  else rmsnorm_smem<THREADS, D>(v, w, EPS, red);
+}
+
+/// The end of a phase: one arrival on its counter; tagged: a block barrier (the next
+/// phase reuses shared memory) and the trace's arrival stamp, since the data carries
+/// its own readiness.
+__device__ __forceinline__ void phase_end(u32* c, u64* stamp) {
+  if constexpr (TAGGED) {
+    __syncthreads();
+    trace_arrive(stamp);
+  } else {
+    block_arrive(c, stamp);
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args args) {
   extern __shared__ float4 smem_f4[];
   float* sm = reinterpret_cast<float*>(smem_f4);
   float* vec = sm;
   float* red = sm + MAIN_FLOATS;
   float* resid_s = sm + RESID_OFF;  // resid_smem
-  uint4* slot = reinterpret_cast<uint4*>(sm + STAGE_OFF) + warp_id() * STAGE_WORDS;  // stage
+  uint4* slot = reinterpret_cast<uint4*>(sm + STAGE_OFF) + warp_id() * SLOT_WORDS;  // stage (set A)
+  // stage_ahead: set B after all of set A.
+  uint4* slot_b = AHEAD ? reinterpret_cast<uint4*>(sm + STAGE_OFF) + WARPS * A_WORDS + warp_id() * B_WORDS : slot;
   float* rcopy = RESID_SMEM ? resid_s : nullptr;
   uint4* dstage = DSTAGE_WORDS ? reinterpret_cast<uint4*>(sm + DSTAGE_OFF) : nullptr;  // fuse_down + stage
 
@@ -284,6 +391,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
   long long* down_acc = ARG_PTR(long long*, DOWN_ACC);
   u64* trace = ARG_PTR(u64*, TRACE);       // PG_TRACE: [G][TRACE_EVENTS][TRACE_WORDS], or null
   const u32 trace_step = ARG_U32(TRACE_STEP);
+  u64* tagged = ARG_PTR(u64*, TAGGED);  // tagged: [L][T_LAYER] words (zeroed per run)
 
   const u32 G = gridDim.x;
   // Tensor parallelism: every rank's exchange region, receive slots and
@@ -354,6 +462,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
 
   for (u32 s = start; s < steps; ++s) {
     const u32 done = (s - start + 1) * G;  // a per-layer counter's value once step s is complete
+    const u32 tag = s + 1;                  // tagged: this step's words (0 = never written)
     const bool lm_here = score || s + 1 >= n_prompt;
     // PG_TRACE: this block's record in the traced step (null otherwise: no stamps).
     u64* tr = trace_record(trace, TRACE_EVENTS, s == trace_step);
@@ -363,6 +472,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
                  trace_event(trace_record(trace, TRACE_EVENTS, s == trace_step + 1), EV_STEP));
       if (ld_shared_u32(step_ctr(ctr, CTR_HALT)) != 0) return;
     }
+    if (TAGGED && s > start && (score || s < n_prompt)) {
+      // tagged: every block acquires the step chain itself (its polls of tagged words
+      // are relaxed, so they order nothing): the KV-cache rows earlier steps wrote are
+      // then visible to it. A generated step's token wait above does the same.
+      if (score || s >= n_prompt) block_wait(step_ctr(ctr, CTR_LM), lm_runs * G);
+      else block_wait(layer_ctr(ctr, L - 1, PH_DOWN), (s - start) * G);
+    }
     const u32 tok = ld_shared_u32(tokens + s);
     const bf16_t* emb_row = embed + (size_t)tok * D;
 
@@ -370,16 +486,23 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       const u64* lw = layers + (size_t)l * PG_LW_SLOTS;
       bf16_t* kc = kv + (size_t)l * 2 * NKV * KV_CAP * HD;
       bf16_t* vc = kc + (size_t)NKV * KV_CAP * HD;
+      u64* tl = tagged + (size_t)l * T_LAYER;  // tagged: this layer's words
+      const u64* tprev = tl - T_LAYER;         // tagged: the previous layer's (l > 0)
 
       // ---- attention norm + q/k/v projection (+ bias) ----------------------------
       {
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WQKV);
+        // stage_ahead: layer 0's q/k/v now (layer l > 0's came with layer l-1's down), then the o rows.
+        if (AHEAD && l == 0) (void)stage_ahead<D, QKV>(w, slot);
+        const bool o_ahead = AHEAD && stage_ahead<QD, D>(LAYER_PTR(const bf16_t*, lw, WO), slot_b);
         if (block_has_rows<NR>(QKV)) {
           maybe_prefetch<D, QKV>(w);
-          maybe_stage<D, QKV>(w, slot);
+          if (!AHEAD) maybe_stage<D, QKV>(w, slot);
+          const float* norm_w = LAYER_PTR(const float*, lw, ATTN_NORM);
+          const auto norm_regs = early_norm(norm_w);
           u64* ev = trace_event(tr, l * PHASES + PH_QKV);
           if (l > 0) {
-            block_wait(layer_ctr(ctr, l - 1, PH_DOWN), done, ev);
+            if (!TAGGED) block_wait(layer_ctr(ctr, l - 1, PH_DOWN), done, ev);
           } else if (s > start) {
             const bool lm_prev = score || s >= n_prompt;
             if (lm_prev) block_wait(step_ctr(ctr, CTR_LM), lm_runs * G, ev);
@@ -410,20 +533,25 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
             }
           }
           if (l == 0) load_vec_bf16<THREADS>(vec, emb_row, D, rcopy);
+          else if (TAGGED) load_tagged<THREADS, D>(vec, tprev + T_XD, tag, rcopy, ev);
           else if (IS_TP) load_after(s, l - 1, 1, x, nullptr, xb, w_qkv);
           else if (FUSE_DOWN) load_resid_fixed(s, l - 1, rcopy);
           else load_vec_f32<THREADS>(vec, x, D, rcopy);
-          rmsnorm_smem<THREADS, D>(vec, LAYER_PTR(const float*, lw, ATTN_NORM), EPS, red);
+          norm_vec(vec, norm_regs, norm_w, red);
           const float* bias = LAYER_PTR(const float*, lw, QKV_BIAS);
-          phase_rows<D>(w, QKV, vec, slot, [&](int r, float v) {
+          phase_rows<D, N_O>(
+              w, QKV, vec, slot,
+              [&](int r, float v) {
 #if PG_QKV_BIAS
-            v += __ldg(bias + r);
+                v += __ldg(bias + r);
 #endif
-            qkv[r] = v;
-          });
+                if (TAGGED) st_tagged(tl + T_QKV + r, v, tag);
+                else qkv[r] = v;
+              },
+              o_ahead);
           (void)bias;
         }
-        block_arrive(layer_ctr(ctr, l, PH_QKV), trace_event(tr, l * PHASES + PH_QKV));
+        phase_end(layer_ctr(ctr, l, PH_QKV), trace_event(tr, l * PHASES + PH_QKV));
       }
 
       // ---- rope + attention: (head, position split) items over the grid ----------
@@ -450,7 +578,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
             attend_stage<THREADS, HD>(kc + (size_t)g0 * KV_CAP * HD, vc + (size_t)g0 * KV_CAP * HD, a0,
                                       splits == 1 ? n - 1 : min(n - 1, a0 + chunk), kv_stage);
           }
-          block_wait(layer_ctr(ctr, l, PH_QKV), done, trace_event(tr, l * PHASES + PH_ATTN));
+          u64* ev = trace_event(tr, l * PHASES + PH_ATTN);
+          // tagged: this thread's rope pair's sin and cos before the wait (the position is known).
+          float rope_s = 0.f, rope_c = 1.f;
+          if (TAGGED && threadIdx.x < HD / 2) rope_angle<HD>(threadIdx.x, s, inv_freq, rope_s, rope_c);
+          if (!TAGGED) block_wait(layer_ctr(ctr, l, PH_QKV), done, ev);
+          trace_wait_start(TAGGED ? ev : nullptr);
           float* q_s = sm;
           float* kv_s = sm + HD;  // k then v, HD each
           float* scratch = sm + 3 * HD;
@@ -458,7 +591,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           for (int item = blockIdx.x; item < items; item += G) {
             const int h = item % NH, sp = item / NH, g = h / GROUP;
             const bool with_current = sp == sp_cur;
-            head_qkv(qkv, h, with_current, s, inv_freq, q_s, kv_s);
+            if (TAGGED) {
+              head_qkv_tagged(tl + T_QKV, tag, h, with_current, rope_s, rope_c, q_s, kv_s);
+              if (item == (int)blockIdx.x) trace_wait_end(ev);
+            } else {
+              head_qkv(qkv, h, with_current, s, inv_freq, q_s, kv_s);
+            }
+            // tagged: the head's output goes to shared memory first, then out as tagged words.
+            float* head_out = FUSE_O || TAGGED ? out_s : attn + h * HD;
             // The staged first pass belongs to the block's first item.
             const uint4* staged = item == (int)blockIdx.x ? kv_stage : nullptr;
             bf16_t* kg = kc + (size_t)g * KV_CAP * HD;
@@ -472,8 +612,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
             }
             const int p0 = sp * chunk, p1 = min(n - 1, p0 + chunk);
             if (splits == 1) {
-              attend_range<THREADS, HD>(q_s, kv_s, kv_s + HD, true, kg, vg, 0, n - 1, nullptr, FUSE_O ? out_s : attn + h * HD,
-                                        scratch, staged);
+              attend_range<THREADS, HD>(q_s, kv_s, kv_s + HD, true, kg, vg, 0, n - 1, nullptr, head_out, scratch, staged);
+              if (TAGGED)
+                for (int d = threadIdx.x; d < HD; d += THREADS) st_tagged(tl + T_ATTN + h * HD + d, out_s[d], tag);
               if (FUSE_O) {
                 head_o_proj<THREADS, HD, D, QD>(wo, h, out_s, opart + (size_t)h * D);
                 __syncthreads();
@@ -487,7 +628,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
               if (threadIdx.x == 0) *flag = ticket_is_last(tickets + l * NH + h, (u32)splits) ? 1u : 0u;
               __syncthreads();
               if (*flag) {
-                merge_states<THREADS, HD>(head_parts, splits, FUSE_O ? out_s : attn + h * HD);
+                merge_states<THREADS, HD>(head_parts, splits, head_out);
+                // (merge_states: each thread reads back only the dimensions it wrote.)
+                if (TAGGED)
+                  for (int d = threadIdx.x; d < HD; d += THREADS) st_tagged(tl + T_ATTN + h * HD + d, out_s[d], tag);
                 if (FUSE_O) {
                   __syncthreads();
                   head_o_proj<THREADS, HD, D, QD>(wo, h, out_s, opart + (size_t)h * D);
@@ -497,35 +641,47 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
             }
           }
         }
-        block_arrive(layer_ctr(ctr, l, PH_ATTN), trace_event(tr, l * PHASES + PH_ATTN));
+        phase_end(layer_ctr(ctr, l, PH_ATTN), trace_event(tr, l * PHASES + PH_ATTN));
       }
 
       // ---- o-projection + residual (fuse_o: done in the attention tail) ----------
       if (!FUSE_O) {
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WO);
+        // stage_ahead: the gate/up rows into set A (attention is done with it).
+        const bool gu_ahead = AHEAD && stage_ahead<D, 2 * F>(LAYER_PTR(const bf16_t*, lw, WGATE_UP), slot);
         if (block_has_rows<NR>(D)) {
           maybe_prefetch<QD, D>(w);
-          maybe_stage<QD, D>(w, slot);
-          block_wait(layer_ctr(ctr, l, PH_ATTN), done, trace_event(tr, l * PHASES + PH_O));
-          load_vec_f32<THREADS>(vec, attn, QD);
-          __syncthreads();
+          if (!AHEAD) maybe_stage<QD, D>(w, slot);
+          u64* ev = trace_event(tr, l * PHASES + PH_O);
+          if (TAGGED) {
+            load_tagged<THREADS, QD>(vec, tl + T_ATTN, tag, nullptr, ev);
+          } else {
+            block_wait(layer_ctr(ctr, l, PH_ATTN), done, ev);
+            load_vec_f32<THREADS>(vec, attn, QD);
+            __syncthreads();
+          }
           float* po[TP];
           const bool send = slots_of(po, s, l, 0);
           // resid_smem: this block loaded the residual in its QKV phase (if it had QKV rows).
           const bool res_here = RESID_SMEM && block_has_rows<NR>(QKV);
-          phase_rows<QD>(w, D, vec, slot, [&](int r, float v) {
+          phase_rows<QD, N_GU>(
+              w, D, vec, slot_b,
+              [&](int r, float v) {
             if (IS_TP) {
               push_partial<TP, D>(po, rank, r, v, send);
             } else {
               const float res = res_here ? resid_s[r]
                                 : l == 0  ? bf16_to_f32(emb_row[r])
+                                : TAGGED  ? wait_tagged(tprev + T_XD + r, tag)
                                 : FUSE_DOWN ? resid_fixed(s, l - 1, r)
                                             : ld_shared_f32(x + r);
-              x[r] = res + v;
+              if (TAGGED) st_tagged(tl + T_XO + r, res + v, tag);
+              else x[r] = res + v;
             }
-          });
+              },
+              gu_ahead);
         }
-        block_arrive(layer_ctr(ctr, l, PH_O), trace_event(tr, l * PHASES + PH_O));
+        phase_end(layer_ctr(ctr, l, PH_O), trace_event(tr, l * PHASES + PH_O));
       }
 
       // ---- fuse_down: ffn norm + gate/up + SwiGLU + down partials, one phase ------
@@ -568,11 +724,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       // ---- ffn norm + gate/up + SwiGLU -------------------------------------------
       {
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WGATE_UP);
+        // stage_ahead: the down rows into set B (the o-projection is done with it).
+        const bool down_ahead = AHEAD && stage_ahead<F, D>(LAYER_PTR(const bf16_t*, lw, WDOWN), slot_b);
         if (block_has_rows<NR>(2 * F)) {
           maybe_prefetch<D, 2 * F>(w);
-          maybe_stage<D, 2 * F>(w, slot);
-          block_wait(layer_ctr(ctr, l, FUSE_O ? PH_ATTN : PH_O), done, trace_event(tr, l * PHASES + PH_GATE_UP));
-          if (IS_TP) {
+          if (!AHEAD) maybe_stage<D, 2 * F>(w, slot);
+          const float* norm_w = LAYER_PTR(const float*, lw, FFN_NORM);
+          const auto norm_regs = early_norm(norm_w);
+          u64* ev = trace_event(tr, l * PHASES + PH_GATE_UP);
+          if (!TAGGED) block_wait(layer_ctr(ctr, l, FUSE_O ? PH_ATTN : PH_O), done, ev);
+          if (TAGGED) {
+            load_tagged<THREADS, D>(vec, tl + T_XO, tag, rcopy, ev);
+          } else if (IS_TP) {
             load_after(s, l, 0, xb, l == 0 ? emb_row : nullptr, x, w_gu);
           } else if (FUSE_O) {
             // residual + Σ_h per-head o partials; this block's share of the sum becomes
@@ -582,7 +745,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           } else {
             load_vec_f32<THREADS>(vec, x, D, rcopy);
           }
-          rmsnorm_smem<THREADS, D>(vec, LAYER_PTR(const float*, lw, FFN_NORM), EPS, red);
+          norm_vec(vec, norm_regs, norm_w, red);
           // Rows interleave (gate_j, up_j); a group of NR rows holds NR/2 whole pairs.
           const int gw = warp_id() * G + blockIdx.x;
           const int nw = WARPS * G;
@@ -590,54 +753,79 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           for (int grp = gw; grp < GROUPS; grp += nw) {
             float acc[NR];
             // stage: the warp's first group (grp == gw, warp-uniform) was copied before the wait.
-            if (grp == gw && stage_fits(2 * F)) warp_rows_dot_staged<D, NR, STAGE_CAP>(w, grp * NR, 2 * F, vec, slot, acc);
+            if (grp == gw && stage_fits(2 * F))
+              warp_rows_dot_staged<D, NR, STAGE_CAP, N_DOWN>(w, grp * NR, 2 * F, vec, slot, acc, down_ahead);
             else warp_rows_dot<D, NR>(w, grp * NR, 2 * F, vec, acc);
             if (lane_id() == 0) {
 #pragma unroll
               for (int r = 0; r < NR; r += 2) {
                 const int j = (grp * NR + r) / 2;
-                if (j < F) act[j] = swiglu(acc[r], acc[r + 1]);
+                if (j >= F) continue;
+                if (TAGGED) st_tagged(tl + T_ACT + j, swiglu(acc[r], acc[r + 1]), tag);
+                else act[j] = swiglu(acc[r], acc[r + 1]);
               }
             }
           }
         }
-        block_arrive(layer_ctr(ctr, l, PH_GATE_UP), trace_event(tr, l * PHASES + PH_GATE_UP));
+        phase_end(layer_ctr(ctr, l, PH_GATE_UP), trace_event(tr, l * PHASES + PH_GATE_UP));
       }
 
       // ---- down projection + residual --------------------------------------------
       {
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WDOWN);
+        // stage_ahead: the next layer's q/k/v rows into set A (gate/up is done with it).
+        const bool qkv_ahead =
+            AHEAD && l + 1 < L && stage_ahead<D, QKV>(LAYER_PTR(const bf16_t*, lw + PG_LW_SLOTS, WQKV), slot);
         if (block_has_rows<NR>(D)) {
           maybe_prefetch<F, D>(w);
-          maybe_stage<F, D>(w, slot);
-          block_wait(layer_ctr(ctr, l, PH_GATE_UP), done, trace_event(tr, l * PHASES + PH_DOWN));
-          load_vec_f32<THREADS>(vec, act, F);
-          __syncthreads();
+          if (!AHEAD) maybe_stage<F, D>(w, slot);
+          u64* ev = trace_event(tr, l * PHASES + PH_DOWN);
+          if (TAGGED) {
+            load_tagged<THREADS, F>(vec, tl + T_ACT, tag, nullptr, ev);
+          } else {
+            block_wait(layer_ctr(ctr, l, PH_GATE_UP), done, ev);
+            load_vec_f32<THREADS>(vec, act, F);
+            __syncthreads();
+          }
           float* pd[TP];
           const bool send = slots_of(pd, s, l, 1);
           // resid_smem: this block loaded the residual in its gate/up phase.
           const bool res_here = RESID_SMEM && block_has_rows<NR>(2 * F);
-          phase_rows<F>(w, D, vec, slot, [&](int r, float v) {
-            if (IS_TP) push_partial<TP, D>(pd, rank, r, v, send);
-            else x[r] = (res_here ? resid_s[r] : ld_shared_f32((FUSE_O ? xb : x) + r)) + v;
-          });
+          phase_rows<F, N_QKV>(
+              w, D, vec, slot_b,
+              [&](int r, float v) {
+                if (IS_TP) push_partial<TP, D>(pd, rank, r, v, send);
+                else if (TAGGED) st_tagged(tl + T_XD + r, (res_here ? resid_s[r] : wait_tagged(tl + T_XO + r, tag)) + v, tag);
+                else x[r] = (res_here ? resid_s[r] : ld_shared_f32((FUSE_O ? xb : x) + r)) + v;
+              },
+              qkv_ahead);
         }
-        block_arrive(layer_ctr(ctr, l, PH_DOWN), trace_event(tr, l * PHASES + PH_DOWN));
+        phase_end(layer_ctr(ctr, l, PH_DOWN), trace_event(tr, l * PHASES + PH_DOWN));
       }
     }
 
-    if (!lm_here) continue;
+    if (!lm_here) {
+      // tagged: a prompt step without LM head still arrives on the last layer's DOWN
+      // counter (after phase_end's barrier): the next step's chain waits on it.
+      if (TAGGED && threadIdx.x == 0) red_release_gpu(layer_ctr(ctr, L - 1, PH_DOWN), 1);
+      continue;
+    }
 
     // ---- final norm + LM head (+ penalty, statistics) ----------------------------
     // Read the host's stop flag early: the PCIe round trip overlaps the LM head.
     u32 host_stop = 0;
     if (!score && rank == 0 && blockIdx.x == 0 && threadIdx.x == 0) host_stop = ld_host_flag(ctl + PG_CTL_STOP);
     maybe_prefetch<D, V, LM_NR>(lm_head);
-    block_wait(layer_ctr(ctr, L - 1, PH_DOWN), done, trace_event(tr, EV_LM));
-    if (IS_TP) load_after(s, L - 1, 1, x, nullptr, nullptr, 1);
-    else if (FUSE_DOWN) load_resid_fixed(s, L - 1, nullptr);
-    else load_vec_f32<THREADS>(vec, x, D);
-    rmsnorm_smem<THREADS, D>(vec, final_norm, EPS, red);
+    const auto final_nw = early_norm(final_norm);
+    if (TAGGED) {
+      load_tagged<THREADS, D>(vec, tagged + (size_t)(L - 1) * T_LAYER + T_XD, tag, nullptr, trace_event(tr, EV_LM));
+    } else {
+      block_wait(layer_ctr(ctr, L - 1, PH_DOWN), done, trace_event(tr, EV_LM));
+      if (IS_TP) load_after(s, L - 1, 1, x, nullptr, nullptr, 1);
+      else if (FUSE_DOWN) load_resid_fixed(s, L - 1, nullptr);
+      else load_vec_f32<THREADS>(vec, x, D);
+    }
+    norm_vec(vec, final_nw, final_norm, red);
     if (IS_DTP) {
       // DTP: the LM head reads the mean of every lane's h. Each block holds this lane's
       // h (the same bits in every block); writer blocks push their share to the other
@@ -761,27 +949,25 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       for (u32 k = 0; k < n_top; ++k) top_vals[k] -= log_z;
       bool is_stop = false;
       for (u32 k = 0; k < n_stop; ++k) is_stop |= __ldg(stop_ids + k) == id;
-      u32 reason = 0;
-      if (is_stop) {
-        reason = PG_END_STOP_TOKEN;
-      } else {
-        // Without the gather, a TP rank holds only its own rows of `logits`.
-        const float raw = IS_TP && !gather ? *win_raw : ld_shared_f32(logits + id);
-        if (rank == 0) emit_token(ring, ctl, t, id, raw - log_z, n_top, top_ids, top_vals, consumed_seen);
-        if (host_stop) reason = PG_END_STOPPED;
-        else if (t + 1 >= max_tokens) reason = PG_END_LENGTH;
-        else {
-          tokens[s + 1] = id;
-          seen[id] = 1;
-        }
+      // Without the gather, a TP rank holds only its own rows of `logits`.
+      const float raw = is_stop ? 0.f : IS_TP && !gather ? *win_raw : ld_shared_f32(logits + id);
+      const u32 reason = is_stop ? PG_END_STOP_TOKEN : host_stop ? PG_END_STOPPED : t + 1 >= max_tokens ? PG_END_LENGTH : 0;
+      if (!reason) {
+        tokens[s + 1] = id;
+        seen[id] = 1;
       }
-      if (reason) {
-        *step_ctr(ctr, CTR_HALT) = 1;
-        if (rank == 0) emit_end(ctl, reason);
-      }
+      if (reason) *step_ctr(ctr, CTR_HALT) = 1;
       __threadfence();
       if (u64* ev = trace_event(tr, EV_SAMPLER)) trace_stamp(ev + TRACE_ARRIVE);
       red_release_gpu(step_ctr(ctr, CTR_TOKEN), 1);
+      // The next step starts before the host hears of this token: the record's PCIe
+      // writes and system fence are off the token loop's critical path. (This block's
+      // smem and the logits stay untouched until thread 0 is back: the next step needs
+      // this block's work before any LM head.)
+      if (rank == 0) {
+        if (!is_stop) emit_token(ring, ctl, t, id, raw - log_z, n_top, top_ids, top_vals, consumed_seen);
+        if (reason) emit_end(ctl, reason);
+      }
     }
     __syncthreads();
   }

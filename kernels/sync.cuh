@@ -152,3 +152,36 @@ __device__ __forceinline__ bool ticket_is_last(u32* ticket, u32 n) {
   asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;" : "=r"(old) : "l"(ticket), "r"(n - 1) : "memory");
   return old == n - 1;
 }
+
+// ---- tagged values within one GPU (PG_TAGGED) -------------------------------------
+// A float published with the step that wrote it in one 64-bit word (value bits low,
+// tag high). The consumer polls the data itself until every word it needs carries
+// this step's tag: no counter and no release fence sits between producer and
+// consumer. Naturally aligned 64-bit strong (relaxed) accesses are single-copy
+// atomic, so a reader sees one store's tag and value, never a mix.
+
+__device__ __forceinline__ void st_tagged(u64* p, float v, u32 tag) {
+  const u64 w = ((u64)tag << 32) | __float_as_uint(v);
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
+}
+
+/// Two tagged words at a 16-byte aligned `p` (each word atomic on its own).
+__device__ __forceinline__ void ld_tagged2(const u64* p, u64& a, u64& b) {
+  asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+
+__device__ __forceinline__ u64 ld_tagged1(const u64* p) {
+  u64 w;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
+  return w;
+}
+
+__device__ __forceinline__ u32 tag_of(u64 w) { return (u32)(w >> 32); }
+__device__ __forceinline__ float value_of(u64 w) { return __uint_as_float((u32)w); }
+
+/// Spins until the word at `p` carries `tag`; its value.
+__device__ __forceinline__ float wait_tagged(const u64* p, u32 tag) {
+  u64 w = ld_tagged1(p);
+  while (tag_of(w) != tag) w = ld_tagged1(p);
+  return value_of(w);
+}

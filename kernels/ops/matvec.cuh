@@ -101,13 +101,17 @@ __device__ __forceinline__ void stage_iter(const bf16_t* __restrict__ W, int row
 }
 
 /// Starts copying the first N iterations of row group `g` into `slot` (a warp whose
-/// group is past the matrix copies nothing). No shuffles, no waits.
+/// group is past the matrix copies nothing). Always N commit groups, copies or not, so
+/// every warp can count the groups a later stage leaves pending. No shuffles, no waits.
 template <int K, int NR, int CAP>
 __device__ __forceinline__ void stage_group(const bf16_t* __restrict__ W, int rows, int g, uint4* slot) {
   using S = RowStage<K, NR, CAP>;
-  if (g * NR >= rows) return;
+  const bool mine = g * NR < rows;
 #pragma unroll
-  for (int it = 0; it < S::N; ++it) stage_iter<K, NR, CAP>(W, g * NR, rows, it, slot);
+  for (int it = 0; it < S::N; ++it) {
+    if (mine) stage_iter<K, NR, CAP>(W, g * NR, rows, it, slot);
+    else cp_async_commit();
+  }
 }
 
 /// stage_group of this warp's first `grid_rows` group (warp_id() · gridDim.x + blockIdx.x).
@@ -117,10 +121,12 @@ __device__ __forceinline__ void stage_rows(const bf16_t* __restrict__ W, int row
 }
 
 /// warp_rows_dot of the group stage_group started in `slot` (same row0), streaming the
-/// rest of the rows through the ring; same summation order, so the same bits.
-template <int K, int NR, int CAP>
+/// rest of the rows through the ring; same summation order, so the same bits. With
+/// `ahead` (rows that fit the slot only), the PENDING commit groups issued after this
+/// group's (the next phase's stage, stage_ahead) may stay in flight.
+template <int K, int NR, int CAP, int PENDING = 0>
 __device__ __forceinline__ void warp_rows_dot_staged(const bf16_t* __restrict__ W, int row0, int rows, const float* xs, const uint4* slot,
-                                                     float (&acc)[NR]) {
+                                                     float (&acc)[NR], bool ahead = false) {
   using S = RowStage<K, NR, CAP>;
   constexpr int CHUNKS = S::CHUNKS;
   const int lane = lane_id();
@@ -130,7 +136,11 @@ __device__ __forceinline__ void warp_rows_dot_staged(const bf16_t* __restrict__ 
   // A row that fits the slot needs one wait and no refills (per-iteration waits measured
   // ~2 % slower on SmolLM2-135M, whose rows all fit).
   constexpr bool RING = S::ITERS > S::N;
-  if constexpr (!RING) cp_async_wait_all();
+  static_assert(!(RING && PENDING > 0), "a ring counts its own commit groups: nothing may be staged after it");
+  if constexpr (!RING) {
+    if (PENDING > 0 && ahead) cp_async_wait_group<PENDING>();
+    else cp_async_wait_all();
+  }
   constexpr int UNROLL = RING ? 2 : S::ITERS;
 #pragma unroll UNROLL
   for (int it = 0; it < S::ITERS; ++it) {
@@ -156,16 +166,18 @@ __device__ __forceinline__ void warp_rows_dot_staged(const bf16_t* __restrict__ 
 /// row groups of NR spread warp-major over the grid so small matrices still touch
 /// every SM. With `slot` (CAP > 0), the warp's first group is read from what
 /// stage_rows copied there. Group loop bounds depend only on the warp's index:
-/// warp-uniform. Returns nothing; `epi` stores the results.
-template <int K, int NR, int WARPS, int CAP = 0, class Epi>
-__device__ __forceinline__ void grid_rows(const bf16_t* __restrict__ W, int rows, const float* xs, Epi epi, const uint4* slot = nullptr) {
+/// warp-uniform. Returns nothing; `epi` stores the results. `ahead`, PENDING: see
+/// warp_rows_dot_staged.
+template <int K, int NR, int WARPS, int CAP = 0, int PENDING = 0, class Epi>
+__device__ __forceinline__ void grid_rows(const bf16_t* __restrict__ W, int rows, const float* xs, Epi epi, const uint4* slot = nullptr,
+                                          bool ahead = false) {
   const int gw = warp_id() * gridDim.x + blockIdx.x;
   const int nw = WARPS * gridDim.x;
   const int groups = (rows + NR - 1) / NR;
   for (int g = gw; g < groups; g += nw) {
     float acc[NR];
     if constexpr (CAP > 0) {
-      if (slot && g == gw) warp_rows_dot_staged<K, NR, CAP>(W, g * NR, rows, xs, slot, acc);
+      if (slot && g == gw) warp_rows_dot_staged<K, NR, CAP, PENDING>(W, g * NR, rows, xs, slot, acc, ahead);
       else warp_rows_dot<K, NR>(W, g * NR, rows, xs, acc);
     } else {
       warp_rows_dot<K, NR>(W, g * NR, rows, xs, acc);

@@ -31,14 +31,49 @@ __device__ __forceinline__ void load_vec_bf16(float* s, const bf16_t* g, int n, 
   }
 }
 
-/// In place: s ← s / sqrt(mean(s²) + eps) * w. `red` is per-warp scratch.
-template <int THREADS, int N>
-__device__ __forceinline__ void rmsnorm_smem(float* s, const float* __restrict__ w, float eps, float* red) {
+/// In place: s ← s / sqrt(mean(s²) + eps) · weight(k, i) for element i = threadIdx.x + k·THREADS.
+template <int THREADS, int N, class Weight>
+__device__ __forceinline__ void rmsnorm_apply(float* s, Weight weight, float eps, float* red) {
+  constexpr int PER_THREAD = (N + THREADS - 1) / THREADS;
   __syncthreads();
   float acc = 0.f;
   for (int i = threadIdx.x; i < N; i += THREADS) acc = fmaf(s[i], s[i], acc);
   const float ms = block_sum<THREADS>(acc, red) / (float)N;
   const float scale = 1.0f / sqrtf(ms + eps);
-  for (int i = threadIdx.x; i < N; i += THREADS) s[i] = s[i] * scale * __ldg(w + i);
+#pragma unroll
+  for (int k = 0; k < PER_THREAD; ++k) {
+    const int i = threadIdx.x + k * THREADS;
+    if (i < N) s[i] = s[i] * scale * weight(k, i);
+  }
   __syncthreads();
+}
+
+/// In place: s ← s / sqrt(mean(s²) + eps) * w. `red` is per-warp scratch.
+template <int THREADS, int N>
+__device__ __forceinline__ void rmsnorm_smem(float* s, const float* __restrict__ w, float eps, float* red) {
+  rmsnorm_apply<THREADS, N>(s, [&](int, int i) { return __ldg(w + i); }, eps, red);
+}
+
+/// This thread's elements of a norm's weight vector (i = threadIdx.x + k·THREADS), loaded
+/// into registers before a dependency wait so the norm after it reads no memory.
+template <int THREADS, int N>
+struct NormWeights {
+  float w[(N + THREADS - 1) / THREADS];
+};
+
+template <int THREADS, int N>
+__device__ __forceinline__ NormWeights<THREADS, N> load_norm_weights(const float* __restrict__ w) {
+  NormWeights<THREADS, N> nw;
+#pragma unroll
+  for (int k = 0; k < (N + THREADS - 1) / THREADS; ++k) {
+    const int i = threadIdx.x + k * THREADS;
+    nw.w[k] = i < N ? __ldg(w + i) : 0.f;
+  }
+  return nw;
+}
+
+/// rmsnorm_smem with the weights load_norm_weights read earlier (the same bits).
+template <int THREADS, int N>
+__device__ __forceinline__ void rmsnorm_smem(float* s, const NormWeights<THREADS, N>& nw, float eps, float* red) {
+  rmsnorm_apply<THREADS, N>(s, [&](int k, int) { return nw.w[k]; }, eps, red);
 }

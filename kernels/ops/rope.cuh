@@ -5,15 +5,19 @@
 #pragma once
 #include "common.cuh"
 
-/// Rotates pair `i` (0 ≤ i < HD/2) of one head `h` at position `pos`; the decode
-/// kernel (head_qkv) and the batched prefill (prefill.cu) share it.
+/// sin and cos of pair `i`'s angle at position `pos`: an f32 product then an accurate
+/// sincos, like the CPU reference. Depends on no activation, so the decode kernel
+/// computes it before waiting for q/k/v.
 template <int HD>
-__device__ __forceinline__ void rope_pair(float* h, int i, int pos, const float* __restrict__ inv_freq) {
-  constexpr int HALF = HD / 2;
-  // f32 product then an accurate sincos, like the CPU reference.
+__device__ __forceinline__ void rope_angle(int i, int pos, const float* __restrict__ inv_freq, float& s, float& c) {
   const float angle = (float)pos * __ldg(inv_freq + i);
-  float s, c;
   sincosf(angle, &s, &c);
+}
+
+/// Rotates pair `i` (0 ≤ i < HD/2) of one head `h` by the angle whose sin and cos are given.
+template <int HD>
+__device__ __forceinline__ void rope_apply(float* h, int i, float s, float c) {
+  constexpr int HALF = HD / 2;
 #if PG_ROPE_INTERLEAVED
   const int a = 2 * i, b = 2 * i + 1;
 #else
@@ -22,4 +26,13 @@ __device__ __forceinline__ void rope_pair(float* h, int i, int pos, const float*
   const float x0 = h[a], x1 = h[b];
   h[a] = x0 * c - x1 * s;
   h[b] = x1 * c + x0 * s;
+}
+
+/// Rotates pair `i` (0 ≤ i < HD/2) of one head `h` at position `pos`; the decode
+/// kernel (head_qkv) and the batched prefill (prefill.cu) share it.
+template <int HD>
+__device__ __forceinline__ void rope_pair(float* h, int i, int pos, const float* __restrict__ inv_freq) {
+  float s, c;
+  rope_angle<HD>(i, pos, inv_freq, s, c);
+  rope_apply<HD>(h, i, s, c);
 }

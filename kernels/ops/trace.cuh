@@ -7,6 +7,7 @@
 //! block_arrive; this file only says where each block's record lies.
 #pragma once
 #include "common.cuh"
+#include "sync.cuh"
 
 /// u64 words per event: (global ns, SM cycles) at wait start, wait end, arrive.
 constexpr int TRACE_WORDS = 6;
@@ -21,3 +22,15 @@ __device__ __forceinline__ u64* trace_record(u64* buf, int events, bool on) {
 
 /// Event `e` of a record, or null.
 __device__ __forceinline__ u64* trace_event(u64* rec, int e) { return PG_TRACE && rec ? rec + e * TRACE_WORDS : nullptr; }
+
+/// Thread 0 stamps an event's wait start / wait end / arrival (null: nothing). The
+/// callers of the arrival stamp synchronise the block first.
+__device__ __forceinline__ void trace_wait_start(u64* ev) {
+  if (PG_TRACE && ev && threadIdx.x == 0) trace_stamp(ev);
+}
+__device__ __forceinline__ void trace_wait_end(u64* ev) {
+  if (PG_TRACE && ev && threadIdx.x == 0) trace_stamp(ev + 2);
+}
+__device__ __forceinline__ void trace_arrive(u64* ev) {
+  if (PG_TRACE && ev && threadIdx.x == 0) trace_stamp(ev + TRACE_ARRIVE);
+}

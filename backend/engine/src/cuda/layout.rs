@@ -65,6 +65,8 @@ slots! {
         DownAcc,
         /// `trace`: the step whose phases are stamped.
         TraceStep,
+        /// `tagged`: u64 `[layers × tagged_layer_words]` tagged words (zeroed per run; [`tagged_words`]).
+        Tagged,
     }
 }
 
@@ -242,6 +244,23 @@ pub struct KernelOptions {
     /// one dependent phase less per layer (PG_FUSE_DOWN). One GPU, not with `fuse_o`;
     /// needs intermediate_size divisible by the warps per block. Off by default.
     pub fuse_down: bool,
+    /// Phases publish their vectors as tagged words (value and step tag in one 64-bit
+    /// store) that consumers poll directly, instead of arriving on a phase counter
+    /// (PG_TAGGED, kernels/ops/tagged.cuh): no release fence and no counter round trip
+    /// between dependent phases. Bit-identical results. One GPU, not with `fuse_o` or
+    /// `fuse_down`. Off by default.
+    pub tagged: bool,
+    /// With staging, each matrix phase also starts copying the next matrix phase's first
+    /// row group (a second set of shared-memory slots) before its own wait, so that copy
+    /// has a whole phase more to land (PG_STAGE_AHEAD, decode.cu `AHEAD`). Applies where
+    /// every staged row fits its slot and both slot sets fit in shared memory, without
+    /// `fuse_o` / `fuse_down`; elsewhere the kernel stages as without it. Bit-identical
+    /// results. Off by default.
+    pub stage_ahead: bool,
+    /// `tagged`: after a few polls at full rate, a thread waiting on tagged words sleeps
+    /// ~0.1 µs between polls (PG_TAGGED_BACKOFF), so blocks that wait long do not load
+    /// L2 while their producers stream weights. Off by default.
+    pub tagged_backoff: bool,
 }
 
 /// Environment switch for benchmarking against the previous kernel: `v3` turns off
@@ -281,6 +300,9 @@ impl KernelOptions {
             resid_smem: true,
             lm_rows_per_warp: DEFAULT_LM_ROWS_PER_WARP,
             fuse_down: false,
+            tagged: false,
+            stage_ahead: false,
+            tagged_backoff: false,
         }
     }
 }
@@ -378,6 +400,16 @@ pub fn shard(config: &ModelConfig, tp: usize) -> std::result::Result<ModelConfig
     Ok(ModelConfig { num_heads: heads, num_kv_heads: kv, intermediate_size: lane.ffn.len(), vocab_size: lane.vocab.len(), ..c.clone() })
 }
 
+/// u64 words of the `tagged` variant's buffer for `config` (one GPU): per layer q/k/v,
+/// the attention output, the residual after o, the activations and the residual after
+/// down (decode.cu's T_* offsets; the kernel's `pg_tagged_words` must equal it).
+pub fn tagged_words(config: &ModelConfig) -> usize {
+    let c = config;
+    let qd = c.num_heads * c.head_dim;
+    let qkv = qd + 2 * c.num_kv_heads * c.head_dim;
+    c.num_layers * (qkv + qd + 2 * c.hidden_size + c.intermediate_size)
+}
+
 /// KV positions actually allocated for `config` under `options`.
 pub fn kv_positions(config: &ModelConfig, options: &KernelOptions) -> usize {
     config.max_context.min(options.kv_positions).max(1)
@@ -463,6 +495,9 @@ pub fn defines_tp(
     put("RESID_SMEM", u8::from(options.resid_smem).to_string());
     put("LM_NR", options.lm_rows_per_warp.to_string());
     put("FUSE_DOWN", u8::from(options.fuse_down).to_string());
+    put("TAGGED", u8::from(options.tagged).to_string());
+    put("STAGE_AHEAD", u8::from(options.stage_ahead).to_string());
+    put("TAGGED_BACKOFF", u8::from(options.tagged_backoff).to_string());
     if options.chaos {
         put("CHAOS", "1".into());
     }
@@ -517,8 +552,14 @@ pub fn defines_tp(
 /// slot per head instead of per rank, and DTP's lane-local and delayed modes over
 /// them); not built yet, so it is refused rather than silently run unfused.
 pub fn unsupported_tp(options: &KernelOptions, tp: usize) -> Option<String> {
-    let variant = if options.fuse_o { "fuse_o" } else { "fuse_down" };
-    (tp > 1 && (options.fuse_o || options.fuse_down)).then(|| {
+    let variant = if options.fuse_o {
+        "fuse_o"
+    } else if options.fuse_down {
+        "fuse_down"
+    } else {
+        "tagged"
+    };
+    (tp > 1 && (options.fuse_o || options.fuse_down || options.tagged)).then(|| {
         format!("the {variant} kernel variant runs on one GPU only (tensor parallelism {tp} requested); turn {variant} off for --tp > 1")
     })
 }
@@ -538,6 +579,7 @@ pub fn unsupported(config: &ModelConfig, options: &KernelOptions) -> Option<Stri
         (options.lm_rows_per_warp == 0 || options.lm_rows_per_warp > 16, "lm_rows_per_warp must be 1 to 16".to_string()),
         (options.stage_iters > 16, "stage_iters must be at most 16".to_string()),
         (options.fuse_down && options.fuse_o, "fuse_down and fuse_o do not combine".to_string()),
+        (options.tagged && (options.fuse_o || options.fuse_down), "tagged does not combine with fuse_o or fuse_down".to_string()),
         (
             options.fuse_down && (options.threads % 256 != 0 || c.intermediate_size % (options.threads as usize / 32) != 0),
             "fuse_down needs a multiple of 256 threads and intermediate_size divisible by the warps per block".to_string(),
@@ -733,6 +775,23 @@ mod tests {
         assert!(unsupported(&config, &KernelOptions { fuse_o: true, ..fused.clone() }).is_some(), "not with fuse_o");
         let odd = ModelConfig { intermediate_size: 1544, ..config };
         assert!(unsupported(&odd, &fused).is_some(), "F must divide by the warps per block");
+    }
+
+    #[test]
+    fn tagged_is_an_off_by_default_one_gpu_define() {
+        let config = crate::synthetic::preset("qwen2.5-coder-1.5b").expect("preset");
+        let get = |o: &KernelOptions| defines(&config, o).into_iter().find(|(n, _)| n == "PG_TAGGED").map(|(_, v)| v);
+        let base = KernelOptions::default();
+        assert!(!base.tagged, "off by default");
+        assert_eq!(get(&base).as_deref(), Some("0"));
+        let tagged = KernelOptions { tagged: true, ..base };
+        assert_eq!(get(&tagged).as_deref(), Some("1"));
+        assert!(unsupported(&config, &tagged).is_none());
+        assert!(unsupported_tp(&tagged, 2).is_some_and(|why| why.contains("tagged")), "refused under TP");
+        assert!(unsupported(&config, &KernelOptions { fuse_o: true, ..tagged.clone() }).is_some(), "not with fuse_o");
+        assert!(unsupported(&config, &KernelOptions { fuse_down: true, ..tagged }).is_some(), "not with fuse_down");
+        // Per layer: q/k/v (1536 + 2·256), attention output 1536, two residuals of 1536, activations 8960.
+        assert_eq!(tagged_words(&config), 28 * (2048 + 1536 + 2 * 1536 + 8960));
     }
 
     #[test]

@@ -124,6 +124,15 @@ mod tests {
             ("fuse_down", KernelOptions { fuse_down: true, ..base.clone() }),
             ("fuse_down+chaos", KernelOptions { fuse_down: true, chaos: true, ..base.clone() }),
             ("fuse_down v3", KernelOptions { fuse_down: true, ..KernelOptions::v3() }),
+            ("tagged", KernelOptions { tagged: true, ..base.clone() }),
+            ("tagged+chaos", KernelOptions { tagged: true, chaos: true, ..base.clone() }),
+            ("tagged+chaos unsplit", KernelOptions { tagged: true, chaos: true, attn_max_splits: 1, ..base.clone() }),
+            ("tagged+trace", KernelOptions { tagged: true, trace: true, ..base.clone() }),
+            ("tagged v3", KernelOptions { tagged: true, ..KernelOptions::v3() }),
+            ("tagged+ahead", KernelOptions { tagged: true, stage_ahead: true, ..base.clone() }),
+            ("tagged+ahead+chaos", KernelOptions { tagged: true, stage_ahead: true, chaos: true, ..base.clone() }),
+            ("ahead", KernelOptions { stage_ahead: true, ..base.clone() }),
+            ("tagged+backoff", KernelOptions { tagged: true, tagged_backoff: true, ..base.clone() }),
         ];
         let configs = presets_and_head_dims();
         for config in &configs {
@@ -138,6 +147,9 @@ mod tests {
         compile_only_tp(&llama, &variants[0].1, 2, None, "sm_90a").unwrap_or_else(|e| panic!("trace tp 2: {e}"));
         let err = compile_only_tp(&llama, &variants[1].1, 2, None, "sm_90a").expect_err("fuse_o under TP");
         assert!(err.to_string().contains("one GPU"), "{err}");
+        let tagged = KernelOptions { tagged: true, ..base.clone() };
+        let err = compile_only_tp(&llama, &tagged, 2, None, "sm_90a").expect_err("tagged under TP");
+        assert!(err.to_string().contains("tagged"), "{err}");
         // stage (+ resid_smem, ignored there) composes with tensor parallelism (rank-local weights) and DTP.
         let staged = KernelOptions { stage_iters: 8, resid_smem: true, lm_rows_per_warp: 4, ..base.clone() };
         compile_only_tp(&llama, &staged, 2, None, "sm_90a").unwrap_or_else(|e| panic!("stage tp 2: {e}"));

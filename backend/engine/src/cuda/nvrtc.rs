@@ -31,6 +31,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("ops/select.cuh", include_str!("../../../../kernels/ops/select.cuh")),
     ("ops/swiglu.cuh", include_str!("../../../../kernels/ops/swiglu.cuh")),
     ("ops/trace.cuh", include_str!("../../../../kernels/ops/trace.cuh")),
+    ("ops/tagged.cuh", include_str!("../../../../kernels/ops/tagged.cuh")),
 ];
 
 /// The decode kernel's translation unit; for each compile the other sources are headers.

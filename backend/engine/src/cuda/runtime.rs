@@ -111,6 +111,8 @@ struct State {
     /// `fuse_down`: fixed-point down-projection sums `[2 × layers × hidden]` i64 (zeroed
     /// per run; allocated always, like `opart`).
     down_acc: CudaSlice<i64>,
+    /// `tagged`: the phases' tagged words (zeroed per run).
+    tagged: CudaSlice<u64>,
 }
 
 /// What `enqueue_prefill` put on the stream: positions, and events to time them.
@@ -510,6 +512,14 @@ impl CudaRuntime {
         let exchange_words = read_u32("pg_exchange_words")? as usize;
         let rx_floats = read_u32("pg_rx_floats")? as usize;
         let trace_events = read_u32("pg_trace_events")? as usize;
+        // The host allocates the tagged buffer from layout::tagged_words; the kernel's own count must agree.
+        let tagged_words = read_u32("pg_tagged_words")? as usize;
+        if options.tagged && tagged_words != layout::tagged_words(shard) {
+            return Err(Error::Cuda(format!(
+                "kernel and host disagree on the tagged buffer: {tagged_words} words in the kernel, {} on the host",
+                layout::tagged_words(shard)
+            )));
+        }
         func.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes as i32)
             .map_err(cuda_err("raise the kernel's shared-memory limit"))?;
         let per_sm = func
@@ -679,6 +689,8 @@ impl CudaRuntime {
             peers: stream.alloc_zeros::<u64>(tp * PeerSlot::COUNT).map_err(cuda_err("cuMemAlloc"))?,
             opart: f32s(c.num_heads * c.hidden_size)?,
             down_acc: stream.alloc_zeros::<i64>(2 * c.num_layers * c.hidden_size).map_err(cuda_err("cuMemAlloc"))?,
+            // Allocated for every variant (a few MB at most): set_options may switch to `tagged`.
+            tagged: stream.alloc_zeros::<u64>(layout::tagged_words(c)).map_err(cuda_err("cuMemAlloc"))?,
         })
     }
 
@@ -833,6 +845,10 @@ impl CudaRuntime {
             stream.memset_zeros(&mut st.counters).map_err(cuda_err("zero counters"))?;
             stream.memset_zeros(&mut st.exchange).map_err(cuda_err("zero exchange"))?;
             stream.memset_zeros(&mut st.down_acc).map_err(cuda_err("zero down sums"))?;
+            // Tag 0 is never a step's: last run's words must not pass for this run's.
+            if self.options.tagged {
+                stream.memset_zeros(&mut st.tagged).map_err(cuda_err("zero tagged words"))?;
+            }
             // The receive slots start as the sentinel the kernel's peer loads wait past.
             let rx_len = st.rx.len();
             let filled = {
@@ -878,6 +894,7 @@ impl CudaRuntime {
             a.set(Arg::DebugLogits, dbgs.last().filter(|_| debug_rows > 0).map_or(0, |b| r.dptr(b)));
             a.set(Arg::OPart, r.dptr(&st.opart));
             a.set(Arg::DownAcc, r.dptr(&st.down_acc));
+            a.set(Arg::Tagged, r.dptr(&st.tagged));
             if self.options.trace && rank == 0 {
                 let words = self.grid as usize * r.kernel.trace_events * WORDS_PER_EVENT;
                 let buf = stream.alloc_zeros::<u64>(words.max(1)).map_err(cuda_err("trace buffer"))?;
