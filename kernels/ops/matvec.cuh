@@ -189,3 +189,42 @@ __device__ __forceinline__ void grid_rows(const bf16_t* __restrict__ W, int rows
     }
   }
 }
+
+/// grid_rows for rows that fit one stage (RowStage ITERS ≤ N), software-pipelined over
+/// the warp's groups: DEPTH groups' copies are in flight (cp.async into the warp's
+/// `buf`, DEPTH × WORDS uint4) while it reduces the oldest, and each reduced group's
+/// stage is refilled with the group DEPTH ahead. `prologue` false: stage_pipeline
+/// already started the first DEPTH (before a dependency wait). Same rows and summation
+/// order as grid_rows, so the same values. Drains every copy before returning.
+template <int K, int NR, int CAP, int DEPTH>
+__device__ __forceinline__ void stage_pipeline(const bf16_t* __restrict__ W, int rows, uint4* buf) {
+  using S = RowStage<K, NR, CAP>;
+  const int gw = warp_id() * gridDim.x + blockIdx.x, nw = (int)(blockDim.x / WARP_SIZE) * gridDim.x;
+#pragma unroll
+  for (int d = 0; d < DEPTH; ++d) stage_group<K, NR, CAP>(W, rows, gw + d * nw, buf + d * S::WORDS);
+}
+
+template <int K, int NR, int WARPS, int CAP, int DEPTH, class Epi>
+__device__ __forceinline__ void grid_rows_pipelined(const bf16_t* __restrict__ W, int rows, const float* xs, Epi epi, uint4* buf) {
+  using S = RowStage<K, NR, CAP>;
+  static_assert(S::ITERS <= S::N && DEPTH >= 2, "pipelined rows must fit one stage");
+  const int gw = warp_id() * gridDim.x + blockIdx.x;
+  const int nw = WARPS * gridDim.x;
+  const int groups = (rows + NR - 1) / NR;
+  int d = 0;
+  for (int g = gw; g < groups; g += nw) {
+    float acc[NR];
+    uint4* stage = buf + d * S::WORDS;
+    // Group g's copies are done once at most the DEPTH-1 younger groups' are pending.
+    warp_rows_dot_staged<K, NR, CAP, (DEPTH - 1) * S::N>(W, g * NR, rows, xs, stage, acc, true);
+    if (lane_id() == 0) {
+#pragma unroll
+      for (int r = 0; r < NR; ++r)
+        if (g * NR + r < rows) epi(g * NR + r, acc[r]);
+    }
+    // The stage just read (consumed into acc above) takes the group DEPTH ahead.
+    stage_group<K, NR, CAP>(W, rows, g + DEPTH * nw, stage);
+    d = d + 1 == DEPTH ? 0 : d + 1;
+  }
+  cp_async_wait_all();
+}

@@ -70,7 +70,7 @@ mod imp {
         tp: Option<usize>,
         /// `--variants` was given (`trace` then traces those instead of v3 and fuse-o).
         variants_given: bool,
-        /// `--kernel`: the variant `correctness` and `kernel-check` run (default v3).
+        /// `--kernel`: the variant `correctness` and `kernel-check` run (default v5, the default kernel).
         kernel: String,
         /// `--no-tiny`: `precompile` and `kernel-check` skip the tiny check shapes.
         no_tiny: bool,
@@ -90,7 +90,7 @@ mod imp {
             variants: vec!["v3".into(), "v1".into(), "v3-nosplit".into()],
             tp: None,
             variants_given: false,
-            kernel: "v3".into(),
+            kernel: "v5".into(),
             no_tiny: false,
             no_chaos: false,
         };
@@ -122,7 +122,7 @@ mod imp {
 
     /// Kernel variants by name (see docs/perf-notes.md). "v3" is the default; names with
     /// `+` compose: a named variant first, then modifiers (`stage`, `stageN`, `resid`,
-    /// `lmN`, `prefetch`, `fuse-o`, `fuse-down`, `tagged`, `ahead`, `backoff`, `trace`, `chaos`, `nosplit`).
+    /// `lmN`, `prefetch`, `fuse-o`, `fuse-down`, `tagged`, `ahead`, `backoff`, `lmpipe`, `trace`, `chaos`, `nosplit`).
     fn variant(name: &str) -> KernelOptions {
         if let Some((first, mods)) = name.split_once('+') {
             let mut o = variant(first);
@@ -136,6 +136,7 @@ mod imp {
                     "tagged" => o.tagged = true,
                     "ahead" => o.stage_ahead = true,
                     "backoff" => o.tagged_backoff = true,
+                    "lmpipe" => o.lm_pipe = true,
                     "trace" => o.trace = true,
                     "chaos" => o.chaos = true,
                     "nosplit" => o.attn_max_splits = 1,
@@ -152,12 +153,13 @@ mod imp {
             }
             return o;
         }
-        // Named variants build on v3 (session 2's default); "v4" is today's default.
+        // Named variants build on v3 (session 2's default); "v4" is session 3's, "v5" today's default.
         let base = KernelOptions::v3();
         let v1 = KernelOptions { light_fences: false, attn_max_splits: 1, ..base.clone() };
         match name {
             "v3" => base,
-            "v4" => KernelOptions::default(),
+            "v4" => KernelOptions::v4(),
+            "v5" => KernelOptions::default(),
             // v1's scheduling (full fences, one block per head) with v3's attention loop.
             "v1" => v1,
             "v2" => KernelOptions { prefetch: true, ..v1 },
@@ -932,7 +934,7 @@ mod imp {
         Ok(rows)
     }
 
-    /// Fills the cubin cache for `--variants`, plus the `--kernel` base (v3 by default)
+    /// Fills the cubin cache for `--variants`, the default kernel, plus the `--kernel` base (v5 by default)
     /// with and without its chaos delays (not with `--no-chaos`), on the tiny shapes (unless `--no-tiny`) and the
     /// `--shapes` given (default: the four benchmark shapes). `--variants ''` adds none.
     fn precompile(args: &Args) -> Result<()> {
@@ -943,7 +945,8 @@ mod imp {
             options.push((format!("{} + chaos unsplit", args.kernel), chaos_of(&base, false)));
         }
         options.push((args.kernel.clone(), base));
-        options.push(("v3".into(), variant("v3")));
+        // kernel-check and correctness compare against the default kernel.
+        options.push(("default".into(), KernelOptions::default()));
         let mut seen = Vec::new();
         options.retain(|(_, o)| {
             if seen.contains(o) {

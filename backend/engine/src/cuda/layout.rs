@@ -247,24 +247,31 @@ pub struct KernelOptions {
     /// Phases publish their vectors as tagged words (value and step tag in one 64-bit
     /// store) that consumers poll directly, instead of arriving on a phase counter
     /// (PG_TAGGED, kernels/ops/tagged.cuh): no release fence and no counter round trip
-    /// between dependent phases. Bit-identical results. One GPU, not with `fuse_o` or
-    /// `fuse_down`. Off by default.
+    /// between dependent phases; the norm weights and rope angles are read before the
+    /// waits. Bit-identical results. Not with `fuse_o` or `fuse_down`. The one-GPU
+    /// kernel's scheduling: under tensor parallelism the kernel keeps its counters
+    /// ([`tagged_for`]). On by default (v5).
     pub tagged: bool,
     /// With staging, each matrix phase also starts copying the next matrix phase's first
     /// row group (a second set of shared-memory slots) before its own wait, so that copy
     /// has a whole phase more to land (PG_STAGE_AHEAD, decode.cu `AHEAD`). Applies where
     /// every staged row fits its slot and both slot sets fit in shared memory, without
     /// `fuse_o` / `fuse_down`; elsewhere the kernel stages as without it. Bit-identical
-    /// results. Off by default.
+    /// results. On by default (v5).
     pub stage_ahead: bool,
     /// `tagged`: after a few polls at full rate, a thread waiting on tagged words sleeps
     /// ~0.1 µs between polls (PG_TAGGED_BACKOFF), so blocks that wait long do not load
     /// L2 while their producers stream weights. Off by default.
     pub tagged_backoff: bool,
+    /// With `stage_ahead`: the LM head streams 2-row groups through the staging region
+    /// with several groups' copies in flight per warp, the first started before its wait
+    /// (PG_LM_PIPE, decode.cu `LM_PIPE`; where rows fit one stage). Same logits. Off by default.
+    pub lm_pipe: bool,
 }
 
-/// Environment switch for benchmarking against the previous kernel: `v3` turns off
-/// the session-3 defaults (staging, residual in shared memory, 4-row LM head).
+/// Environment switch for benchmarking against the previous kernels: `v4` turns off the
+/// session-4 defaults (tagged phase outputs, staging ahead), `v3` also the session-3 ones
+/// (staging, residual in shared memory, 4-row LM head).
 pub const KERNEL_ENV: &str = "PEREGRINE_KERNEL";
 
 /// Staged 16-byte words per lane per row by default (a whole row up to K = 2048 at 2 rows per warp).
@@ -276,7 +283,13 @@ impl KernelOptions {
     /// v3's settings (session 2's default kernel): no staging, residual re-read from L2,
     /// 2-row LM head. Kept for comparisons (`PEREGRINE_KERNEL=v3`, `gpu_check ... v3`).
     pub fn v3() -> Self {
-        KernelOptions { stage_iters: 0, resid_smem: false, lm_rows_per_warp: DEFAULT_ROWS_PER_WARP, ..Self::current() }
+        KernelOptions { stage_iters: 0, resid_smem: false, lm_rows_per_warp: DEFAULT_ROWS_PER_WARP, ..Self::v4() }
+    }
+
+    /// v4's settings (session 3's default kernel): phase counters, staging one phase at a
+    /// time. Kept for comparisons (`PEREGRINE_KERNEL=v4`, `gpu_check ... v4`).
+    pub fn v4() -> Self {
+        KernelOptions { tagged: false, stage_ahead: false, ..Self::current() }
     }
 
     fn current() -> Self {
@@ -300,18 +313,20 @@ impl KernelOptions {
             resid_smem: true,
             lm_rows_per_warp: DEFAULT_LM_ROWS_PER_WARP,
             fuse_down: false,
-            tagged: false,
-            stage_ahead: false,
+            tagged: true,
+            stage_ahead: true,
             tagged_backoff: false,
+            lm_pipe: false,
         }
     }
 }
 
 impl Default for KernelOptions {
-    /// The current kernel (measured fastest, docs/perf-notes.md), or v3's with `PEREGRINE_KERNEL=v3`.
+    /// The current kernel (measured fastest, docs/perf-notes.md), or an earlier one with `PEREGRINE_KERNEL=v3` / `v4`.
     fn default() -> Self {
         match std::env::var(KERNEL_ENV).as_deref() {
             Ok("v3") => Self::v3(),
+            Ok("v4") => Self::v4(),
             _ => Self::current(),
         }
     }
@@ -410,6 +425,13 @@ pub fn tagged_words(config: &ModelConfig) -> usize {
     c.num_layers * (qkv + qd + 2 * c.hidden_size + c.intermediate_size)
 }
 
+/// Whether the kernel of a run with tensor parallelism `tp` uses tagged phase outputs:
+/// `options.tagged` on one GPU; under TP the ranks' kernels keep their phase counters
+/// (the exchange with the peers is built on them).
+pub fn tagged_for(options: &KernelOptions, tp: usize) -> bool {
+    options.tagged && tp == 1
+}
+
 /// KV positions actually allocated for `config` under `options`.
 pub fn kv_positions(config: &ModelConfig, options: &KernelOptions) -> usize {
     config.max_context.min(options.kv_positions).max(1)
@@ -495,9 +517,10 @@ pub fn defines_tp(
     put("RESID_SMEM", u8::from(options.resid_smem).to_string());
     put("LM_NR", options.lm_rows_per_warp.to_string());
     put("FUSE_DOWN", u8::from(options.fuse_down).to_string());
-    put("TAGGED", u8::from(options.tagged).to_string());
+    put("TAGGED", u8::from(tagged_for(options, tp)).to_string());
     put("STAGE_AHEAD", u8::from(options.stage_ahead).to_string());
     put("TAGGED_BACKOFF", u8::from(options.tagged_backoff).to_string());
+    put("LM_PIPE", u8::from(options.lm_pipe).to_string());
     if options.chaos {
         put("CHAOS", "1".into());
     }
@@ -552,14 +575,8 @@ pub fn defines_tp(
 /// slot per head instead of per rank, and DTP's lane-local and delayed modes over
 /// them); not built yet, so it is refused rather than silently run unfused.
 pub fn unsupported_tp(options: &KernelOptions, tp: usize) -> Option<String> {
-    let variant = if options.fuse_o {
-        "fuse_o"
-    } else if options.fuse_down {
-        "fuse_down"
-    } else {
-        "tagged"
-    };
-    (tp > 1 && (options.fuse_o || options.fuse_down || options.tagged)).then(|| {
+    let variant = if options.fuse_o { "fuse_o" } else { "fuse_down" };
+    (tp > 1 && (options.fuse_o || options.fuse_down)).then(|| {
         format!("the {variant} kernel variant runs on one GPU only (tensor parallelism {tp} requested); turn {variant} off for --tp > 1")
     })
 }
@@ -750,7 +767,8 @@ mod tests {
         assert_eq!(get(&base, "PG_RESID_SMEM").as_deref(), Some("0"));
         assert_eq!(get(&base, "PG_LM_NR").as_deref(), Some("2"));
         let staged = KernelOptions { stage_iters: 8, resid_smem: true, lm_rows_per_warp: 4, ..base };
-        assert_eq!(KernelOptions::current(), staged, "the session-3 settings are the default");
+        assert_eq!(KernelOptions::v4(), staged, "the session-3 settings are v4");
+        assert_eq!(KernelOptions::current(), KernelOptions { tagged: true, stage_ahead: true, ..staged.clone() }, "v5 = v4 + tagged + ahead");
         assert_eq!(get(&staged, "PG_STAGE_ITERS").as_deref(), Some("8"));
         assert_eq!(get(&staged, "PG_RESID_SMEM").as_deref(), Some("1"));
         assert_eq!(get(&staged, "PG_LM_NR").as_deref(), Some("4"));
@@ -764,7 +782,7 @@ mod tests {
     fn fuse_down_is_an_off_by_default_one_gpu_define() {
         let config = crate::synthetic::preset("smollm2-135m").expect("preset");
         let get = |o: &KernelOptions| defines(&config, o).into_iter().find(|(n, _)| n == "PG_FUSE_DOWN").map(|(_, v)| v);
-        let base = KernelOptions::default();
+        let base = KernelOptions::v4();
         assert!(!base.fuse_down, "off by default");
         assert_eq!(get(&base).as_deref(), Some("0"));
         let fused = KernelOptions { fuse_down: true, ..base };
@@ -778,16 +796,19 @@ mod tests {
     }
 
     #[test]
-    fn tagged_is_an_off_by_default_one_gpu_define() {
+    fn tagged_is_the_default_one_gpu_define() {
         let config = crate::synthetic::preset("qwen2.5-coder-1.5b").expect("preset");
         let get = |o: &KernelOptions| defines(&config, o).into_iter().find(|(n, _)| n == "PG_TAGGED").map(|(_, v)| v);
-        let base = KernelOptions::default();
-        assert!(!base.tagged, "off by default");
-        assert_eq!(get(&base).as_deref(), Some("0"));
-        let tagged = KernelOptions { tagged: true, ..base };
+        let tagged = KernelOptions::default();
+        assert!(tagged.tagged && tagged.stage_ahead, "on by default (v5)");
         assert_eq!(get(&tagged).as_deref(), Some("1"));
+        assert_eq!(get(&KernelOptions::v4()).as_deref(), Some("0"));
         assert!(unsupported(&config, &tagged).is_none());
-        assert!(unsupported_tp(&tagged, 2).is_some_and(|why| why.contains("tagged")), "refused under TP");
+        // Under TP the ranks keep their counters: not refused, compiled without it.
+        assert!(unsupported_tp(&tagged, 2).is_none());
+        let shard = shard(&config, 2).expect("qwen splits over 2");
+        let tp2 = defines_tp(&shard, &tagged, 2, config.vocab_size, None);
+        assert_eq!(tp2.iter().find(|(n, _)| n == "PG_TAGGED").map(|(_, v)| v.as_str()), Some("0"));
         assert!(unsupported(&config, &KernelOptions { fuse_o: true, ..tagged.clone() }).is_some(), "not with fuse_o");
         assert!(unsupported(&config, &KernelOptions { fuse_down: true, ..tagged }).is_some(), "not with fuse_down");
         // Per layer: q/k/v (1536 + 2·256), attention output 1536, two residuals of 1536, activations 8960.

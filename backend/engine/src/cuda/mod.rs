@@ -99,40 +99,41 @@ mod tests {
         assert!(err.to_string().contains("query heads"), "{err}");
     }
 
-    /// The variants that are off by default (`trace`, `fuse_o`, `stage`, `resid_smem`, their
-    /// combinations, each with the chaos delays the race check uses, and fuse_o with
-    /// attention unsplit) compile for every benchmark shape and the tiny check shapes'
+    /// The variants other than the default (`trace`, `fuse_o` and `fuse_down` on v4,
+    /// the earlier v3 and v4 kernels, the default with chaos delays split and unsplit,
+    /// `tagged_backoff`) compile for every benchmark shape and the tiny check shapes'
     /// head dims; fuse_o under tensor parallelism is refused with a message, not
-    /// compiled; stage compiles under TP 2 and DTP.
+    /// compiled; the default compiles under TP 2 (tagged dropped) and stage under DTP.
     #[test]
     fn off_by_default_variants_compile_with_nvrtc_for_every_preset() {
         if !nvrtc_loads() {
             return;
         }
         let base = KernelOptions::default();
+        // fuse_o and fuse_down need the phase counters: they build on v4.
+        let v4 = KernelOptions::v4();
         let variants = [
             ("trace", KernelOptions { trace: true, ..base.clone() }),
-            ("fuse_o", KernelOptions { fuse_o: true, ..base.clone() }),
-            ("fuse_o+trace", KernelOptions { fuse_o: true, trace: true, ..base.clone() }),
-            ("fuse_o+chaos", KernelOptions { fuse_o: true, chaos: true, ..base.clone() }),
-            ("fuse_o+prefetch", KernelOptions { fuse_o: true, prefetch: true, ..base.clone() }),
-            ("fuse_o+chaos unsplit", KernelOptions { fuse_o: true, chaos: true, attn_max_splits: 1, ..base.clone() }),
+            ("fuse_o", KernelOptions { fuse_o: true, ..v4.clone() }),
+            ("fuse_o+trace", KernelOptions { fuse_o: true, trace: true, ..v4.clone() }),
+            ("fuse_o+chaos", KernelOptions { fuse_o: true, chaos: true, ..v4.clone() }),
+            ("fuse_o+prefetch", KernelOptions { fuse_o: true, prefetch: true, ..v4.clone() }),
+            ("fuse_o+chaos unsplit", KernelOptions { fuse_o: true, chaos: true, attn_max_splits: 1, ..v4.clone() }),
             ("v3", KernelOptions::v3()),
             ("v3+chaos", KernelOptions { chaos: true, ..KernelOptions::v3() }),
-            // (The default has stage + resid_smem + a 4-row LM head, so fuse_o and trace above include them.)
+            ("v4", v4.clone()),
+            ("v4+chaos", KernelOptions { chaos: true, ..v4.clone() }),
+            ("v4+ahead", KernelOptions { stage_ahead: true, ..v4.clone() }),
+            // The default (v5): tagged phase outputs + staging ahead, on v4's staging.
             ("chaos", KernelOptions { chaos: true, ..base.clone() }),
-            ("fuse_down", KernelOptions { fuse_down: true, ..base.clone() }),
-            ("fuse_down+chaos", KernelOptions { fuse_down: true, chaos: true, ..base.clone() }),
-            ("fuse_down v3", KernelOptions { fuse_down: true, ..KernelOptions::v3() }),
-            ("tagged", KernelOptions { tagged: true, ..base.clone() }),
-            ("tagged+chaos", KernelOptions { tagged: true, chaos: true, ..base.clone() }),
-            ("tagged+chaos unsplit", KernelOptions { tagged: true, chaos: true, attn_max_splits: 1, ..base.clone() }),
-            ("tagged+trace", KernelOptions { tagged: true, trace: true, ..base.clone() }),
+            ("chaos unsplit", KernelOptions { chaos: true, attn_max_splits: 1, ..base.clone() }),
+            ("backoff", KernelOptions { tagged_backoff: true, ..base.clone() }),
+            ("lm_pipe", KernelOptions { lm_pipe: true, ..base.clone() }),
+            ("lm_pipe+chaos", KernelOptions { lm_pipe: true, chaos: true, ..base.clone() }),
             ("tagged v3", KernelOptions { tagged: true, ..KernelOptions::v3() }),
-            ("tagged+ahead", KernelOptions { tagged: true, stage_ahead: true, ..base.clone() }),
-            ("tagged+ahead+chaos", KernelOptions { tagged: true, stage_ahead: true, chaos: true, ..base.clone() }),
-            ("ahead", KernelOptions { stage_ahead: true, ..base.clone() }),
-            ("tagged+backoff", KernelOptions { tagged: true, tagged_backoff: true, ..base.clone() }),
+            ("fuse_down", KernelOptions { fuse_down: true, ..v4.clone() }),
+            ("fuse_down+chaos", KernelOptions { fuse_down: true, chaos: true, ..v4.clone() }),
+            ("fuse_down v3", KernelOptions { fuse_down: true, ..KernelOptions::v3() }),
         ];
         let configs = presets_and_head_dims();
         for config in &configs {
@@ -147,9 +148,8 @@ mod tests {
         compile_only_tp(&llama, &variants[0].1, 2, None, "sm_90a").unwrap_or_else(|e| panic!("trace tp 2: {e}"));
         let err = compile_only_tp(&llama, &variants[1].1, 2, None, "sm_90a").expect_err("fuse_o under TP");
         assert!(err.to_string().contains("one GPU"), "{err}");
-        let tagged = KernelOptions { tagged: true, ..base.clone() };
-        let err = compile_only_tp(&llama, &tagged, 2, None, "sm_90a").expect_err("tagged under TP");
-        assert!(err.to_string().contains("tagged"), "{err}");
+        // The default (tagged) under TP: the ranks compile with their counters.
+        compile_only_tp(&llama, &base, 2, None, "sm_90a").unwrap_or_else(|e| panic!("default tp 2: {e}"));
         // stage (+ resid_smem, ignored there) composes with tensor parallelism (rank-local weights) and DTP.
         let staged = KernelOptions { stage_iters: 8, resid_smem: true, lm_rows_per_warp: 4, ..base.clone() };
         compile_only_tp(&llama, &staged, 2, None, "sm_90a").unwrap_or_else(|e| panic!("stage tp 2: {e}"));

@@ -514,7 +514,7 @@ impl CudaRuntime {
         let trace_events = read_u32("pg_trace_events")? as usize;
         // The host allocates the tagged buffer from layout::tagged_words; the kernel's own count must agree.
         let tagged_words = read_u32("pg_tagged_words")? as usize;
-        if options.tagged && tagged_words != layout::tagged_words(shard) {
+        if layout::tagged_for(options, tp) && tagged_words != layout::tagged_words(shard) {
             return Err(Error::Cuda(format!(
                 "kernel and host disagree on the tagged buffer: {tagged_words} words in the kernel, {} on the host",
                 layout::tagged_words(shard)
@@ -846,7 +846,7 @@ impl CudaRuntime {
             stream.memset_zeros(&mut st.exchange).map_err(cuda_err("zero exchange"))?;
             stream.memset_zeros(&mut st.down_acc).map_err(cuda_err("zero down sums"))?;
             // Tag 0 is never a step's: last run's words must not pass for this run's.
-            if self.options.tagged {
+            if layout::tagged_for(&self.options, tp) {
                 stream.memset_zeros(&mut st.tagged).map_err(cuda_err("zero tagged words"))?;
             }
             // The receive slots start as the sentinel the kernel's peer loads wait past.
