@@ -33,6 +33,9 @@ __device__ __forceinline__ u64 warp_sum_u64(u64 v) {
   return v;
 }
 
+/// `v` of the lane whose id differs from this one's in the bits of `mask`.
+__device__ __forceinline__ float lane_xor(float v, int mask) { return __shfl_xor_sync(FULL_MASK, v, mask); }
+
 /// Sum over the `width` lanes of an aligned lane group (width a power of two ≤ 32).
 template <int WIDTH>
 __device__ __forceinline__ float group_sum(float v) {

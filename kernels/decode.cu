@@ -189,14 +189,6 @@ constexpr int SLOT_WORDS = AHEAD ? A_WORDS : STAGE_WORDS;
 constexpr int STAGE_REGION_WORDS = AHEAD ? WARPS * (A_WORDS + B_WORDS) : WARPS * STAGE_WORDS;
 /// stage: attention stages its first pass of cached k/v in set A's slots when they hold it.
 constexpr bool ATTN_STAGE = STAGE && attn_stage_words<THREADS, HD>() <= WARPS * SLOT_WORDS;
-/// lm_pipe (PG_LM_PIPE, with stage_ahead): the LM head streams 2-row groups through the
-/// whole staging region, re-cut into one contiguous buffer per warp, LM_DEPTH groups in
-/// flight per warp (grid_rows_pipelined), the first ones started before its wait.
-constexpr int LM_PIPE_NR = 2;
-using LmStage = RowStage<D, LM_PIPE_NR, STAGE_CAP>;
-constexpr int LM_PIPE_WORDS = A_WORDS + B_WORDS;
-constexpr int LM_DEPTH = LM_PIPE_WORDS / LmStage::WORDS;
-constexpr bool LM_PIPE = AHEAD && PG_LM_PIPE != 0 && LmStage::ITERS <= LmStage::N && LM_DEPTH >= 2;
 /// Commit groups the next phase's stage leaves in flight while a phase reads its own (0 without stage_ahead).
 constexpr int N_QKV = AHEAD ? Stage<D>::N : 0, N_O = AHEAD ? Stage<QD>::N : 0, N_GU = AHEAD ? Stage<D>::N : 0,
               N_DOWN = AHEAD ? Stage<F>::N : 0;
@@ -824,8 +816,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
     u32 host_stop = 0;
     if (!score && rank == 0 && blockIdx.x == 0 && threadIdx.x == 0) host_stop = ld_host_flag(ctl + PG_CTL_STOP);
     maybe_prefetch<D, V, LM_NR>(lm_head);
-    // lm_pipe: this warp's buffer (every phase's stage reads are done: the last down's barrier).
-    uint4* lm_buf = reinterpret_cast<uint4*>(sm + STAGE_OFF) + warp_id() * LM_PIPE_WORDS;
     const auto final_nw = early_norm(final_norm);
     if (TAGGED) {
       load_tagged<THREADS, D>(vec, tagged + (size_t)(L - 1) * T_LAYER + T_XD, tag, nullptr, trace_event(tr, EV_LM));
@@ -880,14 +870,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         if (dbg_row) dbg_row[r] = v;
         lm_stats_push(st, gr, v, a);
       };
-      // The pipeline starts after the wait: ~100 KB of copies per SM issued before it
-      // delayed the wait's own polls by ~3.5 µs (measured), more than they saved.
-      if constexpr (LM_PIPE) {
-        stage_pipeline<D, LM_PIPE_NR, STAGE_CAP, LM_DEPTH>(lm_head, V, lm_buf);
-        grid_rows_pipelined<D, LM_PIPE_NR, WARPS, STAGE_CAP, LM_DEPTH>(lm_head, V, vec, lm_epi, lm_buf);
-      } else {
-        grid_rows<D, LM_NR, WARPS>(lm_head, V, vec, lm_epi);
-      }
+      grid_rows<D, LM_NR, WARPS>(lm_head, V, vec, lm_epi);
       // Lane 0 of each warp holds its warp's statistics; merge them in warp order.
       LmStats* wst = reinterpret_cast<LmStats*>(red);
       if (lane_id() == 0) wst[warp_id()] = st;

@@ -1,6 +1,7 @@
 //! Decode attention of one query head over a range of its KV head's cache (bf16):
 //! lane groups keep an online softmax over their positions (several positions' loads
-//! in flight per group), the groups' states are merged in parallel in shared memory,
+//! in flight per group), the groups of a warp merge their states by shuffles and the
+//! warps' states are merged in shared memory,
 //! and the result is either the head's output or an unnormalised partial state that
 //! another block merges (flash-decoding split). Matches the CPU reference:
 //! softmax(q·k / sqrt(head_dim)) · v.
@@ -24,12 +25,10 @@ struct AttnShape {
   static constexpr int UNROLL = 4;
   /// Positions the block covers per pass (one round of loads).
   static constexpr int PER_PASS = GROUPS * UNROLL;
-  /// Threads per head dimension in the merge.
-  static constexpr int PARTS = THREADS / HD;
-  /// Merge scratch: states (m, l, acc[HD]) per group, scale per group, partial sums.
-  static constexpr int SCRATCH = GROUPS * (HD + 2) + GROUPS + 2 + PARTS * HD;
+  /// Merge scratch: one state (m, l, acc[HD]) per warp.
+  static constexpr int SCRATCH = (THREADS / WARP_SIZE) * (HD + 2);
   static_assert(HD % 8 == 0 && CHUNKS <= WARP_SIZE, "head_dim must be a multiple of 8, at most 256");
-  static_assert(PARTS >= 1, "block smaller than head_dim");
+  static_assert(THREADS >= HD, "block smaller than head_dim");
 };
 
 /// Shared floats the attention ops need as scratch.
@@ -142,61 +141,57 @@ __device__ __forceinline__ void attend_range(const float* q_s, const float* kcur
       }
     }
   }
-  // Merge the groups' states: scale factors by warp 0, then (dimension, part) sums.
-  float* st = scratch + group * (HD + 2);
-  float* fac = scratch + S::GROUPS * (HD + 2);  // [GROUPS] scales, then max and Σ l·scale
-  float* sums = fac + S::GROUPS + 2;            // [PARTS][HD]
-  if (sl == 0) {
-    st[0] = m;
-    st[1] = l;
-  }
-  if (active) {
+  // Merge: the PER_WARP groups of each warp by shuffles (no shared memory, no barrier),
+  // then the warps' states in shared memory (one barrier). An empty state (l = 0, m = -inf)
+  // weighs 0.
 #pragma unroll
-    for (int d = 0; d < 8; ++d) st[2 + sl * 8 + d] = acc[d];
+  for (int off = S::LANES; off < WARP_SIZE; off <<= 1) {
+    const float m_o = lane_xor(m, off), l_o = lane_xor(l, off);
+    const float m_n = fmaxf(m, m_o);
+    const float f = l > 0.f ? expf(m - m_n) : 0.f;
+    const float f_o = l_o > 0.f ? expf(m_o - m_n) : 0.f;
+#pragma unroll
+    for (int d = 0; d < 8; ++d) acc[d] = acc[d] * f + lane_xor(acc[d], off) * f_o;
+    l = l * f + l_o * f_o;
+    m = m_n;
   }
-  __syncthreads();
-  if (warp == 0) {
-    float mx = NEG_INF;
-    for (int g = lane; g < S::GROUPS; g += WARP_SIZE) {
-      const float* sg = scratch + g * (HD + 2);
-      if (sg[1] > 0.f) mx = fmaxf(mx, sg[0]);
+  constexpr int WARPS = THREADS / WARP_SIZE;
+  float* ws = scratch + warp * (HD + 2);  // this warp's state
+  if (sub == 0) {
+    if (sl == 0) {
+      ws[0] = m;
+      ws[1] = l;
     }
-    mx = warp_max(mx);
-    float den = 0.f;
-    for (int g = lane; g < S::GROUPS; g += WARP_SIZE) {
-      const float* sg = scratch + g * (HD + 2);
-      const float f = sg[1] > 0.f ? expf(sg[0] - mx) : 0.f;
-      fac[g] = f;
-      den = fmaf(sg[1], f, den);
-    }
-    den = warp_sum(den);
-    if (lane == 0) {
-      fac[S::GROUPS] = mx;
-      fac[S::GROUPS + 1] = den;
-    }
-  }
-  __syncthreads();
-  {
-    const int d = threadIdx.x % HD, part = threadIdx.x / HD;
-    if (part < S::PARTS) {
-      float num = 0.f;
-      for (int g = part; g < S::GROUPS; g += S::PARTS) num = fmaf(scratch[g * (HD + 2) + 2 + d], fac[g], num);
-      sums[part * HD + d] = num;
+    if (active) {
+#pragma unroll
+      for (int d = 0; d < 8; ++d) ws[2 + sl * 8 + d] = acc[d];
     }
   }
   __syncthreads();
   for (int d = threadIdx.x; d < HD; d += THREADS) {
-    float num = 0.f;
-    for (int part = 0; part < S::PARTS; ++part) num += sums[part * HD + d];
+    float mx = NEG_INF;
+    for (int w = 0; w < WARPS; ++w) {
+      const float* sw = scratch + w * (HD + 2);
+      if (sw[1] > 0.f) mx = fmaxf(mx, sw[0]);
+    }
+    float num = 0.f, den = 0.f;
+    for (int w = 0; w < WARPS; ++w) {
+      const float* sw = scratch + w * (HD + 2);
+      if (sw[1] > 0.f) {
+        const float f = expf(sw[0] - mx);
+        den = fmaf(sw[1], f, den);
+        num = fmaf(sw[2 + d], f, num);
+      }
+    }
     if (out) {
-      out[d] = num / fac[S::GROUPS + 1];
+      out[d] = num / den;
     } else {
       state[2 + d] = num;
+      if (d == 0) {
+        state[0] = mx;
+        state[1] = den;
+      }
     }
-  }
-  if (!out && threadIdx.x == 0) {
-    state[0] = fac[S::GROUPS];
-    state[1] = fac[S::GROUPS + 1];
   }
   __syncthreads();
 }

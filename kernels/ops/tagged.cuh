@@ -7,18 +7,9 @@
 #include "sync.cuh"
 #include "ops/trace.cuh"
 
-/// PG_TAGGED_BACKOFF: polls a thread makes at full rate before it sleeps between polls.
-/// A block that waits long (its producers stream a large matrix) would otherwise keep
-/// re-reading its whole input vector from L2 at the producers' expense.
-constexpr int TAGGED_FAST_POLLS = 4;
-
 /// Waits for the pair at `p` to carry `tag` (a, b: its first load, updated).
 __device__ __forceinline__ void spin_pair(const u64* p, u32 tag, u64& a, u64& b) {
-  int polls = 0;
-  while (tag_of(a) != tag || tag_of(b) != tag) {
-    if (PG_TAGGED_BACKOFF && ++polls > TAGGED_FAST_POLLS) __nanosleep(128);
-    ld_tagged2(p, a, b);
-  }
+  while (tag_of(a) != tag || tag_of(b) != tag) ld_tagged2(p, a, b);
 }
 
 /// Loads `N` tagged floats (N even, `src` 16-byte aligned) into shared `s` (and `copy`,

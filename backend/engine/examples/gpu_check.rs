@@ -122,7 +122,7 @@ mod imp {
 
     /// Kernel variants by name (see docs/perf-notes.md). "v3" is the default; names with
     /// `+` compose: a named variant first, then modifiers (`stage`, `stageN`, `resid`,
-    /// `lmN`, `prefetch`, `fuse-o`, `fuse-down`, `tagged`, `ahead`, `backoff`, `lmpipe`, `trace`, `chaos`, `nosplit`).
+    /// `lmN`, `prefetch`, `fuse-o`, `fuse-down`, `tagged`, `ahead`, `trace`, `chaos`, `nosplit`).
     fn variant(name: &str) -> KernelOptions {
         if let Some((first, mods)) = name.split_once('+') {
             let mut o = variant(first);
@@ -135,8 +135,6 @@ mod imp {
                     "fuse-down" => o.fuse_down = true,
                     "tagged" => o.tagged = true,
                     "ahead" => o.stage_ahead = true,
-                    "backoff" => o.tagged_backoff = true,
-                    "lmpipe" => o.lm_pipe = true,
                     "trace" => o.trace = true,
                     "chaos" => o.chaos = true,
                     "nosplit" => o.attn_max_splits = 1,

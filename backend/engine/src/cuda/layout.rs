@@ -259,14 +259,6 @@ pub struct KernelOptions {
     /// `fuse_o` / `fuse_down`; elsewhere the kernel stages as without it. Bit-identical
     /// results. On by default (v5).
     pub stage_ahead: bool,
-    /// `tagged`: after a few polls at full rate, a thread waiting on tagged words sleeps
-    /// ~0.1 µs between polls (PG_TAGGED_BACKOFF), so blocks that wait long do not load
-    /// L2 while their producers stream weights. Off by default.
-    pub tagged_backoff: bool,
-    /// With `stage_ahead`: the LM head streams 2-row groups through the staging region
-    /// with several groups' copies in flight per warp, the first started before its wait
-    /// (PG_LM_PIPE, decode.cu `LM_PIPE`; where rows fit one stage). Same logits. Off by default.
-    pub lm_pipe: bool,
 }
 
 /// Environment switch for benchmarking against the previous kernels: `v4` turns off the
@@ -315,8 +307,6 @@ impl KernelOptions {
             fuse_down: false,
             tagged: true,
             stage_ahead: true,
-            tagged_backoff: false,
-            lm_pipe: false,
         }
     }
 }
@@ -519,8 +509,6 @@ pub fn defines_tp(
     put("FUSE_DOWN", u8::from(options.fuse_down).to_string());
     put("TAGGED", u8::from(tagged_for(options, tp)).to_string());
     put("STAGE_AHEAD", u8::from(options.stage_ahead).to_string());
-    put("TAGGED_BACKOFF", u8::from(options.tagged_backoff).to_string());
-    put("LM_PIPE", u8::from(options.lm_pipe).to_string());
     if options.chaos {
         put("CHAOS", "1".into());
     }
