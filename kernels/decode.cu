@@ -270,40 +270,16 @@ __device__ __forceinline__ bool stage_ahead(const bf16_t* w, uint4* slot) {
 
 /// Head h's q, roped, into shared q_s and, `with_current`, the current position's k and
 /// v of its KV head, roped and rounded to bf16 like the cache, into kv_s[0..HD) and
-/// kv_s[HD..2HD): one pass of L2 loads for all three.
-__device__ __forceinline__ void head_qkv(const float* qkv, int h, bool with_current, int pos, const float* inv_freq, float* q_s,
-                                         float* kv_s) {
-  const int g = h / GROUP;
-  for (int d = threadIdx.x; d < HD; d += THREADS) {
-    q_s[d] = ld_shared_f32(qkv + h * HD + d);
-    if (with_current) {
-      kv_s[d] = ld_shared_f32(qkv + QD + g * HD + d);
-      kv_s[HD + d] = round_bf16(ld_shared_f32(qkv + QD + KVD + g * HD + d));
-    }
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < HD / 2; i += THREADS) {
-    rope_pair<HD>(q_s, i, pos, inv_freq);
-    if (with_current) rope_pair<HD>(kv_s, i, pos, inv_freq);
-  }
-  __syncthreads();
-  if (with_current) {
-    for (int d = threadIdx.x; d < HD; d += THREADS) kv_s[d] = round_bf16(kv_s[d]);
-    __syncthreads();
-  }
-}
-
-/// head_qkv from the tagged q/k/v words of this step (`tq`: the layer's T_QKV), each
-/// thread polling the words it reads.
+/// kv_s[HD..2HD): one pass of loads for all three. `load(i)`: element i of this step's
+/// q/k/v vector (an L2 read after the phase counter, or a tagged word polled).
 /// `rope_s`, `rope_c`: the sin and cos of pair threadIdx.x (< HD/2) at this position.
-__device__ __forceinline__ void head_qkv_tagged(const u64* tq, u32 tag, int h, bool with_current, float rope_s, float rope_c, float* q_s,
-                                                float* kv_s) {
+template <class Load>
+__device__ __forceinline__ void head_qkv(Load load, int h, bool with_current, float rope_s, float rope_c, float* q_s, float* kv_s) {
   const int g = h / GROUP;
   const int n = with_current ? 3 * HD : HD;
   for (int i = threadIdx.x; i < n; i += THREADS) {
     const int part = i / HD, d = i % HD;
-    const int src = part == 0 ? h * HD + d : part == 1 ? QD + g * HD + d : QD + KVD + g * HD + d;
-    const float v = wait_tagged(tq + src, tag);
+    const float v = load(part == 0 ? h * HD + d : part == 1 ? QD + g * HD + d : QD + KVD + g * HD + d);
     if (part == 0) q_s[d] = v;
     else if (part == 1) kv_s[d] = v;
     else kv_s[HD + d] = round_bf16(v);
@@ -579,10 +555,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
                                       splits == 1 ? n - 1 : min(n - 1, a0 + chunk), kv_stage);
           }
           u64* ev = trace_event(tr, l * PHASES + PH_ATTN);
-          // tagged: this thread's rope pair's sin and cos before the wait (the position is known).
+          // This thread's rope pair's sin and cos (tagged: before the wait; the position is known).
           float rope_s = 0.f, rope_c = 1.f;
           if (TAGGED && threadIdx.x < HD / 2) rope_angle<HD>(threadIdx.x, s, inv_freq, rope_s, rope_c);
-          if (!TAGGED) block_wait(layer_ctr(ctr, l, PH_QKV), done, ev);
+          if (!TAGGED) {
+            block_wait(layer_ctr(ctr, l, PH_QKV), done, ev);
+            if (threadIdx.x < HD / 2) rope_angle<HD>(threadIdx.x, s, inv_freq, rope_s, rope_c);
+          }
           trace_wait_start(TAGGED ? ev : nullptr);
           float* q_s = sm;
           float* kv_s = sm + HD;  // k then v, HD each
@@ -592,10 +571,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
             const int h = item % NH, sp = item / NH, g = h / GROUP;
             const bool with_current = sp == sp_cur;
             if (TAGGED) {
-              head_qkv_tagged(tl + T_QKV, tag, h, with_current, rope_s, rope_c, q_s, kv_s);
+              head_qkv([&](int i) { return wait_tagged(tl + T_QKV + i, tag); }, h, with_current, rope_s, rope_c, q_s, kv_s);
               if (item == (int)blockIdx.x) trace_wait_end(ev);
             } else {
-              head_qkv(qkv, h, with_current, s, inv_freq, q_s, kv_s);
+              head_qkv([&](int i) { return ld_shared_f32(qkv + i); }, h, with_current, rope_s, rope_c, q_s, kv_s);
             }
             // tagged: the head's output goes to shared memory first, then out as tagged words.
             float* head_out = FUSE_O || TAGGED ? out_s : attn + h * HD;
