@@ -189,6 +189,11 @@ constexpr int SLOT_WORDS = AHEAD ? A_WORDS : STAGE_WORDS;
 constexpr int STAGE_REGION_WORDS = AHEAD ? WARPS * (A_WORDS + B_WORDS) : WARPS * STAGE_WORDS;
 /// stage: attention stages its first pass of cached k/v in set A's slots when they hold it.
 constexpr bool ATTN_STAGE = STAGE && attn_stage_words<THREADS, HD>() <= WARPS * SLOT_WORDS;
+/// attn_own (PG_ATTN_OWN, with stage_ahead, one GPU): the last PG_ATTN_OWN · NH blocks run
+/// attention only and the layers' matrix phases hand their row groups to the others
+/// (row_grid): attention's blocks then own no q/k/v rows and are polling when q/k/v land.
+/// The LM head still uses every block. Splits per head are capped by the blocks reserved.
+constexpr int ATTN_OWN = AHEAD && !IS_TP ? PG_ATTN_OWN * NH : 0;
 /// Commit groups the next phase's stage leaves in flight while a phase reads its own (0 without stage_ahead).
 constexpr int N_QKV = AHEAD ? Stage<D>::N : 0, N_O = AHEAD ? Stage<QD>::N : 0, N_GU = AHEAD ? Stage<D>::N : 0,
               N_DOWN = AHEAD ? Stage<F>::N : 0;
@@ -227,9 +232,9 @@ struct Args {
 /// Before waiting for a phase's inputs, pull the first lines of this block's rows
 /// of that phase into L2 (PG_PREFETCH) so HBM works while the block waits.
 template <int K, int ROWS, int R = NR>
-__device__ __forceinline__ void maybe_prefetch(const bf16_t* w) {
+__device__ __forceinline__ void maybe_prefetch(const bf16_t* w, int grid = gridDim.x) {
 #if PG_PREFETCH
-  prefetch_rows<K, R, WARPS>(w, ROWS);
+  prefetch_rows<K, R, WARPS>(w, ROWS, grid);
 #endif
 }
 
@@ -237,14 +242,23 @@ __device__ __forceinline__ void maybe_prefetch(const bf16_t* w) {
 /// group. A streaming-bound phase (several groups per warp) gains nothing from its first
 /// group landing early, and its copies, issued by every SM at once, delay the counter
 /// polls (measured: Llama-3.2-1B's gate/up first wake 0.3 → 3.1 µs after the last arrival).
-__device__ __forceinline__ bool stage_fits(int rows) { return STAGE && rows <= (int)gridDim.x * WARPS * NR; }
+/// Blocks that take the layers' matrix rows: all, or all but attn_own's.
+__device__ __forceinline__ int row_grid() {
+  if constexpr (ATTN_OWN == 0) return (int)gridDim.x;
+  else return (int)gridDim.x > 2 * ATTN_OWN ? (int)gridDim.x - ATTN_OWN : (int)gridDim.x;
+}
+
+/// This block owns rows of a layer matrix of `rows` rows.
+__device__ __forceinline__ bool has_rows(int rows) { return block_has_rows<NR>(rows, row_grid()); }
+
+__device__ __forceinline__ bool stage_fits(int rows) { return STAGE && rows <= row_grid() * WARPS * NR; }
 
 /// Before waiting for a phase's inputs, start copying this warp's first row group into
 /// its slot (PG_STAGE_ITERS, stage_fits).
 template <int K, int ROWS>
 __device__ __forceinline__ void maybe_stage(const bf16_t* w, uint4* slot) {
   if constexpr (STAGE) {
-    if (stage_fits(ROWS)) stage_rows<K, NR, WARPS, STAGE_CAP>(w, ROWS, slot);
+    if (stage_fits(ROWS)) stage_rows<K, NR, WARPS, STAGE_CAP>(w, ROWS, slot, row_grid());
   }
 }
 
@@ -252,11 +266,11 @@ __device__ __forceinline__ void maybe_stage(const bf16_t* w, uint4* slot) {
 /// `ahead`: the next phase's stage (PENDING commit groups) was started after this one's.
 template <int K, int PENDING = 0, class Epi>
 __device__ __forceinline__ void phase_rows(const bf16_t* w, int rows, const float* xs, const uint4* slot, Epi epi, bool ahead = false) {
-  grid_rows<K, NR, WARPS, STAGE_CAP, PENDING>(w, rows, xs, epi, stage_fits(rows) ? slot : nullptr, ahead);
+  grid_rows<K, NR, WARPS, STAGE_CAP, PENDING>(w, rows, xs, epi, stage_fits(rows) ? slot : nullptr, ahead, row_grid());
 }
 
 /// stage_ahead: whether this block stages a `rows`-row phase (it owns rows and the phase stages).
-__device__ __forceinline__ bool stages_ahead(int rows) { return AHEAD && block_has_rows<NR>(rows) && stage_fits(rows); }
+__device__ __forceinline__ bool stages_ahead(int rows) { return AHEAD && has_rows(rows) && stage_fits(rows); }
 
 /// stage_ahead: starts this warp's copy of a phase's first row group into `slot`, ahead
 /// of the phase before it; returns whether it did (the earlier phase then leaves the
@@ -264,7 +278,7 @@ __device__ __forceinline__ bool stages_ahead(int rows) { return AHEAD && block_h
 template <int K, int ROWS>
 __device__ __forceinline__ bool stage_ahead(const bf16_t* w, uint4* slot) {
   if (!stages_ahead(ROWS)) return false;
-  stage_rows<K, NR, WARPS, STAGE_CAP>(w, ROWS, slot);
+  stage_rows<K, NR, WARPS, STAGE_CAP>(w, ROWS, slot, row_grid());
   return true;
 }
 
@@ -471,8 +485,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         // stage_ahead: layer 0's q/k/v now (layer l > 0's came with layer l-1's down), then the o rows.
         if (AHEAD && l == 0) (void)stage_ahead<D, QKV>(w, slot);
         const bool o_ahead = AHEAD && stage_ahead<QD, D>(LAYER_PTR(const bf16_t*, lw, WO), slot_b);
-        if (block_has_rows<NR>(QKV)) {
-          maybe_prefetch<D, QKV>(w);
+        if (has_rows(QKV)) {
+          maybe_prefetch<D, QKV>(w, row_grid());
           if (!AHEAD) maybe_stage<D, QKV>(w, slot);
           const float* norm_w = LAYER_PTR(const float*, lw, ATTN_NORM);
           const auto norm_regs = early_norm(norm_w);
@@ -535,21 +549,26 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         // Flash-decoding split: enough splits that each block does about one pass of
         // loads, at most what the grid and the partial buffer hold.
         const int n = (int)s + 1;  // positions including the current one
-        const int splits = min((n + ATTN_PASS - 1) / ATTN_PASS, max(1, min(PG_ATTN_MAX_SPLITS, (int)G / NH)));
+        // attn_own: attention on the blocks after the row grid only.
+        int attn_first = 0;
+        if constexpr (ATTN_OWN > 0) attn_first = row_grid() < (int)G ? row_grid() : 0;
+        const int attn_blocks = (int)G - attn_first;
+        const int attn_block = (int)blockIdx.x - attn_first;
+        const int splits = min((n + ATTN_PASS - 1) / ATTN_PASS, max(1, min(PG_ATTN_MAX_SPLITS, attn_blocks / NH)));
         const int chunk = (n + splits - 1) / splits;
         const int sp_cur = (n - 1) / chunk;
         const int items = NH * splits;
-        if ((int)blockIdx.x < items) {
+        if (attn_block < items && (ATTN_OWN == 0 || attn_block >= 0)) {
           // (Read only under fuse_o: an unused __ldg is not removed, and the default kernel stays as it was.)
           const bf16_t* wo = FUSE_O ? LAYER_PTR(const bf16_t*, lw, WO) : nullptr;
           // fuse_o + PG_PREFETCH: this block's first head's W_o slice into L2 while waiting
           // (every split of the head prefetches it: any of them may be the merging one).
-          if (FUSE_O && PG_PREFETCH) head_o_prefetch<THREADS, HD, D, QD>(wo, (int)blockIdx.x % NH);
+          if (FUSE_O && PG_PREFETCH) head_o_prefetch<THREADS, HD, D, QD>(wo, attn_block % NH);
           // stage: the cached k/v rows of this block's first item's first pass (written in
           // earlier steps) into the stage slots while waiting for this step's q/k/v.
           uint4* kv_stage = ATTN_STAGE ? reinterpret_cast<uint4*>(sm + STAGE_OFF) : nullptr;
           if (ATTN_STAGE) {
-            const int h0 = (int)blockIdx.x % NH, sp0 = (int)blockIdx.x / NH, g0 = h0 / GROUP;
+            const int h0 = attn_block % NH, sp0 = attn_block / NH, g0 = h0 / GROUP;
             const int a0 = sp0 * chunk;
             attend_stage<THREADS, HD>(kc + (size_t)g0 * KV_CAP * HD, vc + (size_t)g0 * KV_CAP * HD, a0,
                                       splits == 1 ? n - 1 : min(n - 1, a0 + chunk), kv_stage);
@@ -567,19 +586,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           float* kv_s = sm + HD;  // k then v, HD each
           float* scratch = sm + 3 * HD;
           float* out_s = sm + ATTN_OUT;  // fuse_o: the head's output before its o-projection
-          for (int item = blockIdx.x; item < items; item += G) {
+          for (int item = attn_block; item < items; item += attn_blocks) {
             const int h = item % NH, sp = item / NH, g = h / GROUP;
             const bool with_current = sp == sp_cur;
             if (TAGGED) {
               head_qkv([&](int i) { return wait_tagged(tl + T_QKV + i, tag); }, h, with_current, rope_s, rope_c, q_s, kv_s);
-              if (item == (int)blockIdx.x) trace_wait_end(ev);
+              if (item == attn_block) trace_wait_end(ev);
             } else {
               head_qkv([&](int i) { return ld_shared_f32(qkv + i); }, h, with_current, rope_s, rope_c, q_s, kv_s);
             }
             // tagged: the head's output goes to shared memory first, then out as tagged words.
             float* head_out = FUSE_O || TAGGED ? out_s : attn + h * HD;
             // The staged first pass belongs to the block's first item.
-            const uint4* staged = item == (int)blockIdx.x ? kv_stage : nullptr;
+            const uint4* staged = item == attn_block ? kv_stage : nullptr;
             bf16_t* kg = kc + (size_t)g * KV_CAP * HD;
             bf16_t* vg = vc + (size_t)g * KV_CAP * HD;
             if (with_current && h % GROUP == 0) {
@@ -628,8 +647,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WO);
         // stage_ahead: the gate/up rows into set A (attention is done with it).
         const bool gu_ahead = AHEAD && stage_ahead<D, 2 * F>(LAYER_PTR(const bf16_t*, lw, WGATE_UP), slot);
-        if (block_has_rows<NR>(D)) {
-          maybe_prefetch<QD, D>(w);
+        if (has_rows(D)) {
+          maybe_prefetch<QD, D>(w, row_grid());
           if (!AHEAD) maybe_stage<QD, D>(w, slot);
           u64* ev = trace_event(tr, l * PHASES + PH_O);
           if (TAGGED) {
@@ -642,7 +661,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           float* po[TP];
           const bool send = slots_of(po, s, l, 0);
           // resid_smem: this block loaded the residual in its QKV phase (if it had QKV rows).
-          const bool res_here = RESID_SMEM && block_has_rows<NR>(QKV);
+          const bool res_here = RESID_SMEM && has_rows(QKV);
           phase_rows<QD, N_GU>(
               w, D, vec, slot_b,
               [&](int r, float v) {
@@ -705,8 +724,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WGATE_UP);
         // stage_ahead: the down rows into set B (the o-projection is done with it).
         const bool down_ahead = AHEAD && stage_ahead<F, D>(LAYER_PTR(const bf16_t*, lw, WDOWN), slot_b);
-        if (block_has_rows<NR>(2 * F)) {
-          maybe_prefetch<D, 2 * F>(w);
+        if (has_rows(2 * F)) {
+          maybe_prefetch<D, 2 * F>(w, row_grid());
           if (!AHEAD) maybe_stage<D, 2 * F>(w, slot);
           const float* norm_w = LAYER_PTR(const float*, lw, FFN_NORM);
           const auto norm_regs = early_norm(norm_w);
@@ -726,8 +745,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           }
           norm_vec(vec, norm_regs, norm_w, red);
           // Rows interleave (gate_j, up_j); a group of NR rows holds NR/2 whole pairs.
-          const int gw = warp_id() * G + blockIdx.x;
-          const int nw = WARPS * G;
+          const int gw = warp_id() * row_grid() + blockIdx.x;
+          const int nw = WARPS * row_grid();
           constexpr int GROUPS = (2 * F + NR - 1) / NR;
           for (int grp = gw; grp < GROUPS; grp += nw) {
             float acc[NR];
@@ -755,8 +774,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         // stage_ahead: the next layer's q/k/v rows into set A (gate/up is done with it).
         const bool qkv_ahead =
             AHEAD && l + 1 < L && stage_ahead<D, QKV>(LAYER_PTR(const bf16_t*, lw + PG_LW_SLOTS, WQKV), slot);
-        if (block_has_rows<NR>(D)) {
-          maybe_prefetch<F, D>(w);
+        if (has_rows(D)) {
+          maybe_prefetch<F, D>(w, row_grid());
           if (!AHEAD) maybe_stage<F, D>(w, slot);
           u64* ev = trace_event(tr, l * PHASES + PH_DOWN);
           if (TAGGED) {
@@ -769,7 +788,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           float* pd[TP];
           const bool send = slots_of(pd, s, l, 1);
           // resid_smem: this block loaded the residual in its gate/up phase.
-          const bool res_here = RESID_SMEM && block_has_rows<NR>(2 * F);
+          const bool res_here = RESID_SMEM && has_rows(2 * F);
           phase_rows<F, N_QKV>(
               w, D, vec, slot_b,
               [&](int r, float v) {

@@ -40,21 +40,22 @@ __device__ __forceinline__ void warp_rows_dot(const bf16_t* __restrict__ W, int 
   for (int r = 0; r < NR; ++r) acc[r] = warp_sum(acc[r]);
 }
 
-/// True when this block owns at least one row group of a `rows`-row matrix.
+/// True when this block owns at least one row group of a `rows`-row matrix whose groups
+/// go to the first `grid` blocks (default: the whole grid).
 template <int NR>
-__device__ __forceinline__ bool block_has_rows(int rows) {
-  return (int)blockIdx.x < (rows + NR - 1) / NR;
+__device__ __forceinline__ bool block_has_rows(int rows, int grid = gridDim.x) {
+  return (int)blockIdx.x < min(grid, (rows + NR - 1) / NR);
 }
 
 /// Prefetches into L2 the first row group this warp will stream in `grid_rows` (one
 /// 128-byte line per lane per step): enough to cover a dependency wait without
 /// pulling a whole large matrix through L2.
 template <int K, int NR, int WARPS>
-__device__ __forceinline__ void prefetch_rows(const bf16_t* __restrict__ W, int rows) {
+__device__ __forceinline__ void prefetch_rows(const bf16_t* __restrict__ W, int rows, int grid = gridDim.x) {
   constexpr int LINE_ELEMS = 64;  // 128 bytes of bf16
   constexpr int LINES = (K + LINE_ELEMS - 1) / LINE_ELEMS;
-  const int g = warp_id() * gridDim.x + blockIdx.x;
-  if (g * NR >= rows) return;
+  const int g = warp_id() * grid + blockIdx.x;
+  if (g * NR >= rows) return;  // callers are blocks of the row grid
 #pragma unroll
   for (int r = 0; r < NR; ++r) {
     const int row = min(g * NR + r, rows - 1);
@@ -114,10 +115,11 @@ __device__ __forceinline__ void stage_group(const bf16_t* __restrict__ W, int ro
   }
 }
 
-/// stage_group of this warp's first `grid_rows` group (warp_id() · gridDim.x + blockIdx.x).
+/// stage_group of this warp's first `grid_rows` group (warp_id() · grid + blockIdx.x; a
+/// block of the row grid).
 template <int K, int NR, int WARPS, int CAP>
-__device__ __forceinline__ void stage_rows(const bf16_t* __restrict__ W, int rows, uint4* slot) {
-  stage_group<K, NR, CAP>(W, rows, warp_id() * gridDim.x + blockIdx.x, slot);
+__device__ __forceinline__ void stage_rows(const bf16_t* __restrict__ W, int rows, uint4* slot, int grid = gridDim.x) {
+  stage_group<K, NR, CAP>(W, rows, warp_id() * grid + blockIdx.x, slot);
 }
 
 /// warp_rows_dot of the group stage_group started in `slot` (same row0), streaming the
@@ -167,12 +169,12 @@ __device__ __forceinline__ void warp_rows_dot_staged(const bf16_t* __restrict__ 
 /// every SM. With `slot` (CAP > 0), the warp's first group is read from what
 /// stage_rows copied there. Group loop bounds depend only on the warp's index:
 /// warp-uniform. Returns nothing; `epi` stores the results. `ahead`, PENDING: see
-/// warp_rows_dot_staged.
+/// warp_rows_dot_staged. `grid`: the groups go to the first `grid` blocks only.
 template <int K, int NR, int WARPS, int CAP = 0, int PENDING = 0, class Epi>
 __device__ __forceinline__ void grid_rows(const bf16_t* __restrict__ W, int rows, const float* xs, Epi epi, const uint4* slot = nullptr,
-                                          bool ahead = false) {
-  const int gw = warp_id() * gridDim.x + blockIdx.x;
-  const int nw = WARPS * gridDim.x;
+                                          bool ahead = false, int grid = gridDim.x) {
+  const int gw = warp_id() * grid + blockIdx.x;  // callers are blocks of the row grid
+  const int nw = WARPS * grid;
   const int groups = (rows + NR - 1) / NR;
   for (int g = gw; g < groups; g += nw) {
     float acc[NR];

@@ -122,7 +122,7 @@ mod imp {
 
     /// Kernel variants by name (see docs/perf-notes.md). "v3" is the default; names with
     /// `+` compose: a named variant first, then modifiers (`stage`, `stageN`, `resid`,
-    /// `lmN`, `prefetch`, `fuse-o`, `fuse-down`, `tagged`, `ahead`, `trace`, `chaos`, `nosplit`).
+    /// `lmN`, `prefetch`, `fuse-o`, `fuse-down`, `tagged`, `ahead`, `ownN` (attention on N blocks per head of its own), `trace`, `chaos`, `nosplit`).
     fn variant(name: &str) -> KernelOptions {
         if let Some((first, mods)) = name.split_once('+') {
             let mut o = variant(first);
@@ -141,6 +141,8 @@ mod imp {
                     _ => {
                         if let Some(n) = m.strip_prefix("stage").and_then(|n| n.parse().ok()) {
                             o.stage_iters = n;
+                        } else if let Some(n) = m.strip_prefix("own").and_then(|n| n.parse().ok()) {
+                            o.attn_own = n;
                         } else if let Some(n) = m.strip_prefix("lm").and_then(|n| n.parse().ok()) {
                             o.lm_rows_per_warp = n;
                         } else {

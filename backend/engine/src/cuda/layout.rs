@@ -259,6 +259,11 @@ pub struct KernelOptions {
     /// `fuse_o` / `fuse_down`; elsewhere the kernel stages as without it. Bit-identical
     /// results. On by default (v5).
     pub stage_ahead: bool,
+    /// With `tagged` and `stage_ahead` on one GPU: the last `attn_own` × heads blocks run
+    /// attention only and the layers' matrix rows go to the other blocks (PG_ATTN_OWN,
+    /// decode.cu `row_grid`); splits per head are capped by the blocks reserved.
+    /// Bit-identical results. 0 = off (the default; not yet measured).
+    pub attn_own: u32,
 }
 
 /// Environment switch for benchmarking against the previous kernels: `v4` turns off the
@@ -307,6 +312,7 @@ impl KernelOptions {
             fuse_down: false,
             tagged: true,
             stage_ahead: true,
+            attn_own: 0,
         }
     }
 }
@@ -509,6 +515,7 @@ pub fn defines_tp(
     put("FUSE_DOWN", u8::from(options.fuse_down).to_string());
     put("TAGGED", u8::from(tagged_for(options, tp)).to_string());
     put("STAGE_AHEAD", u8::from(options.stage_ahead).to_string());
+    put("ATTN_OWN", if tagged_for(options, tp) { options.attn_own } else { 0 }.to_string());
     if options.chaos {
         put("CHAOS", "1".into());
     }

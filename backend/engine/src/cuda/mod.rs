@@ -123,6 +123,7 @@ mod tests {
             // The default (v5): tagged phase outputs + staging ahead, on v4's staging.
             ("chaos", KernelOptions { chaos: true, ..base.clone() }),
             ("chaos unsplit", KernelOptions { chaos: true, attn_max_splits: 1, ..base.clone() }),
+            ("attn_own+chaos", KernelOptions { attn_own: 1, chaos: true, ..base.clone() }),
             ("fuse_down", KernelOptions { fuse_down: true, ..v4.clone() }),
             ("fuse_down+chaos", KernelOptions { fuse_down: true, chaos: true, ..v4.clone() }),
         ];
