@@ -323,6 +323,20 @@ __device__ __forceinline__ void norm_vec(float* v, const NormWeights<THREADS, D>
   else rmsnorm_smem<THREADS, D>(v, w, EPS, red);
 }
 
+/// A matrix phase's N-float input into shared `vec`: tagged, the polled words at `src`;
+/// otherwise the wait on the producers' counter, then an L2 read of `plain`.
+template <int N>
+__device__ __forceinline__ void load_phase_input(float* vec, const u64* src, u32 tag, const u32* ctr, u32 target, const float* plain,
+                                                 u64* ev) {
+  if constexpr (TAGGED) {
+    load_tagged<THREADS, N>(vec, src, tag, nullptr, ev);
+  } else {
+    block_wait(ctr, target, ev);
+    load_vec_f32<THREADS>(vec, plain, N);
+    __syncthreads();
+  }
+}
+
 /// The end of a phase: one arrival on its counter; tagged: a block barrier (the next
 /// phase reuses shared memory) and the trace's arrival stamp, since the data carries
 /// its own readiness.
@@ -650,14 +664,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         if (has_rows(D)) {
           maybe_prefetch<QD, D>(w, row_grid());
           if (!AHEAD) maybe_stage<QD, D>(w, slot);
-          u64* ev = trace_event(tr, l * PHASES + PH_O);
-          if (TAGGED) {
-            load_tagged<THREADS, QD>(vec, tl + T_ATTN, tag, nullptr, ev);
-          } else {
-            block_wait(layer_ctr(ctr, l, PH_ATTN), done, ev);
-            load_vec_f32<THREADS>(vec, attn, QD);
-            __syncthreads();
-          }
+          load_phase_input<QD>(vec, tl + T_ATTN, tag, layer_ctr(ctr, l, PH_ATTN), done, attn, trace_event(tr, l * PHASES + PH_O));
           float* po[TP];
           const bool send = slots_of(po, s, l, 0);
           // resid_smem: this block loaded the residual in its QKV phase (if it had QKV rows).
@@ -777,14 +784,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         if (has_rows(D)) {
           maybe_prefetch<F, D>(w, row_grid());
           if (!AHEAD) maybe_stage<F, D>(w, slot);
-          u64* ev = trace_event(tr, l * PHASES + PH_DOWN);
-          if (TAGGED) {
-            load_tagged<THREADS, F>(vec, tl + T_ACT, tag, nullptr, ev);
-          } else {
-            block_wait(layer_ctr(ctr, l, PH_GATE_UP), done, ev);
-            load_vec_f32<THREADS>(vec, act, F);
-            __syncthreads();
-          }
+          load_phase_input<F>(vec, tl + T_ACT, tag, layer_ctr(ctr, l, PH_GATE_UP), done, act, trace_event(tr, l * PHASES + PH_DOWN));
           float* pd[TP];
           const bool send = slots_of(pd, s, l, 1);
           // resid_smem: this block loaded the residual in its gate/up phase.
