@@ -481,7 +481,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
     if (TAGGED && s > start && (score || s < n_prompt)) {
       // tagged: every block acquires the step chain itself (its polls of tagged words
       // are relaxed, so they order nothing): the KV-cache rows earlier steps wrote are
-      // then visible to it. A generated step's token wait above does the same.
+      // then visible to it, and layer 0's q/k/v phase needs no wait of its own. A
+      // generated step's token wait above does the same.
       if (score || s >= n_prompt) block_wait(step_ctr(ctr, CTR_LM), lm_runs * G);
       else block_wait(layer_ctr(ctr, L - 1, PH_DOWN), (s - start) * G);
     }
@@ -507,9 +508,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           const float* norm_w = LAYER_PTR(const float*, lw, ATTN_NORM);
           const auto norm_regs = early_norm(norm_w);
           u64* ev = trace_event(tr, l * PHASES + PH_QKV);
-          if (l > 0) {
-            if (!TAGGED) block_wait(layer_ctr(ctr, l - 1, PH_DOWN), done, ev);
-          } else if (s > start) {
+          // (tagged: the input load below polls layer l-1's words, and every block acquired
+          // the step chain at the step start.)
+          if (!TAGGED && l > 0) {
+            block_wait(layer_ctr(ctr, l - 1, PH_DOWN), done, ev);
+          } else if (!TAGGED && s > start) {
             const bool lm_prev = score || s >= n_prompt;
             if (lm_prev) block_wait(step_ctr(ctr, CTR_LM), lm_runs * G, ev);
             else block_wait(layer_ctr(ctr, L - 1, PH_DOWN), (s - start) * G, ev);
@@ -602,6 +605,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           float* kv_s = sm + HD;  // k then v, HD each
           float* scratch = sm + 3 * HD;
           float* out_s = sm + ATTN_OUT;  // fuse_o: the head's output before its o-projection
+          // tagged: head h's output, complete in out_s, out as this step's words.
+          auto publish_head = [&](int h) {
+            if (TAGGED)
+              for (int d = threadIdx.x; d < HD; d += THREADS) st_tagged(tl + T_ATTN + h * HD + d, out_s[d], tag);
+          };
           for (int item = attn_block; item < items; item += attn_blocks) {
             const int h = item % NH, sp = item / NH, g = h / GROUP;
             const bool with_current = sp == sp_cur;
@@ -627,8 +635,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
             const int p0 = sp * chunk, p1 = min(n - 1, p0 + chunk);
             if (splits == 1) {
               attend_range<THREADS, HD>(q_s, kv_s, kv_s + HD, true, kg, vg, 0, n - 1, nullptr, head_out, scratch, staged);
-              if (TAGGED)
-                for (int d = threadIdx.x; d < HD; d += THREADS) st_tagged(tl + T_ATTN + h * HD + d, out_s[d], tag);
+              publish_head(h);
               if (FUSE_O) {
                 head_o_proj<THREADS, HD, D, QD>(wo, h, out_s, opart + (size_t)h * D);
                 __syncthreads();
@@ -643,9 +650,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
               __syncthreads();
               if (*flag) {
                 merge_states<THREADS, HD>(head_parts, splits, head_out);
-                // (merge_states: each thread reads back only the dimensions it wrote.)
-                if (TAGGED)
-                  for (int d = threadIdx.x; d < HD; d += THREADS) st_tagged(tl + T_ATTN + h * HD + d, out_s[d], tag);
+                publish_head(h);  // (each thread reads back only the dimensions it wrote)
                 if (FUSE_O) {
                   __syncthreads();
                   head_o_proj<THREADS, HD, D, QD>(wo, h, out_s, opart + (size_t)h * D);
