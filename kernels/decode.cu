@@ -16,6 +16,7 @@
 #include "shape.cuh"
 #include "sync.cuh"
 #include "ops/allreduce.cuh"
+#include "ops/attend_own.cuh"
 #include "ops/attention.cuh"
 #include "ops/emit.cuh"
 #include "ops/fused_down.cuh"
@@ -196,6 +197,15 @@ constexpr bool ATTN_STAGE = STAGE && attn_stage_words<THREADS, HD>() <= WARPS * 
 /// (row_grid): attention's blocks then own no q/k/v rows and are polling when q/k/v land.
 /// The LM head still uses every block. Splits per head are capped by the blocks reserved.
 constexpr int ATTN_OWN = AHEAD && !IS_TP ? PG_ATTN_OWN * NH : 0;
+/// attn_own with one block per head: attend_own (every cached k/v row in shared memory)
+/// for contexts up to OWN_MAX positions; longer contexts spread their attention over
+/// every block as without attn_own (flash-decoding splits). The block's stage region
+/// holds OWN_CAP rows of k and of v.
+constexpr bool OWN_FAST = ATTN_OWN == NH && HD % 64 == 0 && THREADS >= 2 * HD;
+constexpr int OWN_CAP = STAGE_REGION_WORDS / (2 * (HD / 8));
+constexpr int OWN_MAX = OWN_CAP + 1 < OwnAttn<THREADS, HD>::MAX_N ? OWN_CAP + 1 : OwnAttn<THREADS, HD>::MAX_N;
+static_assert(!OWN_FAST || (OWN_CAP > 0 && OwnAttn<THREADS, HD>::SCRATCH <= attn_scratch_floats<THREADS, HD>()),
+              "attend_own's stage and scratch fit");
 /// Commit groups the next phase's stage leaves in flight while a phase reads its own (0 without stage_ahead).
 constexpr int N_QKV = AHEAD ? Stage<D>::N : 0, N_O = AHEAD ? Stage<QD>::N : 0, N_GU = AHEAD ? Stage<D>::N : 0,
               N_DOWN = AHEAD ? Stage<F>::N : 0;
@@ -286,30 +296,41 @@ __device__ __forceinline__ bool stage_ahead(const bf16_t* w, uint4* slot) {
 
 /// Head h's q, roped, into shared q_s and, `with_current`, the current position's k and
 /// v of its KV head, roped and rounded to bf16 like the cache, into kv_s[0..HD) and
-/// kv_s[HD..2HD): one pass of loads for all three. `load(i)`: element i of this step's
-/// q/k/v vector (an L2 read after the phase counter, or a tagged word polled).
-/// `rope_s`, `rope_c`: the sin and cos of pair threadIdx.x (< HD/2) at this position.
-template <class Load>
-__device__ __forceinline__ void head_qkv(Load load, int h, bool with_current, float rope_s, float rope_c, float* q_s, float* kv_s) {
-  const int g = h / GROUP;
-  const int n = with_current ? 3 * HD : HD;
-  for (int i = threadIdx.x; i < n; i += THREADS) {
-    const int part = i / HD, d = i % HD;
-    const float v = load(part == 0 ? h * HD + d : part == 1 ? QD + g * HD + d : QD + KVD + g * HD + d);
-    if (part == 0) q_s[d] = v;
-    else if (part == 1) kv_s[d] = v;
-    else kv_s[HD + d] = round_bf16(v);
+/// kv_s[HD..2HD): one pass of loads for all three and one barrier. Thread i < HD/2
+/// ropes q's pair i, HD/2 ≤ i < HD k's pair i - HD/2 (both elements loaded at once),
+/// HD ≤ i < 3HD/2 loads v elements (d, d + HD/2). `load2(a, b, x, y)`: elements a and b
+/// of this step's q/k/v vector (L2 reads after the phase counter, or tagged words
+/// polled). `rope_s`, `rope_c`: the sin and cos of pair threadIdx.x % (HD/2) at this
+/// position (threads < HD).
+template <class Load2>
+__device__ __forceinline__ void head_qkv(Load2 load2, int h, bool with_current, float rope_s, float rope_c, float* q_s, float* kv_s) {
+  static_assert(THREADS >= HD + HD / 2, "head_qkv: a thread per pair of q, k and v");
+  constexpr int HALF = HD / 2;
+  const int g = h / GROUP, t = threadIdx.x;
+  if (t < (with_current ? HD : HALF)) {
+    const bool is_k = t >= HALF;
+    int a, b;
+    rope_pair_of<HD>(t % HALF, a, b);
+    const int base = is_k ? QD + g * HD : h * HD;
+    float x0, x1;
+    load2(base + a, base + b, x0, x1);
+    float y0, y1;
+    rope_rotate(x0, x1, rope_s, rope_c, y0, y1);
+    if (is_k) {
+      kv_s[a] = round_bf16(y0);
+      kv_s[b] = round_bf16(y1);
+    } else {
+      q_s[a] = y0;
+      q_s[b] = y1;
+    }
+  } else if (with_current && t < HD + HALF) {
+    const int d = t - HD, base = QD + KVD + g * HD;
+    float x0, x1;
+    load2(base + d, base + d + HALF, x0, x1);
+    kv_s[HD + d] = round_bf16(x0);
+    kv_s[HD + d + HALF] = round_bf16(x1);
   }
   __syncthreads();
-  if (threadIdx.x < HD / 2) {  // THREADS ≥ HD: one pair per thread
-    rope_apply<HD>(q_s, threadIdx.x, rope_s, rope_c);
-    if (with_current) rope_apply<HD>(kv_s, threadIdx.x, rope_s, rope_c);
-  }
-  __syncthreads();
-  if (with_current) {
-    for (int d = threadIdx.x; d < HD; d += THREADS) kv_s[d] = round_bf16(kv_s[d]);
-    __syncthreads();
-  }
 }
 
 /// tagged: a norm's weights read into registers before the phase's wait, so the norm
@@ -568,9 +589,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         // Flash-decoding split: enough splits that each block does about one pass of
         // loads, at most what the grid and the partial buffer hold.
         const int n = (int)s + 1;  // positions including the current one
-        // attn_own: attention on the blocks after the row grid only.
+        // attn_own: attention on the blocks after the row grid only (OWN_FAST: up to
+        // OWN_MAX positions, on every block past it).
         int attn_first = 0;
-        if constexpr (ATTN_OWN > 0) attn_first = row_grid() < (int)G ? row_grid() : 0;
+        if constexpr (ATTN_OWN > 0) attn_first = row_grid() < (int)G && (!OWN_FAST || n <= OWN_MAX) ? row_grid() : 0;
+        const bool own_fast = OWN_FAST && attn_first > 0;
         const int attn_blocks = (int)G - attn_first;
         const int attn_block = (int)blockIdx.x - attn_first;
         const int splits = min((n + ATTN_PASS - 1) / ATTN_PASS, max(1, min(PG_ATTN_MAX_SPLITS, attn_blocks / NH)));
@@ -586,7 +609,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           // stage: the cached k/v rows of this block's first item's first pass (written in
           // earlier steps) into the stage slots while waiting for this step's q/k/v.
           uint4* kv_stage = ATTN_STAGE ? reinterpret_cast<uint4*>(sm + STAGE_OFF) : nullptr;
-          if (ATTN_STAGE) {
+          // own_fast: every cached row that fits.
+          uint4* own_kv = reinterpret_cast<uint4*>(sm + STAGE_OFF);
+          if (own_fast) {
+            const int g0 = attn_block / GROUP;
+            own_stage<THREADS, HD>(kc + (size_t)g0 * KV_CAP * HD, vc + (size_t)g0 * KV_CAP * HD, n - 1, OWN_CAP, own_kv);
+          } else if (ATTN_STAGE) {
             const int h0 = attn_block % NH, sp0 = attn_block / NH, g0 = h0 / GROUP;
             const int a0 = sp0 * chunk;
             attend_stage<THREADS, HD>(kc + (size_t)g0 * KV_CAP * HD, vc + (size_t)g0 * KV_CAP * HD, a0,
@@ -595,10 +623,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           u64* ev = trace_event(tr, l * PHASES + PH_ATTN);
           // This thread's rope pair's sin and cos (tagged: before the wait; the position is known).
           float rope_s = 0.f, rope_c = 1.f;
-          if (TAGGED && threadIdx.x < HD / 2) rope_angle<HD>(threadIdx.x, s, inv_freq, rope_s, rope_c);
+          // (Threads < HD: q's pairs, then k's; head_qkv.)
+          if (TAGGED && threadIdx.x < HD) rope_angle<HD>(threadIdx.x % (HD / 2), s, inv_freq, rope_s, rope_c);
           if (!TAGGED) {
             block_wait(layer_ctr(ctr, l, PH_QKV), done, ev);
-            if (threadIdx.x < HD / 2) rope_angle<HD>(threadIdx.x, s, inv_freq, rope_s, rope_c);
+            if (threadIdx.x < HD) rope_angle<HD>(threadIdx.x % (HD / 2), s, inv_freq, rope_s, rope_c);
           }
           trace_wait_start(TAGGED ? ev : nullptr);
           float* q_s = sm;
@@ -614,10 +643,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
             const int h = item % NH, sp = item / NH, g = h / GROUP;
             const bool with_current = sp == sp_cur;
             if (TAGGED) {
-              head_qkv([&](int i) { return wait_tagged(tl + T_QKV + i, tag); }, h, with_current, rope_s, rope_c, q_s, kv_s);
+              head_qkv([&](int a, int b, float& x, float& y) { wait_tagged2(tl + T_QKV + a, tl + T_QKV + b, tag, x, y); }, h,
+                       with_current, rope_s, rope_c, q_s, kv_s);
               if (item == attn_block) trace_wait_end(ev);
             } else {
-              head_qkv([&](int i) { return ld_shared_f32(qkv + i); }, h, with_current, rope_s, rope_c, q_s, kv_s);
+              head_qkv(
+                  [&](int a, int b, float& x, float& y) {
+                    x = ld_shared_f32(qkv + a);
+                    y = ld_shared_f32(qkv + b);
+                  },
+                  h, with_current, rope_s, rope_c, q_s, kv_s);
             }
             // tagged: the head's output goes to shared memory first, then out as tagged words.
             float* head_out = FUSE_O || TAGGED ? out_s : attn + h * HD;
@@ -634,7 +669,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
             }
             const int p0 = sp * chunk, p1 = min(n - 1, p0 + chunk);
             if (splits == 1) {
-              attend_range<THREADS, HD>(q_s, kv_s, kv_s + HD, true, kg, vg, 0, n - 1, nullptr, head_out, scratch, staged);
+              if constexpr (OWN_FAST) {
+                if (own_fast) attend_own<THREADS, HD>(q_s, kv_s, n, OWN_CAP, own_kv, scratch, head_out);
+              }
+              if (!own_fast)
+                attend_range<THREADS, HD>(q_s, kv_s, kv_s + HD, true, kg, vg, 0, n - 1, nullptr, head_out, scratch, staged);
               publish_head(h);
               if (FUSE_O) {
                 head_o_proj<THREADS, HD, D, QD>(wo, h, out_s, opart + (size_t)h * D);

@@ -179,6 +179,15 @@ __device__ __forceinline__ u64 ld_tagged1(const u64* p) {
 __device__ __forceinline__ u32 tag_of(u64 w) { return (u32)(w >> 32); }
 __device__ __forceinline__ float value_of(u64 w) { return __uint_as_float((u32)w); }
 
+/// Spins until the words at `pa` and `pb` carry `tag` (both loads in flight at once); their values.
+__device__ __forceinline__ void wait_tagged2(const u64* pa, const u64* pb, u32 tag, float& a, float& b) {
+  u64 wa = ld_tagged1(pa), wb = ld_tagged1(pb);
+  while (tag_of(wa) != tag) wa = ld_tagged1(pa);
+  while (tag_of(wb) != tag) wb = ld_tagged1(pb);
+  a = value_of(wa);
+  b = value_of(wb);
+}
+
 /// Spins until the word at `p` carries `tag`; its value.
 __device__ __forceinline__ float wait_tagged(const u64* p, u32 tag) {
   u64 w = ld_tagged1(p);

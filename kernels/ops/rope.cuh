@@ -14,18 +14,30 @@ __device__ __forceinline__ void rope_angle(int i, int pos, const float* __restri
   sincosf(angle, &s, &c);
 }
 
+/// The two elements of pair `i` (0 ≤ i < HD/2) in a head's layout.
+template <int HD>
+__device__ __forceinline__ void rope_pair_of(int i, int& a, int& b) {
+#if PG_ROPE_INTERLEAVED
+  a = 2 * i;
+  b = 2 * i + 1;
+#else
+  a = i;
+  b = i + HD / 2;
+#endif
+}
+
+/// (x0, x1) rotated by the angle whose sin and cos are given.
+__device__ __forceinline__ void rope_rotate(float x0, float x1, float s, float c, float& y0, float& y1) {
+  y0 = x0 * c - x1 * s;
+  y1 = x1 * c + x0 * s;
+}
+
 /// Rotates pair `i` (0 ≤ i < HD/2) of one head `h` by the angle whose sin and cos are given.
 template <int HD>
 __device__ __forceinline__ void rope_apply(float* h, int i, float s, float c) {
-  constexpr int HALF = HD / 2;
-#if PG_ROPE_INTERLEAVED
-  const int a = 2 * i, b = 2 * i + 1;
-#else
-  const int a = i, b = i + HALF;
-#endif
-  const float x0 = h[a], x1 = h[b];
-  h[a] = x0 * c - x1 * s;
-  h[b] = x1 * c + x0 * s;
+  int a, b;
+  rope_pair_of<HD>(i, a, b);
+  rope_rotate(h[a], h[b], s, c, h[a], h[b]);
 }
 
 /// Rotates pair `i` (0 ≤ i < HD/2) of one head `h` at position `pos`; the decode

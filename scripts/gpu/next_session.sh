@@ -11,11 +11,13 @@
 #   3. trace         phase trace of $trace_variants
 #   4. correctness   gpu_check correctness --quick with $check_kernel (tiny shapes +
 #                    SmolLM2-135M vs the CPU float32 reference, sampling, stops, cancellation)
+#   5. prefill       gpu_check prefill --quick on SmolLM2-135M: the default kernel's
+#                    batched prompt path against its token-by-token prompt path
 # The variant lists live in next_variants.sh (shared with build_next.sh).
 # A hung kernel ends its step after the runtime's 60 s stall timeout (the process exits,
 # which ends the kernel); the later steps still run. Logs go to $OUT.
 #   env: CARRY (.carry/next), OUT, DEADLINE_S (480), RACE_TOKENS (1000), RUNS (3), STEPS
-#   (default "kernel_check bench trace correctness"), SHAPES, BENCH_LIMIT_S (200),
+#   (default "kernel_check bench trace correctness prefill"), SHAPES, BENCH_LIMIT_S (200),
 #   CHECK_KERNEL, BENCH_VARIANTS, TRACE_VARIANTS
 set -uo pipefail
 C=${CARRY:-.carry/next}
@@ -49,12 +51,13 @@ step() { # name max_seconds cmd...: one step, capped by the overall deadline; it
   echo "$name exit: $r after $(( $(date +%s) - t0 ))s"
   [ $r = 0 ] || { rc=1; tail -n 8 "$out/$name.log" | cut -c1-400; }
 }
-for s in ${STEPS:-kernel_check bench trace correctness}; do
+for s in ${STEPS:-kernel_check bench trace correctness prefill}; do
   case $s in
     kernel_check) step kernel_check 120 "$bin" kernel-check --kernel "$check_kernel" --shapes "$shapes" --gen "${RACE_TOKENS:-1000}" ;;
     bench) step bench ${BENCH_LIMIT_S:-200} "$bin" bench --variants "$bench_variants" --shapes "$shapes" --runs "${RUNS:-3}" ;;
     trace) step trace 110 "$bin" trace --shapes "$shapes" --variants "$trace_variants" --runs "${RUNS:-3}" ;;
     correctness) step correctness 150 "$bin" correctness --quick --kernel "$check_kernel" ;;
+    prefill) step prefill 90 "$bin" prefill --quick --shapes smollm2-135m ;;
     *) echo "unknown step $s"; rc=1 ;;
   esac
 done

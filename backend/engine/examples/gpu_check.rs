@@ -70,7 +70,7 @@ mod imp {
         tp: Option<usize>,
         /// `--variants` was given (`trace` then traces those instead of v3 and fuse-o).
         variants_given: bool,
-        /// `--kernel`: the variant `correctness` and `kernel-check` run (default v5, the default kernel).
+        /// `--kernel`: the variant `correctness` and `kernel-check` run (default v6, the default kernel).
         kernel: String,
         /// `--no-tiny`: `precompile` and `kernel-check` skip the tiny check shapes.
         no_tiny: bool,
@@ -90,7 +90,7 @@ mod imp {
             variants: vec!["v3".into(), "v1".into(), "v3-nosplit".into()],
             tp: None,
             variants_given: false,
-            kernel: "v5".into(),
+            kernel: "v6".into(),
             no_tiny: false,
             no_chaos: false,
         };
@@ -153,13 +153,14 @@ mod imp {
             }
             return o;
         }
-        // Named variants build on v3 (session 2's default); "v4" is session 3's, "v5" today's default.
+        // Named variants build on v3 (session 2's default); "v4" is session 3's, "v5" session 4's, "v6" today's default.
         let base = KernelOptions::v3();
         let v1 = KernelOptions { light_fences: false, attn_max_splits: 1, ..base.clone() };
         match name {
             "v3" => base,
             "v4" => KernelOptions::v4(),
-            "v5" => KernelOptions::default(),
+            "v5" => KernelOptions::v5(),
+            "v6" => KernelOptions::default(),
             // v1's scheduling (full fences, one block per head) with v3's attention loop.
             "v1" => v1,
             "v2" => KernelOptions { prefetch: true, ..v1 },
@@ -934,7 +935,7 @@ mod imp {
         Ok(rows)
     }
 
-    /// Fills the cubin cache for `--variants`, the default kernel, plus the `--kernel` base (v5 by default)
+    /// Fills the cubin cache for `--variants`, the default kernel, plus the `--kernel` base (v6 by default)
     /// with and without its chaos delays (not with `--no-chaos`), on the tiny shapes (unless `--no-tiny`) and the
     /// `--shapes` given (default: the four benchmark shapes). `--variants ''` adds none.
     fn precompile(args: &Args) -> Result<()> {

@@ -261,14 +261,18 @@ pub struct KernelOptions {
     pub stage_ahead: bool,
     /// With `tagged` and `stage_ahead` on one GPU: the last `attn_own` × heads blocks run
     /// attention only and the layers' matrix rows go to the other blocks (PG_ATTN_OWN,
-    /// decode.cu `row_grid`); splits per head are capped by the blocks reserved.
-    /// Bit-identical results. 0 = off (the default; not yet measured).
+    /// decode.cu `row_grid`); splits per head are capped by the blocks reserved. With 1
+    /// (one block per head) and head_dim a multiple of 64, those blocks keep the head's
+    /// whole cached k/v in shared memory and run ops/attend_own.cuh up to a context of
+    /// OWN_MAX positions (every block attends past it, as with 0). 1 by default (v6);
+    /// not bit-identical with 0 (another summation order).
     pub attn_own: u32,
 }
 
-/// Environment switch for benchmarking against the previous kernels: `v4` turns off the
-/// session-4 defaults (tagged phase outputs, staging ahead), `v3` also the session-3 ones
-/// (staging, residual in shared memory, 4-row LM head).
+/// Environment switch for benchmarking against the previous kernels: `v5` turns off the
+/// session-5 default (attention on blocks of its own), `v4` also the session-4 ones
+/// (tagged phase outputs, staging ahead), `v3` also the session-3 ones (staging,
+/// residual in shared memory, 4-row LM head).
 pub const KERNEL_ENV: &str = "PEREGRINE_KERNEL";
 
 /// Staged 16-byte words per lane per row by default (a whole row up to K = 2048 at 2 rows per warp).
@@ -286,7 +290,13 @@ impl KernelOptions {
     /// v4's settings (session 3's default kernel): phase counters, staging one phase at a
     /// time. Kept for comparisons (`PEREGRINE_KERNEL=v4`, `gpu_check ... v4`).
     pub fn v4() -> Self {
-        KernelOptions { tagged: false, stage_ahead: false, ..Self::current() }
+        KernelOptions { tagged: false, stage_ahead: false, ..Self::v5() }
+    }
+
+    /// v5's settings (session 4's default kernel): attention spread over every block.
+    /// Kept for comparisons (`PEREGRINE_KERNEL=v5`, `gpu_check ... v5`).
+    pub fn v5() -> Self {
+        KernelOptions { attn_own: 0, ..Self::current() }
     }
 
     fn current() -> Self {
@@ -312,17 +322,18 @@ impl KernelOptions {
             fuse_down: false,
             tagged: true,
             stage_ahead: true,
-            attn_own: 0,
+            attn_own: 1,
         }
     }
 }
 
 impl Default for KernelOptions {
-    /// The current kernel (measured fastest, docs/perf-notes.md), or an earlier one with `PEREGRINE_KERNEL=v3` / `v4`.
+    /// The current kernel (v6, measured fastest, docs/perf-notes.md), or an earlier one with `PEREGRINE_KERNEL=v3` / `v4` / `v5`.
     fn default() -> Self {
         match std::env::var(KERNEL_ENV).as_deref() {
             Ok("v3") => Self::v3(),
             Ok("v4") => Self::v4(),
+            Ok("v5") => Self::v5(),
             _ => Self::current(),
         }
     }
@@ -763,7 +774,10 @@ mod tests {
         assert_eq!(get(&base, "PG_LM_NR").as_deref(), Some("2"));
         let staged = KernelOptions { stage_iters: 8, resid_smem: true, lm_rows_per_warp: 4, ..base };
         assert_eq!(KernelOptions::v4(), staged, "the session-3 settings are v4");
-        assert_eq!(KernelOptions::current(), KernelOptions { tagged: true, stage_ahead: true, ..staged.clone() }, "v5 = v4 + tagged + ahead");
+        let v5 = KernelOptions { tagged: true, stage_ahead: true, ..staged.clone() };
+        assert_eq!(KernelOptions::v5(), v5, "v5 = v4 + tagged + ahead");
+        assert_eq!(KernelOptions::current(), KernelOptions { attn_own: 1, ..v5 }, "v6 = v5 + attn_own");
+        assert_eq!(get(&KernelOptions::current(), "PG_ATTN_OWN").as_deref(), Some("1"));
         assert_eq!(get(&staged, "PG_STAGE_ITERS").as_deref(), Some("8"));
         assert_eq!(get(&staged, "PG_RESID_SMEM").as_deref(), Some("1"));
         assert_eq!(get(&staged, "PG_LM_NR").as_deref(), Some("4"));

@@ -120,10 +120,11 @@ mod tests {
             ("v3", KernelOptions::v3()),
             ("v4", v4.clone()),
             ("v4+chaos", KernelOptions { chaos: true, ..v4.clone() }),
-            // The default (v5): tagged phase outputs + staging ahead, on v4's staging.
+            // The default (v6): v5 with attention on blocks of its own (attend_own).
             ("chaos", KernelOptions { chaos: true, ..base.clone() }),
             ("chaos unsplit", KernelOptions { chaos: true, attn_max_splits: 1, ..base.clone() }),
-            ("attn_own+chaos", KernelOptions { attn_own: 1, chaos: true, ..base.clone() }),
+            // v5: tagged phase outputs + staging ahead, on v4's staging.
+            ("v5+chaos", KernelOptions { chaos: true, ..KernelOptions::v5() }),
             ("fuse_down", KernelOptions { fuse_down: true, ..v4.clone() }),
             ("fuse_down+chaos", KernelOptions { fuse_down: true, chaos: true, ..v4.clone() }),
         ];

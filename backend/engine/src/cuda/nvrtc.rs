@@ -19,6 +19,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("shape.cuh", include_str!("../../../../kernels/shape.cuh")),
     ("sync.cuh", include_str!("../../../../kernels/sync.cuh")),
     ("ops/allreduce.cuh", include_str!("../../../../kernels/ops/allreduce.cuh")),
+    ("ops/attend_own.cuh", include_str!("../../../../kernels/ops/attend_own.cuh")),
     ("ops/attention.cuh", include_str!("../../../../kernels/ops/attention.cuh")),
     ("ops/emit.cuh", include_str!("../../../../kernels/ops/emit.cuh")),
     ("ops/lm_head.cuh", include_str!("../../../../kernels/ops/lm_head.cuh")),
