@@ -13,6 +13,8 @@ pub mod trace;
 #[cfg(feature = "cuda")]
 pub mod cublas;
 #[cfg(feature = "cuda")]
+mod hung;
+#[cfg(feature = "cuda")]
 pub mod nvrtc;
 #[cfg(feature = "cuda")]
 pub mod prefill;

@@ -380,6 +380,7 @@ impl CudaRuntime {
                 return Err(Error::Cuda(format!("CUDA device {o} is listed twice")));
             }
         }
+        super::hung::check(ordinals).map_err(Error::Cuda)?;
         nvrtc::preload()?;
         let kv_cap = layout::kv_positions(config, &options);
         let mut ranks = Vec::with_capacity(tp);
@@ -989,6 +990,13 @@ impl CudaRuntime {
         }
     }
 
+    /// After a stall: every rank's device refuses new runtimes in this process (hung.rs).
+    fn mark_hung(&self) {
+        for r in &self.ranks {
+            super::hung::mark(r.ctx.ordinal());
+        }
+    }
+
     /// Waits for every rank's kernel to end without blocking in the driver, so a hung
     /// kernel becomes an error after [`DEFAULT_STALL_TIMEOUT`] instead of a hung thread.
     fn wait_kernel(&mut self) -> Result<()> {
@@ -1005,6 +1013,7 @@ impl CudaRuntime {
             }
             if started.elapsed() > DEFAULT_STALL_TIMEOUT {
                 let why = format!("the decode kernel did not finish within {DEFAULT_STALL_TIMEOUT:?}");
+                self.mark_hung();
                 self.poisoned = Some(why.clone());
                 return Err(Error::Cuda(why));
             }
@@ -1162,6 +1171,7 @@ impl Runtime for CudaRuntime {
             if last_progress.elapsed() > DEFAULT_STALL_TIMEOUT {
                 let why = format!("the decode kernel published nothing for {DEFAULT_STALL_TIMEOUT:?} (token {next})");
                 self.set_host_word(ctl::STOP, 1);
+                self.mark_hung();
                 self.poisoned = Some(why.clone());
                 return Err(Error::Cuda(why));
             }
