@@ -75,6 +75,20 @@ __device__ __forceinline__ void axpy8(float e, uint4 w, float (&acc)[8]) {
   acc[7] = fmaf(e, bf16_hi(w.w), acc[7]);
 }
 
+/// Word `sl` of the rows g + k · GROUPS (k < KB) of `rows` (the stage's k or v rows) into
+/// w[k], all loads issued together. Rows from `cached` on read a clamped staged row and
+/// become zero words: stale shared memory may hold NaN patterns, and a zero weight
+/// times NaN would still be NaN.
+template <int HD, int GROUPS, int KB>
+__device__ __forceinline__ void own_words(const uint4* rows, int g, int sl, int cached, int cap, uint4 (&w)[KB]) {
+#pragma unroll
+  for (int k = 0; k < KB; ++k) {
+    const int p = g + k * GROUPS;
+    w[k] = rows[own_word<HD>(min(p, cap - 1), sl)];
+    if (p >= cached) w[k] = make_uint4(0, 0, 0, 0);
+  }
+}
+
 /// attend_own for contexts of at most KB positions per lane group: every load of a
 /// phase issued at once and no branch between loads and shuffles (rows past the
 /// context read a clamped staged row and are masked), so the groups' chains overlap.
@@ -91,16 +105,8 @@ __device__ __forceinline__ void attend_own_k(const float4 qa, const float4 qb, c
   float* wsum = wmax + S::WARPS;
 
   // Scores of positions g + k · GROUPS (registers).
-  // Rows past the cached ones read whatever the stage holds: masked to zero words (a
-  // zero weight times a NaN pattern would still be NaN).
-  const uint4 zero = make_uint4(0, 0, 0, 0);
   uint4 w[KB];
-#pragma unroll
-  for (int k = 0; k < KB; ++k) {
-    const int p = g + k * GROUPS;
-    w[k] = stage[own_word<HD>(min(p, cap - 1), sl)];
-    if (p >= cached) w[k] = zero;
-  }
+  own_words<HD, GROUPS>(stage, g, sl, cached, cap, w);
   const float cur = dot8f(kv_s + sl * 8, qa, qb);
   float sc[KB];
 #pragma unroll
@@ -119,12 +125,7 @@ __device__ __forceinline__ void attend_own_k(const float4 qa, const float4 qb, c
   }
   mx = warp_max(mx);
   if (lane == 0) wmax[warp] = mx;
-#pragma unroll
-  for (int k = 0; k < KB; ++k) {
-    const int p = g + k * GROUPS;
-    w[k] = vst[own_word<HD>(min(p, cap - 1), sl)];
-    if (p >= cached) w[k] = zero;
-  }
+  own_words<HD, GROUPS>(vst, g, sl, cached, cap, w);  // the v words, before the barrier
   __syncthreads();
   OWN_PROBE(1);
 

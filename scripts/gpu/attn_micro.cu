@@ -26,8 +26,7 @@ __global__ void __launch_bounds__(THREADS, 1) micro(const bf16_t* kc, const bf16
   float* kv_s = sm + HD;
   float* scratch = sm + 3 * HD;
   float* out = scratch + attn_scratch_floats<THREADS, HD>();
-  float* probs = out + HD;
-  uint4* stage = reinterpret_cast<uint4*>(probs + THREADS);
+  uint4* stage = reinterpret_cast<uint4*>(out + HD);
   for (int i = threadIdx.x; i < 3 * HD; i += THREADS) sm[i] = 0.01f * (float)((i * 37 + blockIdx.x) % 17) - 0.08f;
   // The stage past the staged rows holds NaN patterns, as stale shared memory can.
   for (int i = threadIdx.x; i < 2 * CAP * HD / 8; i += THREADS) stage[i] = make_uint4(~0u, ~0u, ~0u, ~0u);
