@@ -189,6 +189,11 @@ constexpr int A_WORDS = cmax(Stage<D>::WORDS, (attn_stage_words<THREADS, HD>() +
 constexpr int B_WORDS = cmax(Stage<QD>::WORDS, Stage<F>::WORDS);
 constexpr bool AHEAD = STAGE && PG_STAGE_AHEAD != 0 && !FUSE_O && !FUSE_DOWN && ROWS_FIT &&
                        STAGE_OFF * 4 + WARPS * (A_WORDS + B_WORDS) * 16 <= 220 * 1024;
+/// ahead_late (PG_AHEAD_LATE, with AHEAD): the q/k/v, gate/up and down phases start the
+/// next phase's copy after their own input has arrived instead of before their wait, so
+/// the polls of that wait do not queue behind every SM's weight copies (the o phase,
+/// whose wait on attention is long, still starts the gate/up copy before it).
+constexpr bool AHEAD_LATE = AHEAD && PG_AHEAD_LATE != 0;
 /// uint4 words per warp of set A (the only set without stage_ahead) and the whole staging region.
 constexpr int SLOT_WORDS = AHEAD ? A_WORDS : STAGE_WORDS;
 constexpr int STAGE_REGION_WORDS = AHEAD ? WARPS * (A_WORDS + B_WORDS) : WARPS * STAGE_WORDS;
@@ -524,7 +529,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WQKV);
         // stage_ahead: layer 0's q/k/v now (layer l > 0's came with layer l-1's down), then the o rows.
         if (AHEAD && l == 0) (void)stage_ahead<D, QKV>(w, slot);
-        const bool o_ahead = AHEAD && stage_ahead<QD, D>(LAYER_PTR(const bf16_t*, lw, WO), slot_b);
+        auto start_o = [&] { return AHEAD && stage_ahead<QD, D>(LAYER_PTR(const bf16_t*, lw, WO), slot_b); };
+        bool o_ahead = !AHEAD_LATE && start_o();
+        if (AHEAD_LATE && !has_rows(QKV)) (void)start_o();
         if (has_rows(QKV)) {
           maybe_prefetch<D, QKV>(w, row_grid());
           if (!AHEAD) maybe_stage<D, QKV>(w, slot);
@@ -569,6 +576,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           else if (IS_TP) load_after(s, l - 1, 1, x, nullptr, xb, w_qkv);
           else if (FUSE_DOWN) load_resid_fixed(s, l - 1, rcopy);
           else load_vec_f32<THREADS>(vec, x, D, rcopy);
+          if (AHEAD_LATE) o_ahead = start_o();
           norm_vec(vec, norm_regs, norm_w, red);
           const float* bias = LAYER_PTR(const float*, lw, QKV_BIAS);
           phase_rows<D, N_O>(
@@ -778,7 +786,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       {
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WGATE_UP);
         // stage_ahead: the down rows into set B (the o-projection is done with it).
-        const bool down_ahead = AHEAD && stage_ahead<F, D>(LAYER_PTR(const bf16_t*, lw, WDOWN), slot_b);
+        auto start_down = [&] { return AHEAD && stage_ahead<F, D>(LAYER_PTR(const bf16_t*, lw, WDOWN), slot_b); };
+        bool down_ahead = !AHEAD_LATE && start_down();
+        if (AHEAD_LATE && !has_rows(2 * F)) (void)start_down();
         if (has_rows(2 * F)) {
           maybe_prefetch<D, 2 * F>(w, row_grid());
           if (!AHEAD) maybe_stage<D, 2 * F>(w, slot);
@@ -798,6 +808,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           } else {
             load_vec_f32<THREADS>(vec, x, D, rcopy);
           }
+          if (AHEAD_LATE) down_ahead = start_down();
           norm_vec(vec, norm_regs, norm_w, red);
           // Rows interleave (gate_j, up_j); a group of NR rows holds NR/2 whole pairs.
           const int gw = warp_id() * row_grid() + blockIdx.x;
@@ -827,12 +838,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       {
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WDOWN);
         // stage_ahead: the next layer's q/k/v rows into set A (gate/up is done with it).
-        const bool qkv_ahead =
-            AHEAD && l + 1 < L && stage_ahead<D, QKV>(LAYER_PTR(const bf16_t*, lw + PG_LW_SLOTS, WQKV), slot);
+        auto start_qkv = [&] { return AHEAD && l + 1 < L && stage_ahead<D, QKV>(LAYER_PTR(const bf16_t*, lw + PG_LW_SLOTS, WQKV), slot); };
+        bool qkv_ahead = !AHEAD_LATE && start_qkv();
+        if (AHEAD_LATE && !has_rows(D)) (void)start_qkv();
         if (has_rows(D)) {
           maybe_prefetch<F, D>(w, row_grid());
           if (!AHEAD) maybe_stage<F, D>(w, slot);
           load_phase_input<F>(vec, tl + T_ACT, tag, layer_ctr(ctr, l, PH_GATE_UP), done, act, trace_event(tr, l * PHASES + PH_DOWN));
+          if (AHEAD_LATE) qkv_ahead = start_qkv();
           float* pd[TP];
           const bool send = slots_of(pd, s, l, 1);
           // resid_smem: this block loaded the residual in its gate/up phase.

@@ -9,7 +9,7 @@
 #                    and the chaos race check over RACE_TOKENS greedy tokens
 #   2. bench         $bench_variants, median of RUNS, on SHAPES
 #   3. trace         phase trace of $trace_variants
-#   4. correctness   gpu_check correctness --quick with $check_kernel (tiny shapes +
+#   4. correctness   gpu_check correctness --quick with $correctness_kernel (tiny shapes +
 #                    SmolLM2-135M vs the CPU float32 reference, sampling, stops, cancellation)
 #   5. prefill       gpu_check prefill --quick on SmolLM2-135M: the default kernel's
 #                    batched prompt path against its token-by-token prompt path
@@ -18,7 +18,7 @@
 # which ends the kernel); the later steps still run. Logs go to $OUT.
 #   env: CARRY (.carry/next), OUT, DEADLINE_S (480), RACE_TOKENS (1000), RUNS (3), STEPS
 #   (default "kernel_check bench trace correctness prefill"), SHAPES, BENCH_LIMIT_S (200),
-#   CHECK_KERNEL, BENCH_VARIANTS, TRACE_VARIANTS
+#   CHECK_KERNEL, BENCH_VARIANTS, TRACE_VARIANTS, CORRECTNESS_KERNEL
 set -uo pipefail
 C=${CARRY:-.carry/next}
 out=${OUT:-gpu-logs}; mkdir -p "$out"
@@ -56,7 +56,7 @@ for s in ${STEPS:-kernel_check bench trace correctness prefill}; do
     kernel_check) step kernel_check 120 "$bin" kernel-check --kernel "$check_kernel" --shapes "$shapes" --gen "${RACE_TOKENS:-1000}" ;;
     bench) step bench ${BENCH_LIMIT_S:-200} "$bin" bench --variants "$bench_variants" --shapes "$shapes" --runs "${RUNS:-3}" ;;
     trace) step trace 110 "$bin" trace --shapes "$shapes" --variants "$trace_variants" --runs "${RUNS:-3}" ;;
-    correctness) step correctness 150 "$bin" correctness --quick --kernel "$check_kernel" ;;
+    correctness) step correctness 150 "$bin" correctness --quick --kernel "$correctness_kernel" ;;
     prefill) step prefill 90 "$bin" prefill --quick --shapes smollm2-135m ;;
     *) echo "unknown step $s"; rc=1 ;;
   esac

@@ -70,7 +70,7 @@ mod imp {
         tp: Option<usize>,
         /// `--variants` was given (`trace` then traces those instead of v3 and fuse-o).
         variants_given: bool,
-        /// `--kernel`: the variant `correctness` and `kernel-check` run (default v6, the default kernel).
+        /// `--kernel`: the variant `correctness` and `kernel-check` run (default v7, the default kernel).
         kernel: String,
         /// `--no-tiny`: `precompile` and `kernel-check` skip the tiny check shapes.
         no_tiny: bool,
@@ -90,7 +90,7 @@ mod imp {
             variants: vec!["v3".into(), "v1".into(), "v3-nosplit".into()],
             tp: None,
             variants_given: false,
-            kernel: "v6".into(),
+            kernel: "v7".into(),
             no_tiny: false,
             no_chaos: false,
         };
@@ -122,7 +122,7 @@ mod imp {
 
     /// Kernel variants by name (see docs/perf-notes.md). "v3" is the default; names with
     /// `+` compose: a named variant first, then modifiers (`stage`, `stageN`, `resid`,
-    /// `lmN`, `prefetch`, `fuse-o`, `fuse-down`, `tagged`, `ahead`, `ownN` (attention on N blocks per head of its own), `trace`, `chaos`, `nosplit`).
+    /// `lmN`, `prefetch`, `fuse-o`, `fuse-down`, `tagged`, `ahead`, `late` (next phase's copy after the wake), `ownN` (attention on N blocks per head of its own), `trace`, `chaos`, `nosplit`).
     fn variant(name: &str) -> KernelOptions {
         if let Some((first, mods)) = name.split_once('+') {
             let mut o = variant(first);
@@ -135,6 +135,7 @@ mod imp {
                     "fuse-down" => o.fuse_down = true,
                     "tagged" => o.tagged = true,
                     "ahead" => o.stage_ahead = true,
+                    "late" => o.ahead_late = true,
                     "trace" => o.trace = true,
                     "chaos" => o.chaos = true,
                     "nosplit" => o.attn_max_splits = 1,
@@ -153,14 +154,15 @@ mod imp {
             }
             return o;
         }
-        // Named variants build on v3 (session 2's default); "v4" is session 3's, "v5" session 4's, "v6" today's default.
+        // Named variants build on v3 (session 2's default); "v4" is session 3's, "v5" session 4's, "v6" session 5's, "v7" today's default.
         let base = KernelOptions::v3();
         let v1 = KernelOptions { light_fences: false, attn_max_splits: 1, ..base.clone() };
         match name {
             "v3" => base,
             "v4" => KernelOptions::v4(),
             "v5" => KernelOptions::v5(),
-            "v6" => KernelOptions::default(),
+            "v6" => KernelOptions::v6(),
+            "v7" => KernelOptions::default(),
             // v1's scheduling (full fences, one block per head) with v3's attention loop.
             "v1" => v1,
             "v2" => KernelOptions { prefetch: true, ..v1 },
@@ -935,7 +937,7 @@ mod imp {
         Ok(rows)
     }
 
-    /// Fills the cubin cache for `--variants`, the default kernel, plus the `--kernel` base (v6 by default)
+    /// Fills the cubin cache for `--variants`, the default kernel, plus the `--kernel` base (v7 by default)
     /// with and without its chaos delays (not with `--no-chaos`), on the tiny shapes (unless `--no-tiny`) and the
     /// `--shapes` given (default: the four benchmark shapes). `--variants ''` adds none.
     fn precompile(args: &Args) -> Result<()> {

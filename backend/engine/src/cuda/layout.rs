@@ -259,6 +259,11 @@ pub struct KernelOptions {
     /// `fuse_o` / `fuse_down`; elsewhere the kernel stages as without it. Bit-identical
     /// results. On by default (v5).
     pub stage_ahead: bool,
+    /// With `stage_ahead`: the q/k/v, gate/up and down phases start the next phase's copy
+    /// once their own input has arrived, not before their wait (PG_AHEAD_LATE, decode.cu
+    /// `AHEAD_LATE`), so the wait's polls do not queue behind every SM's weight copies.
+    /// Bit-identical results. On by default (v7).
+    pub ahead_late: bool,
     /// With `tagged` and `stage_ahead` on one GPU: the last `attn_own` × heads blocks run
     /// attention only and the layers' matrix rows go to the other blocks (PG_ATTN_OWN,
     /// decode.cu `row_grid`); splits per head are capped by the blocks reserved. With 1
@@ -269,8 +274,9 @@ pub struct KernelOptions {
     pub attn_own: u32,
 }
 
-/// Environment switch for benchmarking against the previous kernels: `v5` turns off the
-/// session-5 default (attention on blocks of its own), `v4` also the session-4 ones
+/// Environment switch for benchmarking against the previous kernels: `v6` turns off the
+/// session-6 default (the next phase's weight copy after the wake), `v5` also the
+/// session-5 one (attention on blocks of its own), `v4` also the session-4 ones
 /// (tagged phase outputs, staging ahead), `v3` also the session-3 ones (staging,
 /// residual in shared memory, 4-row LM head).
 pub const KERNEL_ENV: &str = "PEREGRINE_KERNEL";
@@ -293,10 +299,17 @@ impl KernelOptions {
         KernelOptions { tagged: false, stage_ahead: false, ..Self::v5() }
     }
 
+    /// v6's settings (session 5's default kernel): each matrix phase starts the next
+    /// phase's weight copy before its own wait. Kept for comparisons
+    /// (`PEREGRINE_KERNEL=v6`, `gpu_check ... v6`).
+    pub fn v6() -> Self {
+        KernelOptions { ahead_late: false, ..Self::current() }
+    }
+
     /// v5's settings (session 4's default kernel): attention spread over every block.
     /// Kept for comparisons (`PEREGRINE_KERNEL=v5`, `gpu_check ... v5`).
     pub fn v5() -> Self {
-        KernelOptions { attn_own: 0, ..Self::current() }
+        KernelOptions { attn_own: 0, ..Self::v6() }
     }
 
     fn current() -> Self {
@@ -322,18 +335,20 @@ impl KernelOptions {
             fuse_down: false,
             tagged: true,
             stage_ahead: true,
+            ahead_late: true,
             attn_own: 1,
         }
     }
 }
 
 impl Default for KernelOptions {
-    /// The current kernel (v6, measured fastest, docs/perf-notes.md), or an earlier one with `PEREGRINE_KERNEL=v3` / `v4` / `v5`.
+    /// The current kernel (v7, measured fastest, docs/perf-notes.md), or an earlier one with `PEREGRINE_KERNEL=v3` … `v6`.
     fn default() -> Self {
         match std::env::var(KERNEL_ENV).as_deref() {
             Ok("v3") => Self::v3(),
             Ok("v4") => Self::v4(),
             Ok("v5") => Self::v5(),
+            Ok("v6") => Self::v6(),
             _ => Self::current(),
         }
     }
@@ -526,6 +541,7 @@ pub fn defines_tp(
     put("FUSE_DOWN", u8::from(options.fuse_down).to_string());
     put("TAGGED", u8::from(tagged_for(options, tp)).to_string());
     put("STAGE_AHEAD", u8::from(options.stage_ahead).to_string());
+    put("AHEAD_LATE", u8::from(options.ahead_late).to_string());
     put("ATTN_OWN", if tagged_for(options, tp) { options.attn_own } else { 0 }.to_string());
     if options.chaos {
         put("CHAOS", "1".into());
@@ -776,7 +792,10 @@ mod tests {
         assert_eq!(KernelOptions::v4(), staged, "the session-3 settings are v4");
         let v5 = KernelOptions { tagged: true, stage_ahead: true, ..staged.clone() };
         assert_eq!(KernelOptions::v5(), v5, "v5 = v4 + tagged + ahead");
-        assert_eq!(KernelOptions::current(), KernelOptions { attn_own: 1, ..v5 }, "v6 = v5 + attn_own");
+        let v6 = KernelOptions { attn_own: 1, ..v5 };
+        assert_eq!(KernelOptions::v6(), v6, "v6 = v5 + attn_own");
+        assert_eq!(KernelOptions::current(), KernelOptions { ahead_late: true, ..v6.clone() }, "v7 = v6 + ahead_late");
+        assert_eq!(get(&KernelOptions::current(), "PG_AHEAD_LATE").as_deref(), Some("1"));
         assert_eq!(get(&KernelOptions::current(), "PG_ATTN_OWN").as_deref(), Some("1"));
         assert_eq!(get(&staged, "PG_STAGE_ITERS").as_deref(), Some("8"));
         assert_eq!(get(&staged, "PG_RESID_SMEM").as_deref(), Some("1"));
