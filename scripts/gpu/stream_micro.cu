@@ -1,0 +1,193 @@
+// Micro-benchmark of one streamed matrix phase alone: y = W·x over 132 blocks × 512
+// threads with the decode kernel's grid_rows (ops/matvec.cuh), for the shapes whose
+// phases stream below the copy bandwidth in the kernel (SmolLM2-135M's LM head: a few
+// row groups per warp). Each launch stamps %globaltimer at every block's start and end;
+// a run's time is the last end minus the first start. Four copies of W rotate so no
+// launch finds its rows in L2. Variants (op):
+//   0 grid_rows as the kernel runs it;
+//   1 the same loads without the arithmetic (XOR of the words): is it issue-bound?
+//   2 each warp's next group requested from L2 (prefetch) before reducing this one;
+//   3 block-contiguous rows: block b streams rows [b·R/G, (b+1)·R/G) warp-interleaved;
+//   4 / 5 split-K: S = 2 / 4 warps of a block share a row group, each streaming K/S, the
+//     partial sums added in warp order through shared memory (for phases with fewer
+//     groups than warps);
+//   6 the kernel's staged ring (stage_group, then warp_rows_dot_staged, 8 iterations).
+// Built by scripts/gpu/stream_micro.sh; prints one line per (shape, op).
+#include "common.cuh"
+#include "ops/matvec.cuh"
+#include <cstdio>
+#include <vector>
+#include <algorithm>
+
+constexpr int THREADS = 512, WARPS = THREADS / 32;
+
+__device__ __forceinline__ unsigned long long now_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+template <int K, int NR>
+__device__ __forceinline__ void rows_xor(const bf16_t* W, int row0, int rows, float (&acc)[NR]) {
+  constexpr int CHUNKS = K / 8, ITERS = (CHUNKS + 31) / 32;
+  unsigned a[NR];
+#pragma unroll
+  for (int r = 0; r < NR; ++r) a[r] = 0;
+#pragma unroll ROW_UNROLL
+  for (int it = 0; it < ITERS; ++it) {
+    const int c = it * 32 + lane_id();
+    if (CHUNKS % 32 == 0 || c < CHUNKS) {
+#pragma unroll
+      for (int r = 0; r < NR; ++r) {
+        const uint4 w = ld_weight16(W + (size_t)min(row0 + r, rows - 1) * K + c * 8);
+        a[r] ^= w.x ^ w.y ^ w.z ^ w.w;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < NR; ++r) acc[r] = warp_sum((float)(a[r] & 1023));
+}
+
+/// Split-K: warp w takes part w % S of group (w / S)·grid + block, K/S columns each.
+template <int K, int NR, int S>
+__device__ void split_rows(const bf16_t* W, int rows, const float* xs, float* y, float* part_s) {
+  static_assert(K % (8 * S) == 0, "K splits into whole 16-byte words");
+  constexpr int KS = K / S;
+  const int groups = (rows + NR - 1) / NR, per_round = (WARPS / S) * gridDim.x;
+  const int part = warp_id() % S;
+  for (int base = 0; base < groups; base += per_round) {  // block-uniform trip count
+    const int g = base + (warp_id() / S) * gridDim.x + blockIdx.x;
+    float acc[NR];
+    if (g < groups) {
+      // Row r's columns [part·KS, (part+1)·KS) as a KS-wide row of stride K.
+      constexpr int CHUNKS = KS / 8, ITERS = (CHUNKS + 31) / 32;
+#pragma unroll
+      for (int r = 0; r < NR; ++r) acc[r] = 0.f;
+#pragma unroll ROW_UNROLL
+      for (int it = 0; it < ITERS; ++it) {
+        const int c = it * 32 + lane_id();
+        if (CHUNKS % 32 == 0 || c < CHUNKS) {
+          uint4 w[NR];
+#pragma unroll
+          for (int r = 0; r < NR; ++r) w[r] = ld_weight16(W + (size_t)min(g * NR + r, rows - 1) * K + part * KS + c * 8);
+          const float4 xa = *reinterpret_cast<const float4*>(xs + part * KS + c * 8);
+          const float4 xb = *reinterpret_cast<const float4*>(xs + part * KS + c * 8 + 4);
+#pragma unroll
+          for (int r = 0; r < NR; ++r) acc[r] += dot8(w[r], xa, xb);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < NR; ++r) acc[r] = warp_sum(acc[r]);
+      if (lane_id() == 0)
+        for (int r = 0; r < NR; ++r) part_s[warp_id() * NR + r] = acc[r];
+    }
+    __syncthreads();
+    if (g < groups && part == 0 && lane_id() < NR && g * NR + lane_id() < rows) {
+      float v = 0.f;
+      for (int p = 0; p < S; ++p) v += part_s[(warp_id() + p) * NR + lane_id()];
+      y[g * NR + lane_id()] = v;
+    }
+    __syncthreads();
+  }
+}
+
+template <int K, int NR>
+__global__ void __launch_bounds__(THREADS, 1) stream(const bf16_t* W, int rows, const float* x, float* y, int op,
+                                                     unsigned long long* stamps) {
+  __shared__ float xs[K];
+  const unsigned long long t0 = now_ns();
+  for (int i = threadIdx.x; i < K; i += THREADS) xs[i] = x[i];
+  __syncthreads();
+  auto store = [&](int r, float v) { y[r] = v; };
+  extern __shared__ uint4 dyn[];
+  if (op == 0) {
+    grid_rows<K, NR, WARPS>(W, rows, xs, store);
+  } else if (op == 4 || op == 5) {
+    float* part_s = reinterpret_cast<float*>(dyn);
+    if constexpr (K % 32 == 0) {
+      if (op == 4) split_rows<K, NR, 2>(W, rows, xs, y, part_s);
+      else split_rows<K, NR, 4>(W, rows, xs, y, part_s);
+    }
+  } else if (op == 6) {
+    using St = RowStage<K, NR, 8>;
+    uint4* slot = dyn + warp_id() * St::WORDS;
+    if (block_has_rows<NR>(rows)) stage_rows<K, NR, WARPS, 8>(W, rows, slot);
+    grid_rows<K, NR, WARPS, 8>(W, rows, xs, store, slot);
+  } else {
+    const int groups = (rows + NR - 1) / NR;
+    int g0 = warp_id() * gridDim.x + blockIdx.x, step = WARPS * gridDim.x, end = groups;
+    if (op == 3) {  // block-contiguous: this block's groups, warps interleaved
+      const int per = (groups + gridDim.x - 1) / gridDim.x;
+      g0 = blockIdx.x * per + warp_id();
+      step = WARPS;
+      end = min(groups, (int)(blockIdx.x + 1) * per);
+    }
+    for (int g = g0; g < end; g += step) {
+      float acc[NR];
+      if (op == 2 && g + step < end) {
+        const bf16_t* next = W + (size_t)(g + step) * NR * K;
+        for (int e = lane_id() * 64; e < NR * K && (g + step) * NR + e / K < rows; e += 32 * 64) prefetch_l2(next + e);
+      }
+      if (op == 1) rows_xor<K, NR>(W, g * NR, rows, acc);
+      else warp_rows_dot<K, NR>(W, g * NR, rows, xs, acc);
+      if (lane_id() == 0)
+        for (int r = 0; r < NR; ++r)
+          if (g * NR + r < rows) y[g * NR + r] = acc[r];
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    stamps[2 * blockIdx.x] = t0;
+    stamps[2 * blockIdx.x + 1] = now_ns();
+  }
+}
+
+template <int K, int NR>
+void run(const char* name, int rows, int blocks) {
+  const size_t n = (size_t)rows * K;
+  constexpr int COPIES = 4, REPS = 40;
+  bf16_t* w;
+  float *x, *y;
+  unsigned long long* st;
+  cudaMalloc(&w, COPIES * n * sizeof(bf16_t));
+  cudaMalloc(&x, K * sizeof(float));
+  cudaMalloc(&y, rows * sizeof(float));
+  cudaMalloc(&st, 2 * blocks * sizeof(unsigned long long));
+  cudaMemset(w, 0x3c, COPIES * n * sizeof(bf16_t));  // bf16 ≈ 0.0115: finite sums
+  std::vector<float> hx(K, 0.5f);
+  cudaMemcpy(x, hx.data(), K * sizeof(float), cudaMemcpyHostToDevice);
+  std::vector<unsigned long long> hs(2 * blocks);
+  const int ring = WARPS * RowStage<K, NR, 8>::WORDS * 16;  // op 6's slots
+  const int ops = ring + K * 4 <= 200 * 1024 ? 7 : 6;
+  const int smem = ops == 7 ? ring : WARPS * NR * 4;
+  cudaFuncSetAttribute(stream<K, NR>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  for (int op = 0; op < ops; ++op) {
+    std::vector<double> us;
+    for (int r = 0; r < REPS; ++r) {
+      stream<K, NR><<<blocks, THREADS, smem>>>(w + (r % COPIES) * n, rows, x, y, op, st);
+      cudaMemcpy(hs.data(), st, hs.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost);
+      unsigned long long lo = ~0ull, hi = 0;
+      for (int b = 0; b < blocks; ++b) lo = std::min(lo, hs[2 * b]), hi = std::max(hi, hs[2 * b + 1]);
+      if (r >= 4) us.push_back((hi - lo) / 1e3);
+    }
+    std::sort(us.begin(), us.end());
+    const double med = us[us.size() / 2];
+    printf("%-28s K %5d rows %6d NR %d op %d: %7.2f us (min %7.2f)  %.2f TB/s\n", name, K, rows, NR, op, med, us[0],
+           n * 2.0 / med / 1e6);
+  }
+  if (cudaError_t e = cudaGetLastError()) printf("CUDA error %s\n", cudaGetErrorString(e));
+  cudaFree(w), cudaFree(x), cudaFree(y), cudaFree(st);
+}
+
+int main() {
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  run<576, 4>("smollm2 LM head", 49152, sms);
+  run<576, 2>("smollm2 LM head", 49152, sms);
+  run<576, 8>("smollm2 LM head", 49152, sms);
+  run<1536, 2>("qwen TP2 gate/up", 8960, sms);
+  run<4480, 2>("qwen TP2 down", 1536, sms);
+  run<2048, 2>("llama gate/up", 16384, sms);
+  run<2048, 4>("llama LM head", 128256, sms);
+  return 0;
+}
