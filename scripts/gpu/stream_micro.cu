@@ -11,7 +11,8 @@
 //   4 / 5 split-K: S = 2 / 4 warps of a block share a row group, each streaming K/S, the
 //     partial sums added in warp order through shared memory (for phases with fewer
 //     groups than warps);
-//   6 the kernel's staged ring (stage_group, then warp_rows_dot_staged, 8 iterations).
+//   6 the kernel's staged ring (stage_group, then warp_rows_dot_staged, 8 iterations);
+//   7 split-K 2 with each half streamed through a 4-iteration cp.async ring per warp.
 // Built by scripts/gpu/stream_micro.sh; prints one line per (shape, op).
 #include "common.cuh"
 #include "ops/matvec.cuh"
@@ -91,6 +92,51 @@ __device__ void split_rows(const bf16_t* W, int rows, const float* xs, float* y,
   }
 }
 
+/// Split-K over 2 warps, each half of the group's rows through a ring of N iterations
+/// (cp.async, one commit group per iteration, the kernel's ring scheme on a half row).
+template <int K, int NR, int N>
+__device__ void split_ring_rows(const bf16_t* W, int rows, const float* xs, float* y, float* part_s, uint4* ring) {
+  constexpr int S = 2, KS = K / S, CHUNKS = KS / 8, ITERS = (CHUNKS + 31) / 32;
+  const int groups = (rows + NR - 1) / NR, per_round = (WARPS / S) * gridDim.x;
+  const int part = warp_id() % S;
+  uint4* mine = ring + warp_id() * N * NR * 32;
+  for (int base = 0; base < groups; base += per_round) {
+    const int g = base + (warp_id() / S) * gridDim.x + blockIdx.x;
+    const bool has = g < groups;
+    auto issue = [&](int it) {
+      const int c = it * 32 + lane_id();
+      if (has && it < ITERS && (CHUNKS % 32 == 0 || c < CHUNKS))
+        for (int r = 0; r < NR; ++r)
+          cp_async16(mine + ((it % N) * NR + r) * 32 + lane_id(), W + (size_t)min(g * NR + r, rows - 1) * K + part * KS + c * 8);
+      cp_async_commit();
+    };
+    for (int it = 0; it < N; ++it) issue(it);
+    float acc[NR];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) acc[r] = 0.f;
+    for (int it = 0; it < ITERS; ++it) {
+      cp_async_wait_group<N - 1>();
+      const int c = it * 32 + lane_id();
+      if (has && (CHUNKS % 32 == 0 || c < CHUNKS)) {
+        const float4 xa = *reinterpret_cast<const float4*>(xs + part * KS + c * 8);
+        const float4 xb = *reinterpret_cast<const float4*>(xs + part * KS + c * 8 + 4);
+#pragma unroll
+        for (int r = 0; r < NR; ++r) acc[r] += dot8(mine[((it % N) * NR + r) * 32 + lane_id()], xa, xb);
+      }
+      issue(it + N);
+    }
+    cp_async_wait_all();
+#pragma unroll
+    for (int r = 0; r < NR; ++r) acc[r] = warp_sum(acc[r]);
+    if (has && lane_id() == 0)
+      for (int r = 0; r < NR; ++r) part_s[warp_id() * NR + r] = acc[r];
+    __syncthreads();
+    if (has && part == 0 && lane_id() < NR && g * NR + lane_id() < rows)
+      y[g * NR + lane_id()] = part_s[warp_id() * NR + lane_id()] + part_s[(warp_id() + 1) * NR + lane_id()];
+    __syncthreads();
+  }
+}
+
 template <int K, int NR>
 __global__ void __launch_bounds__(THREADS, 1) stream(const bf16_t* W, int rows, const float* x, float* y, int op,
                                                      unsigned long long* stamps) {
@@ -108,6 +154,8 @@ __global__ void __launch_bounds__(THREADS, 1) stream(const bf16_t* W, int rows, 
       if (op == 4) split_rows<K, NR, 2>(W, rows, xs, y, part_s);
       else split_rows<K, NR, 4>(W, rows, xs, y, part_s);
     }
+  } else if (op == 7) {
+    if constexpr (K % 16 == 0) split_ring_rows<K, NR, 4>(W, rows, xs, y, reinterpret_cast<float*>(dyn), dyn + WARPS * NR);
   } else if (op == 6) {
     using St = RowStage<K, NR, 8>;
     uint4* slot = dyn + warp_id() * St::WORDS;
@@ -157,11 +205,13 @@ void run(const char* name, int rows, int blocks) {
   std::vector<float> hx(K, 0.5f);
   cudaMemcpy(x, hx.data(), K * sizeof(float), cudaMemcpyHostToDevice);
   std::vector<unsigned long long> hs(2 * blocks);
-  const int ring = WARPS * RowStage<K, NR, 8>::WORDS * 16;  // op 6's slots
-  const int ops = ring + K * 4 <= 200 * 1024 ? 7 : 6;
-  const int smem = ops == 7 ? ring : WARPS * NR * 4;
+  // op 6's slots, or op 7's 4-iteration rings, whichever is larger.
+  const int ring = std::max(WARPS * RowStage<K, NR, 8>::WORDS, WARPS * 4 * NR * 32) * 16;
+  const bool fits = ring + WARPS * NR * 16 + K * 4 <= 200 * 1024;
+  const int smem = fits ? ring + WARPS * NR * 16 : WARPS * NR * 4;
   cudaFuncSetAttribute(stream<K, NR>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  for (int op = 0; op < ops; ++op) {
+  for (int op = 0; op < 8; ++op) {
+    if (op >= 6 && !fits) continue;
     std::vector<double> us;
     for (int r = 0; r < REPS; ++r) {
       stream<K, NR><<<blocks, THREADS, smem>>>(w + (r % COPIES) * n, rows, x, y, op, st);
@@ -186,7 +236,9 @@ int main() {
   run<576, 2>("smollm2 LM head", 49152, sms);
   run<576, 8>("smollm2 LM head", 49152, sms);
   run<1536, 2>("qwen TP2 gate/up", 8960, sms);
+  run<1536, 4>("qwen TP2 gate/up", 8960, sms);
   run<4480, 2>("qwen TP2 down", 1536, sms);
+  run<4480, 4>("qwen TP2 down", 1536, sms);
   run<2048, 2>("llama gate/up", 16384, sms);
   run<2048, 4>("llama LM head", 128256, sms);
   return 0;
