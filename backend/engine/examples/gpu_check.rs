@@ -122,7 +122,7 @@ mod imp {
 
     /// Kernel variants by name (see docs/perf-notes.md). "v3" is the default; names with
     /// `+` compose: a named variant first, then modifiers (`stage`, `stageN`, `resid`,
-    /// `lmN`, `prefetch`, `fuse-o`, `fuse-down`, `tagged`, `ahead`, `late` (next phase's copy after the wake), `ownN` (attention on N blocks per head of its own), `trace`, `chaos`, `nosplit`).
+    /// `lmN`, `prefetch`, `fuse-o`, `fuse-down`, `tagged`, `ahead`, `late` / `lateN` (next phase's copy after the wake; N a mask: 1 q/k/v, 2 gate/up, 4 down, 8 o), `ownN` (attention on N blocks per head of its own), `trace`, `chaos`, `nosplit`).
     fn variant(name: &str) -> KernelOptions {
         if let Some((first, mods)) = name.split_once('+') {
             let mut o = variant(first);
@@ -135,13 +135,15 @@ mod imp {
                     "fuse-down" => o.fuse_down = true,
                     "tagged" => o.tagged = true,
                     "ahead" => o.stage_ahead = true,
-                    "late" => o.ahead_late = true,
+                    "late" => o.ahead_late = peregrine_engine::cuda::layout::AHEAD_LATE_DEFAULT,
                     "trace" => o.trace = true,
                     "chaos" => o.chaos = true,
                     "nosplit" => o.attn_max_splits = 1,
                     _ => {
                         if let Some(n) = m.strip_prefix("stage").and_then(|n| n.parse().ok()) {
                             o.stage_iters = n;
+                        } else if let Some(n) = m.strip_prefix("late").and_then(|n| n.parse().ok()) {
+                            o.ahead_late = n;
                         } else if let Some(n) = m.strip_prefix("own").and_then(|n| n.parse().ok()) {
                             o.attn_own = n;
                         } else if let Some(n) = m.strip_prefix("lm").and_then(|n| n.parse().ok()) {

@@ -262,8 +262,9 @@ pub struct KernelOptions {
     /// With `stage_ahead`: the q/k/v, gate/up and down phases start the next phase's copy
     /// once their own input has arrived, not before their wait (PG_AHEAD_LATE, decode.cu
     /// `AHEAD_LATE`), so the wait's polls do not queue behind every SM's weight copies.
-    /// Bit-identical results. On by default (v7).
-    pub ahead_late: bool,
+    /// A mask of those phases (1 q/k/v, 2 gate/up, 4 down, 8 o); 0 = every phase starts
+    /// it before its wait. Bit-identical results. 7 by default (v7).
+    pub ahead_late: u32,
     /// With `tagged` and `stage_ahead` on one GPU: the last `attn_own` × heads blocks run
     /// attention only and the layers' matrix rows go to the other blocks (PG_ATTN_OWN,
     /// decode.cu `row_grid`); splits per head are capped by the blocks reserved. With 1
@@ -280,6 +281,10 @@ pub struct KernelOptions {
 /// (tagged phase outputs, staging ahead), `v3` also the session-3 ones (staging,
 /// residual in shared memory, 4-row LM head).
 pub const KERNEL_ENV: &str = "PEREGRINE_KERNEL";
+
+/// `KernelOptions::ahead_late` by default: q/k/v, gate/up and down start the next phase's copy late
+/// (3, down early, measured 1.4 % faster once but not yet race-checked: perf-notes "v7").
+pub const AHEAD_LATE_DEFAULT: u32 = 7;
 
 /// Staged 16-byte words per lane per row by default (a whole row up to K = 2048 at 2 rows per warp).
 pub const DEFAULT_STAGE_ITERS: u32 = 8;
@@ -303,7 +308,7 @@ impl KernelOptions {
     /// phase's weight copy before its own wait. Kept for comparisons
     /// (`PEREGRINE_KERNEL=v6`, `gpu_check ... v6`).
     pub fn v6() -> Self {
-        KernelOptions { ahead_late: false, ..Self::current() }
+        KernelOptions { ahead_late: 0, ..Self::current() }
     }
 
     /// v5's settings (session 4's default kernel): attention spread over every block.
@@ -335,7 +340,7 @@ impl KernelOptions {
             fuse_down: false,
             tagged: true,
             stage_ahead: true,
-            ahead_late: true,
+            ahead_late: AHEAD_LATE_DEFAULT,
             attn_own: 1,
         }
     }
@@ -541,7 +546,7 @@ pub fn defines_tp(
     put("FUSE_DOWN", u8::from(options.fuse_down).to_string());
     put("TAGGED", u8::from(tagged_for(options, tp)).to_string());
     put("STAGE_AHEAD", u8::from(options.stage_ahead).to_string());
-    put("AHEAD_LATE", u8::from(options.ahead_late).to_string());
+    put("AHEAD_LATE", options.ahead_late.to_string());
     put("ATTN_OWN", if tagged_for(options, tp) { options.attn_own } else { 0 }.to_string());
     if options.chaos {
         put("CHAOS", "1".into());
@@ -794,7 +799,7 @@ mod tests {
         assert_eq!(KernelOptions::v5(), v5, "v5 = v4 + tagged + ahead");
         let v6 = KernelOptions { attn_own: 1, ..v5 };
         assert_eq!(KernelOptions::v6(), v6, "v6 = v5 + attn_own");
-        assert_eq!(KernelOptions::current(), KernelOptions { ahead_late: true, ..v6.clone() }, "v7 = v6 + ahead_late");
+        assert_eq!(KernelOptions::current(), KernelOptions { ahead_late: AHEAD_LATE_DEFAULT, ..v6.clone() }, "v7 = v6 + ahead_late");
         assert_eq!(get(&KernelOptions::current(), "PG_AHEAD_LATE").as_deref(), Some("1"));
         assert_eq!(get(&KernelOptions::current(), "PG_ATTN_OWN").as_deref(), Some("1"));
         assert_eq!(get(&staged, "PG_STAGE_ITERS").as_deref(), Some("8"));
