@@ -800,7 +800,7 @@ mod tests {
         let v6 = KernelOptions { attn_own: 1, ..v5 };
         assert_eq!(KernelOptions::v6(), v6, "v6 = v5 + attn_own");
         assert_eq!(KernelOptions::current(), KernelOptions { ahead_late: AHEAD_LATE_DEFAULT, ..v6.clone() }, "v7 = v6 + ahead_late");
-        assert_eq!(get(&KernelOptions::current(), "PG_AHEAD_LATE").as_deref(), Some("1"));
+        assert_eq!(get(&KernelOptions::current(), "PG_AHEAD_LATE").as_deref(), Some("7"));
         assert_eq!(get(&KernelOptions::current(), "PG_ATTN_OWN").as_deref(), Some("1"));
         assert_eq!(get(&staged, "PG_STAGE_ITERS").as_deref(), Some("8"));
         assert_eq!(get(&staged, "PG_RESID_SMEM").as_deref(), Some("1"));
