@@ -178,8 +178,8 @@ fn warm_up(runtime: &mut dyn crate::runtime::Runtime, lengths: &[usize]) -> Resu
     Ok(start.elapsed())
 }
 
-/// Prompt lengths of the one-GPU warm-up (the batched prefill's GEMM shapes): powers of two from 2 to 512 that leave room for one
-/// generated token in `context`.
+/// Prompt lengths of the one-GPU warm-up (the batched prefill's GEMM shapes): powers of
+/// two from 2 to 512 that leave room for one generated token in `context`.
 fn warm_up_lengths(context: usize) -> Vec<usize> {
     (1..=9).map(|p| 1usize << p).filter(|&len| len < context).collect()
 }
