@@ -8,8 +8,9 @@
 constexpr int ROW_UNROLL = PG_UNROLL;
 
 /// acc[r] = W[row0 + r, :] · xs for r < NR (rows past `rows` are clamped and must be
-/// ignored by the caller). Every lane returns the full sums.
-template <int K, int NR>
+/// ignored by the caller). Rows are K wide and STRIDE elements apart (a column slice of a
+/// wider matrix when STRIDE > K). Every lane returns the full sums.
+template <int K, int NR, int STRIDE = K>
 __device__ __forceinline__ void warp_rows_dot(const bf16_t* __restrict__ W, int row0, int rows, const float* xs,
                                               float (&acc)[NR]) {
   static_assert(K % 8 == 0, "rows must be whole 16-byte words");
@@ -21,7 +22,7 @@ __device__ __forceinline__ void warp_rows_dot(const bf16_t* __restrict__ W, int 
   for (int r = 0; r < NR; ++r) {
     acc[r] = 0.f;
     const int row = min(row0 + r, rows - 1);
-    rowp[r] = W + (size_t)row * K;
+    rowp[r] = W + (size_t)row * STRIDE;
   }
 #pragma unroll ROW_UNROLL
   for (int it = 0; it < ITERS; ++it) {

@@ -60,25 +60,8 @@ __device__ void split_rows(const bf16_t* W, int rows, const float* xs, float* y,
     const int g = base + (warp_id() / S) * gridDim.x + blockIdx.x;
     float acc[NR];
     if (g < groups) {
-      // Row r's columns [part·KS, (part+1)·KS) as a KS-wide row of stride K.
-      constexpr int CHUNKS = KS / 8, ITERS = (CHUNKS + 31) / 32;
-#pragma unroll
-      for (int r = 0; r < NR; ++r) acc[r] = 0.f;
-#pragma unroll ROW_UNROLL
-      for (int it = 0; it < ITERS; ++it) {
-        const int c = it * 32 + lane_id();
-        if (CHUNKS % 32 == 0 || c < CHUNKS) {
-          uint4 w[NR];
-#pragma unroll
-          for (int r = 0; r < NR; ++r) w[r] = ld_weight16(W + (size_t)min(g * NR + r, rows - 1) * K + part * KS + c * 8);
-          const float4 xa = *reinterpret_cast<const float4*>(xs + part * KS + c * 8);
-          const float4 xb = *reinterpret_cast<const float4*>(xs + part * KS + c * 8 + 4);
-#pragma unroll
-          for (int r = 0; r < NR; ++r) acc[r] += dot8(w[r], xa, xb);
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < NR; ++r) acc[r] = warp_sum(acc[r]);
+      // Columns [part·KS, (part+1)·KS) of the group's rows: KS-wide rows K apart.
+      warp_rows_dot<KS, NR, K>(W + part * KS, g * NR, rows, xs + part * KS, acc);
       if (lane_id() == 0)
         for (int r = 0; r < NR; ++r) part_s[warp_id() * NR + r] = acc[r];
     }

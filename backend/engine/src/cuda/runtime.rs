@@ -990,11 +990,14 @@ impl CudaRuntime {
         }
     }
 
-    /// After a stall: every rank's device refuses new runtimes in this process (hung.rs).
-    fn mark_hung(&self) {
+    /// A stall (`why`): the runtime is poisoned and every rank's device refuses new
+    /// runtimes in this process (hung.rs: the stalled kernel holds every SM until exit).
+    fn stalled(&mut self, why: String) -> Error {
         for r in &self.ranks {
             super::hung::mark(r.ctx.ordinal());
         }
+        self.poisoned = Some(why.clone());
+        Error::Cuda(why)
     }
 
     /// Waits for every rank's kernel to end without blocking in the driver, so a hung
@@ -1012,10 +1015,7 @@ impl CudaRuntime {
                 }
             }
             if started.elapsed() > DEFAULT_STALL_TIMEOUT {
-                let why = format!("the decode kernel did not finish within {DEFAULT_STALL_TIMEOUT:?}");
-                self.mark_hung();
-                self.poisoned = Some(why.clone());
-                return Err(Error::Cuda(why));
+                return Err(self.stalled(format!("the decode kernel did not finish within {DEFAULT_STALL_TIMEOUT:?}")));
             }
             std::thread::sleep(Duration::from_micros(KERNEL_POLL_US));
         }
@@ -1169,11 +1169,8 @@ impl Runtime for CudaRuntime {
                 }
             }
             if last_progress.elapsed() > DEFAULT_STALL_TIMEOUT {
-                let why = format!("the decode kernel published nothing for {DEFAULT_STALL_TIMEOUT:?} (token {next})");
                 self.set_host_word(ctl::STOP, 1);
-                self.mark_hung();
-                self.poisoned = Some(why.clone());
-                return Err(Error::Cuda(why));
+                return Err(self.stalled(format!("the decode kernel published nothing for {DEFAULT_STALL_TIMEOUT:?} (token {next})")));
             }
             spins += 1;
             if spins % SPINS_PER_YIELD == 0 {
