@@ -197,7 +197,7 @@ constexpr bool AHEAD = STAGE && PG_STAGE_AHEAD != 0 && !FUSE_O && !FUSE_DOWN && 
 /// the polls of that wait do not queue behind every SM's weight copies (the o phase,
 /// whose wait on attention is long, still starts the gate/up copy before it).
 /// PG_AHEAD_LATE is a mask of the phases that start it late: 1 q/k/v, 2 gate/up, 4 down,
-/// 8 o (7 by default).
+/// 8 o (3 by default).
 constexpr int LATE_MASK = AHEAD ? PG_AHEAD_LATE : 0;
 constexpr bool LATE_QKV = (LATE_MASK & 1) != 0, LATE_GU = (LATE_MASK & 2) != 0, LATE_DOWN = (LATE_MASK & 4) != 0,
                LATE_O = (LATE_MASK & 8) != 0;

@@ -12,13 +12,18 @@
 //     partial sums added in warp order through shared memory (for phases with fewer
 //     groups than warps);
 //   6 the kernel's staged ring (stage_group, then warp_rows_dot_staged, 8 iterations);
-//   7 split-K 2 with each half streamed through a 4-iteration cp.async ring per warp.
+//   7 split-K 2 with each half streamed through a 4-iteration cp.async ring per warp;
+//   split S/B (ops/split_rows.cuh): block-contiguous rows, each row cut into S
+//     K-segments, equal runs of segments per warp, B loads per lane in flight.
 // Built by scripts/gpu/stream_micro.sh; prints one line per (shape, op).
 #include "common.cuh"
 #include "ops/matvec.cuh"
+#include "ops/split_rows.cuh"
 #include <cstdio>
 #include <vector>
 #include <algorithm>
+#include <string>
+#include <cmath>
 
 constexpr int THREADS = 512, WARPS = THREADS / 32;
 
@@ -173,8 +178,71 @@ __global__ void __launch_bounds__(THREADS, 1) stream(const bf16_t* W, int rows, 
   }
 }
 
+template <int K, int S, int B>
+__global__ void __launch_bounds__(THREADS, 1) stream_split(const bf16_t* W, int rows, const float* x, float* y,
+                                                           unsigned long long* stamps) {
+  __shared__ float xs[K];
+  extern __shared__ float part[];
+  const unsigned long long t0 = now_ns();
+  for (int i = threadIdx.x; i < K; i += THREADS) xs[i] = x[i];
+  __syncthreads();
+  int r0, r1;
+  split_row_range<2>(rows, blockIdx.x, gridDim.x, r0, r1);
+  split_rows_partials<K, S, B, WARPS>(W, r0, r1, xs, part);
+  __syncthreads();
+  for (int r = r0 + threadIdx.x; r < r1; r += THREADS) y[r] = split_row_sum<S>(part, r - r0);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    stamps[2 * blockIdx.x] = t0;
+    stamps[2 * blockIdx.x + 1] = now_ns();
+  }
+}
+
+/// Times stream_split<K, S, B> and checks y against a host dot product of row 0 and the
+/// last row (all weights equal, x = 0.5: every row sums to the same value).
+template <int K, int S, int B>
+void run_split(const char* name, int rows, int blocks) {
+  const size_t n = (size_t)rows * K;
+  constexpr int COPIES = 4, REPS = 40;
+  bf16_t* w;
+  float *x, *y;
+  unsigned long long* st;
+  cudaMalloc(&w, COPIES * n * sizeof(bf16_t));
+  cudaMalloc(&x, K * sizeof(float));
+  cudaMalloc(&y, rows * sizeof(float));
+  cudaMalloc(&st, 2 * blocks * sizeof(unsigned long long));
+  cudaMemset(w, 0x3c, COPIES * n * sizeof(bf16_t));
+  std::vector<float> hx(K, 0.5f);
+  cudaMemcpy(x, hx.data(), K * sizeof(float), cudaMemcpyHostToDevice);
+  cudaMemset(y, 0, rows * sizeof(float));
+  std::vector<unsigned long long> hs(2 * blocks);
+  const int smem = 32 * 1024;
+  cudaFuncSetAttribute(stream_split<K, S, B>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  std::vector<double> us;
+  for (int r = 0; r < REPS; ++r) {
+    stream_split<K, S, B><<<blocks, THREADS, smem>>>(w + (r % COPIES) * n, rows, x, y, st);
+    cudaMemcpy(hs.data(), st, hs.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost);
+    unsigned long long lo = ~0ull, hi = 0;
+    for (int b = 0; b < blocks; ++b) lo = std::min(lo, hs[2 * b]), hi = std::max(hi, hs[2 * b + 1]);
+    if (r >= 4) us.push_back((hi - lo) / 1e3);
+  }
+  std::sort(us.begin(), us.end());
+  std::vector<float> hy(rows);
+  cudaMemcpy(hy.data(), y, rows * sizeof(float), cudaMemcpyDeviceToHost);
+  // bf16 0x3c3c = 0.011475; every row: K · 0.011475 · 0.5.
+  const float want = K * 0.011474609375f * 0.5f;
+  int bad = 0;
+  for (int r = 0; r < rows; ++r) bad += fabsf(hy[r] - want) > 1e-3f * want;
+  const double med = us[us.size() / 2];
+  printf("%-28s K %5d rows %6d split S %2d B %2d: %7.2f us (min %7.2f)  %.2f TB/s  %s\n", name, K, rows, S, B, med, us[0],
+         n * 2.0 / med / 1e6, bad ? "WRONG SUMS" : "sums ok");
+  if (cudaError_t e = cudaGetLastError()) printf("CUDA error %s\n", cudaGetErrorString(e));
+  cudaFree(w), cudaFree(x), cudaFree(y), cudaFree(st);
+}
+
+/// `ops`: a bit per variant to run (default all).
 template <int K, int NR>
-void run(const char* name, int rows, int blocks) {
+void run(const char* name, int rows, int blocks, unsigned ops = 0xff) {
   const size_t n = (size_t)rows * K;
   constexpr int COPIES = 4, REPS = 40;
   bf16_t* w;
@@ -194,7 +262,7 @@ void run(const char* name, int rows, int blocks) {
   const int smem = fits ? ring + WARPS * NR * 16 : WARPS * NR * 4;
   cudaFuncSetAttribute(stream<K, NR>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   for (int op = 0; op < 8; ++op) {
-    if (op >= 6 && !fits) continue;
+    if ((op >= 6 && !fits) || !(ops >> op & 1)) continue;
     std::vector<double> us;
     for (int r = 0; r < REPS; ++r) {
       stream<K, NR><<<blocks, THREADS, smem>>>(w + (r % COPIES) * n, rows, x, y, op, st);
@@ -212,9 +280,40 @@ void run(const char* name, int rows, int blocks) {
   cudaFree(w), cudaFree(x), cudaFree(y), cudaFree(st);
 }
 
-int main() {
+int main(int argc, char** argv) {
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  // `split`: only the split-segment variants against grid_rows on the TP shapes.
+  if (argc > 1 && std::string(argv[1]) == "split") {
+    run<1536, 2>("qwen TP2 gate/up", 8960, sms, 0x41);
+    run_split<1536, 1, 8>("qwen TP2 gate/up", 8960, sms);
+    run_split<1536, 2, 8>("qwen TP2 gate/up", 8960, sms);
+    run_split<1536, 3, 8>("qwen TP2 gate/up", 8960, sms);
+    run_split<1536, 3, 4>("qwen TP2 gate/up", 8960, sms);
+    run_split<1536, 3, 12>("qwen TP2 gate/up", 8960, sms);
+    run_split<1536, 6, 8>("qwen TP2 gate/up", 8960, sms);
+    run<4480, 2>("qwen TP2 down", 1536, sms, 0x41);
+    run_split<4480, 1, 8>("qwen TP2 down", 1536, sms);
+    run_split<4480, 4, 8>("qwen TP2 down", 1536, sms);
+    run_split<4480, 5, 8>("qwen TP2 down", 1536, sms);
+    run_split<4480, 8, 8>("qwen TP2 down", 1536, sms);
+    run_split<4480, 8, 12>("qwen TP2 down", 1536, sms);
+    run_split<4480, 10, 8>("qwen TP2 down", 1536, sms);
+    run<768, 2>("qwen TP2 o-proj (K 768)", 1536, sms, 0x41);
+    run_split<768, 2, 8>("qwen TP2 o-proj (K 768)", 1536, sms);
+    run<1536, 2>("qwen TP2 qkv", 1024, sms, 0x41);
+    run_split<1536, 2, 8>("qwen TP2 qkv", 1024, sms);
+    run<3072, 2>("dtp-2b TP2 gate/up", 12288, sms, 0x41);
+    run_split<3072, 3, 8>("dtp-2b TP2 gate/up", 12288, sms);
+    run<6144, 2>("dtp-2b TP2 down", 3072, sms, 0x41);
+    run_split<6144, 8, 8>("dtp-2b TP2 down", 3072, sms);
+    run<2048, 2>("llama gate/up", 16384, sms, 0x41);
+    run_split<2048, 2, 8>("llama gate/up", 16384, sms);
+    run<8192, 2>("llama down", 2048, sms, 0x41);
+    run_split<8192, 8, 8>("llama down", 2048, sms);
+    run_split<8192, 16, 8>("llama down", 2048, sms);
+    return 0;
+  }
   run<576, 4>("smollm2 LM head", 49152, sms);
   run<576, 2>("smollm2 LM head", 49152, sms);
   run<576, 8>("smollm2 LM head", 49152, sms);

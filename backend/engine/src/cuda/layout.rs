@@ -263,7 +263,7 @@ pub struct KernelOptions {
     /// once their own input has arrived, not before their wait (PG_AHEAD_LATE, decode.cu
     /// `AHEAD_LATE`), so the wait's polls do not queue behind every SM's weight copies.
     /// A mask of those phases (1 q/k/v, 2 gate/up, 4 down, 8 o); 0 = every phase starts
-    /// it before its wait. Bit-identical results. 7 by default (v7).
+    /// it before its wait. Bit-identical results. 3 by default (v7: q/k/v and gate/up late).
     pub ahead_late: u32,
     /// With `tagged` and `stage_ahead` on one GPU: the last `attn_own` × heads blocks run
     /// attention only and the layers' matrix rows go to the other blocks (PG_ATTN_OWN,
@@ -282,9 +282,9 @@ pub struct KernelOptions {
 /// residual in shared memory, 4-row LM head).
 pub const KERNEL_ENV: &str = "PEREGRINE_KERNEL";
 
-/// `KernelOptions::ahead_late` by default: q/k/v, gate/up and down start the next phase's copy late
-/// (3, down early, measured 1.4 % faster once but not yet race-checked: perf-notes "v7").
-pub const AHEAD_LATE_DEFAULT: u32 = 7;
+/// `KernelOptions::ahead_late` by default: q/k/v and gate/up start the next phase's copy late,
+/// down and o before their waits (measured 1.3 % faster than 7 and race-checked: perf-notes "v7").
+pub const AHEAD_LATE_DEFAULT: u32 = 3;
 
 /// Staged 16-byte words per lane per row by default (a whole row up to K = 2048 at 2 rows per warp).
 pub const DEFAULT_STAGE_ITERS: u32 = 8;
@@ -800,7 +800,7 @@ mod tests {
         let v6 = KernelOptions { attn_own: 1, ..v5 };
         assert_eq!(KernelOptions::v6(), v6, "v6 = v5 + attn_own");
         assert_eq!(KernelOptions::current(), KernelOptions { ahead_late: AHEAD_LATE_DEFAULT, ..v6.clone() }, "v7 = v6 + ahead_late");
-        assert_eq!(get(&KernelOptions::current(), "PG_AHEAD_LATE").as_deref(), Some("7"));
+        assert_eq!(get(&KernelOptions::current(), "PG_AHEAD_LATE").as_deref(), Some("3"));
         assert_eq!(get(&KernelOptions::current(), "PG_ATTN_OWN").as_deref(), Some("1"));
         assert_eq!(get(&staged, "PG_STAGE_ITERS").as_deref(), Some("8"));
         assert_eq!(get(&staged, "PG_RESID_SMEM").as_deref(), Some("1"));
