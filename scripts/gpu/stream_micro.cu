@@ -13,12 +13,12 @@
 //     groups than warps);
 //   6 the kernel's staged ring (stage_group, then warp_rows_dot_staged, 8 iterations);
 //   7 split-K 2 with each half streamed through a 4-iteration cp.async ring per warp;
-//   split S/B (ops/split_rows.cuh): block-contiguous rows, each row cut into S
+//   split S/B (split_rows.cuh, next to this file): block-contiguous rows, each row cut into S
 //     K-segments, equal runs of segments per warp, B loads per lane in flight.
 // Built by scripts/gpu/stream_micro.sh; prints one line per (shape, op).
 #include "common.cuh"
 #include "ops/matvec.cuh"
-#include "ops/split_rows.cuh"
+#include "split_rows.cuh"
 #include <cstdio>
 #include <vector>
 #include <algorithm>

@@ -8,6 +8,6 @@ cd "$(dirname "$0")/../.."
 source scripts/env.sh
 cu=$(ls -d "$PEREGRINE_CUDA_VENV"/lib/python3*/site-packages/nvidia/cu13 | head -n1)
 mkdir -p .carry/micro
-flags=(-std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ikernels -DPG_TRACE=0 -DPG_UNROLL=4 -L"$cu/lib")
+flags=(-std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ikernels -Iscripts/gpu -DPG_TRACE=0 -DPG_UNROLL=4 -L"$cu/lib")
 "$cu/bin/nvcc" "${flags[@]}" -o .carry/micro/stream_micro scripts/gpu/stream_micro.cu
 echo "built .carry/micro"
