@@ -94,7 +94,15 @@ static_assert(THREADS % WARP_SIZE == 0 && THREADS >= HD, "block too small");
 /// register preload of session 2 spilled), and 8 iterations stay in flight per lane.
 /// Only phases where every warp has at most one row group stage (stage_fits).
 /// Rank-local weights, so it composes with TP and fuse_o. 0 = off.
-constexpr int STAGE_CAP = PG_STAGE_ITERS;
+/// tp_ahead (PG_TP_AHEAD, tensor parallelism only): staging ahead (below) also where a
+/// staged row is longer than its slot (a ring, N iterations staged) and a phase has
+/// several row groups per warp (its first group is staged, the rest stream through
+/// registers), with at most TP_STAGE_CAP iterations per slot so that both slot sets fit
+/// (Qwen2.5-Coder-1.5B at TP 2: 2 × 16 warps × 6 KB). One GPU keeps staging ahead only
+/// where every row fits (`ROWS_FIT`).
+constexpr bool TP_AHEAD = IS_TP && PG_TP_AHEAD != 0;
+constexpr int TP_STAGE_CAP = 6;
+constexpr int STAGE_CAP = TP_AHEAD && PG_STAGE_ITERS > TP_STAGE_CAP ? TP_STAGE_CAP : PG_STAGE_ITERS;
 constexpr bool STAGE = STAGE_CAP > 0;
 /// resid_smem (one GPU): the o- and down-projection epilogues add their row to the
 /// residual this block loaded into shared memory for the phase before (QKV, gate/up)
@@ -190,8 +198,10 @@ constexpr int STAGE_OFF = align4(RESID_OFF + RESID_FLOATS);
 constexpr bool ROWS_FIT = Stage<D>::ITERS <= Stage<D>::N && Stage<QD>::ITERS <= Stage<QD>::N && Stage<F>::ITERS <= Stage<F>::N;
 constexpr int A_WORDS = cmax(Stage<D>::WORDS, (attn_stage_words<THREADS, HD>() + WARPS - 1) / WARPS);
 constexpr int B_WORDS = cmax(Stage<QD>::WORDS, Stage<F>::WORDS);
-constexpr bool AHEAD = STAGE && PG_STAGE_AHEAD != 0 && !FUSE_O && !FUSE_DOWN && ROWS_FIT &&
+constexpr bool AHEAD = STAGE && PG_STAGE_AHEAD != 0 && !FUSE_O && !FUSE_DOWN && (ROWS_FIT || TP_AHEAD) &&
                        STAGE_OFF * 4 + WARPS * (A_WORDS + B_WORDS) * 16 <= 220 * 1024;
+/// tp_ahead in effect: every matrix phase stages its first row group, however many it has.
+constexpr bool STAGE_FIRST = AHEAD && TP_AHEAD;
 /// ahead_late (PG_AHEAD_LATE, with AHEAD): the q/k/v, gate/up and down phases start the
 /// next phase's copy after their own input has arrived instead of before their wait, so
 /// the polls of that wait do not queue behind every SM's weight copies (the o phase,
@@ -277,7 +287,7 @@ __device__ __forceinline__ int row_grid() {
 /// This block owns rows of a layer matrix of `rows` rows.
 __device__ __forceinline__ bool has_rows(int rows) { return block_has_rows<NR>(rows, row_grid()); }
 
-__device__ __forceinline__ bool stage_fits(int rows) { return STAGE && rows <= row_grid() * WARPS * NR; }
+__device__ __forceinline__ bool stage_fits(int rows) { return STAGE && (STAGE_FIRST || rows <= row_grid() * WARPS * NR); }
 
 /// Before waiting for a phase's inputs, start copying this warp's first row group into
 /// its slot (PG_STAGE_ITERS, stage_fits).

@@ -66,6 +66,30 @@ extern "C" __global__ void __launch_bounds__(ROW_THREADS)
   }
 }
 
+/// Tensor parallelism: one layer's partials (o- or down-projection of the chunk) into
+/// the residual, the decode kernel's load_combined per the layer's mode (layout.rs
+/// XMode): all-reduce x + now[0] + now[1] + … in rank order (every rank's residual gets
+/// the same bits); DTP lane-local x + scale · now[rank]; DTP delayed x + now[rank] + the
+/// other ranks' `late` slots (an earlier layer's, or none when `late` is null). Slot r
+/// (`stride` floats apart) holds rank r's partial, copied over by rank r (runtime.rs
+/// `exchange_prefill`).
+extern "C" __global__ void __launch_bounds__(ROW_THREADS) pg_pf_add_parts(float* x, const float* now, const float* late, u32 n_parts,
+                                                                         u32 stride, u32 total, u32 mode, u32 rank, float scale) {
+  for (u32 i = blockIdx.x * ROW_THREADS + threadIdx.x; i < total; i += gridDim.x * ROW_THREADS) {
+    float v = x[i];
+    if (mode == PG_XM_ALL) {
+      for (u32 r = 0; r < n_parts; ++r) v += now[(size_t)r * stride + i];
+    } else {
+      const float own = now[(size_t)rank * stride + i];
+      v += mode == PG_XM_LOCAL ? own * scale : own;
+      if (late)
+        for (u32 r = 0; r < n_parts; ++r)
+          if (r != rank) v += late[(size_t)r * stride + i];
+    }
+    x[i] = v;
+  }
+}
+
 /// act[r][j] = bf16(silu(gate_j) · up_j) from the gate/up GEMM's interleaved output
 /// (column 2j = gate_j, 2j+1 = up_j, like the decode kernel's weight rows).
 extern "C" __global__ void __launch_bounds__(ROW_THREADS) pg_pf_swiglu(const float* gu, bf16_t* act, u32 total) {

@@ -125,8 +125,9 @@ __device__ __forceinline__ void stage_rows(const bf16_t* __restrict__ W, int row
 
 /// warp_rows_dot of the group stage_group started in `slot` (same row0), streaming the
 /// rest of the rows through the ring; same summation order, so the same bits. With
-/// `ahead` (rows that fit the slot only), the PENDING commit groups issued after this
-/// group's (the next phase's stage, stage_ahead) may stay in flight.
+/// `ahead`, the PENDING commit groups issued after this group's (the next phase's stage,
+/// stage_ahead) may stay in flight until the ring reads its first refill, which was
+/// committed after them.
 template <int K, int NR, int CAP, int PENDING = 0>
 __device__ __forceinline__ void warp_rows_dot_staged(const bf16_t* __restrict__ W, int row0, int rows, const float* xs, const uint4* slot,
                                                      float (&acc)[NR], bool ahead = false) {
@@ -139,7 +140,6 @@ __device__ __forceinline__ void warp_rows_dot_staged(const bf16_t* __restrict__ 
   // A row that fits the slot needs one wait and no refills (per-iteration waits measured
   // ~2 % slower on SmolLM2-135M, whose rows all fit).
   constexpr bool RING = S::ITERS > S::N;
-  static_assert(!(RING && PENDING > 0), "a ring counts its own commit groups: nothing may be staged after it");
   if constexpr (!RING) {
     if (PENDING > 0 && ahead) cp_async_wait_group<PENDING>();
     else cp_async_wait_all();
@@ -148,8 +148,12 @@ __device__ __forceinline__ void warp_rows_dot_staged(const bf16_t* __restrict__ 
 #pragma unroll UNROLL
   for (int it = 0; it < S::ITERS; ++it) {
     // Iteration `it`'s group is done once at most N-1 later groups are pending (every
-    // iteration commits one, so the count is the same for every lane).
-    if constexpr (RING) cp_async_wait_group<S::N - 1>();
+    // iteration commits one, so the count is the same for every lane); the first N also
+    // have the next phase's PENDING groups after them.
+    if constexpr (RING) {
+      if (PENDING > 0 && ahead && it < S::N) cp_async_wait_group<S::N - 1 + PENDING>();
+      else cp_async_wait_group<S::N - 1>();
+    }
     const int c = it * WARP_SIZE + lane;
     if (CHUNKS % WARP_SIZE == 0 || c < CHUNKS) {
       const float4 xa = *reinterpret_cast<const float4*>(xs + c * 8);

@@ -2,7 +2,7 @@
 # Builds scripts/gpu/stream_micro.cu here (the NVRTC venv's nvcc, no GPU needed) into
 # .carry/micro/: one streamed matrix phase alone (grid_rows and variants) on the
 # shapes that stream below the copy bandwidth in the kernel. Then, from the repository root:
-#   run(command=".carry/micro/stream_micro", carry=[".carry/micro"])
+#   run(command=".carry/micro/stream_micro", carry=[".carry/micro"])   (or .carry/micro/tma_micro)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/env.sh
@@ -10,4 +10,6 @@ cu=$(ls -d "$PEREGRINE_CUDA_VENV"/lib/python3*/site-packages/nvidia/cu13 | head 
 mkdir -p .carry/micro
 flags=(-std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ikernels -Iscripts/gpu -DPG_TRACE=0 -DPG_UNROLL=4 -L"$cu/lib")
 "$cu/bin/nvcc" "${flags[@]}" -o .carry/micro/stream_micro scripts/gpu/stream_micro.cu
+# TMA bulk copies: streaming through shared memory and flag latency under copies in flight.
+"$cu/bin/nvcc" "${flags[@]}" -o .carry/micro/tma_micro scripts/gpu/tma_micro.cu
 echo "built .carry/micro"

@@ -135,6 +135,7 @@ mod imp {
                     "fuse-down" => o.fuse_down = true,
                     "tagged" => o.tagged = true,
                     "ahead" => o.stage_ahead = true,
+                    "tp-ahead" => o.tp_ahead = true,
                     "late" => o.ahead_late = peregrine_engine::cuda::layout::AHEAD_LATE_DEFAULT,
                     "trace" => o.trace = true,
                     "chaos" => o.chaos = true,

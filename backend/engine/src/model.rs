@@ -151,8 +151,8 @@ fn cuda_runtime(files: &ModelFiles, gpus: &[usize]) -> Result<crate::cuda::CudaR
     };
     let mut runtime = crate::cuda::CudaRuntime::with_dtp(&files.config, &files.weights, gpus, Default::default(), dtp)?;
     eprintln!("using CUDA: {}", runtime.describe());
-    // Tensor parallelism runs prompts token by token (no cuBLAS): one short run is enough.
-    let lengths = if gpus.len() > 1 { vec![2] } else { warm_up_lengths(files.config.max_context) };
+    // Without the batched prefill (DTP) prompts run token by token (no cuBLAS): one short run is enough.
+    let lengths = if runtime.batched_prefill() { warm_up_lengths(files.config.max_context) } else { vec![2] };
     let took = warm_up(&mut runtime, &lengths)?;
     eprintln!("CUDA warm-up run: {:.1} ms", took.as_secs_f64() * 1e3);
     Ok(runtime)
@@ -178,7 +178,7 @@ fn warm_up(runtime: &mut dyn crate::runtime::Runtime, lengths: &[usize]) -> Resu
     Ok(start.elapsed())
 }
 
-/// Prompt lengths of the one-GPU warm-up (the batched prefill's GEMM shapes): powers of
+/// Prompt lengths of the warm-up with the batched prefill (its GEMM shapes): powers of
 /// two from 2 to 512 that leave room for one generated token in `context`.
 fn warm_up_lengths(context: usize) -> Vec<usize> {
     (1..=9).map(|p| 1usize << p).filter(|&len| len < context).collect()

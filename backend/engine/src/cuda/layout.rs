@@ -273,6 +273,14 @@ pub struct KernelOptions {
     /// OWN_MAX positions (every block attends past it, as with 0). 1 by default (v6);
     /// not bit-identical with 0 (another summation order).
     pub attn_own: u32,
+    /// Tensor parallelism: staging ahead also where a staged row is longer than its slot
+    /// (a ring) and where a phase has several row groups per warp (its first group is
+    /// staged), with at most 6 iterations per slot so both slot sets fit (PG_TP_AHEAD,
+    /// decode.cu `TP_AHEAD`). The rows of the TP shapes never fit `ROWS_FIT`, so without
+    /// it their layers stage one phase at a time. Bit-identical results (the same sums,
+    /// read from shared memory earlier). No effect on one GPU. Off by default: measured
+    /// slower at TP 2 (Qwen2.5-Coder-1.5B 1,164 → 1,113 tok/s; perf-notes "tp_ahead").
+    pub tp_ahead: bool,
 }
 
 /// Environment switch for benchmarking against the previous kernels: `v6` turns off the
@@ -342,6 +350,7 @@ impl KernelOptions {
             stage_ahead: true,
             ahead_late: AHEAD_LATE_DEFAULT,
             attn_own: 1,
+            tp_ahead: false,
         }
     }
 }
@@ -546,6 +555,7 @@ pub fn defines_tp(
     put("FUSE_DOWN", u8::from(options.fuse_down).to_string());
     put("TAGGED", u8::from(tagged_for(options, tp)).to_string());
     put("STAGE_AHEAD", u8::from(options.stage_ahead).to_string());
+    put("TP_AHEAD", u8::from(options.tp_ahead).to_string());
     put("AHEAD_LATE", options.ahead_late.to_string());
     put("ATTN_OWN", if tagged_for(options, tp) { options.attn_own } else { 0 }.to_string());
     if options.chaos {
@@ -800,6 +810,8 @@ mod tests {
         let v6 = KernelOptions { attn_own: 1, ..v5 };
         assert_eq!(KernelOptions::v6(), v6, "v6 = v5 + attn_own");
         assert_eq!(KernelOptions::current(), KernelOptions { ahead_late: AHEAD_LATE_DEFAULT, ..v6.clone() }, "v7 = v6 + ahead_late");
+        assert_eq!(get(&KernelOptions::current(), "PG_TP_AHEAD").as_deref(), Some("0"));
+        assert_eq!(get(&KernelOptions { tp_ahead: true, ..KernelOptions::current() }, "PG_TP_AHEAD").as_deref(), Some("1"));
         assert_eq!(get(&KernelOptions::current(), "PG_AHEAD_LATE").as_deref(), Some("3"));
         assert_eq!(get(&KernelOptions::current(), "PG_ATTN_OWN").as_deref(), Some("1"));
         assert_eq!(get(&staged, "PG_STAGE_ITERS").as_deref(), Some("8"));

@@ -169,7 +169,7 @@ mod tests {
             let (cubin, _) = nvrtc::cubin_of(nvrtc::PREFILL_SOURCE, "sm_90a", &layout::defines(config, &options))
                 .unwrap_or_else(|e| panic!("{}: {e}", config.name));
             let has = |name: &str| cubin.windows(name.len()).any(|w| w == name.as_bytes());
-            for name in ["pg_pf_embed", "pg_pf_rmsnorm", "pg_pf_qkv_rope", "pg_pf_attention", "pg_pf_swiglu"] {
+            for name in ["pg_pf_embed", "pg_pf_rmsnorm", "pg_pf_qkv_rope", "pg_pf_attention", "pg_pf_swiglu", "pg_pf_add_parts"] {
                 assert!(has(name), "{}: cubin lacks {name}", config.name);
             }
             let mma = layout::prefill_shape(config).map(|p| p.mma).unwrap_or(false);

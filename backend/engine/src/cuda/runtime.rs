@@ -18,9 +18,9 @@ use super::RunStats;
 use crate::config::ModelConfig;
 use crate::cpu::reference_runtime::check_fits;
 use crate::cpu::rope;
-use crate::cuda::layout::{self, ctl, end, rec, Arg, KernelOptions, LayerSlot, PeerSlot, MAX_DEVICE_STOP_TOKENS};
+use crate::cuda::layout::{self, ctl, end, rec, Arg, KernelOptions, LayerSlot, PeerSlot, XMode, MAX_DEVICE_STOP_TOKENS};
 use crate::cuda::nvrtc;
-use crate::cuda::prefill::{Prefill, PrefillOp, PrefillWeights};
+use crate::cuda::prefill::{Exchange, Prefill, PrefillOp, PrefillWeights};
 use crate::cuda::run_stats::PrefillSplit;
 use crate::cuda::trace::{RawTrace, WORDS_PER_EVENT};
 use crate::dtp::{DtpSchedule, ShardPlan};
@@ -173,10 +173,9 @@ pub struct CudaRuntime {
     kv_cap: usize,
     /// Splits per head the partial-state buffer was sized for.
     alloc_splits: u32,
-    /// The batched prefill on one GPU (compiled when `options.batched_prefill` is on and
-    /// the shape supports it; see layout::prefill_shape). Tensor parallelism runs the
-    /// prompt token by token in the persistent kernels.
-    prefill: ManuallyDrop<Option<Prefill>>,
+    /// The batched prefill, one per rank (compiled when `options.batched_prefill` is on
+    /// and the shard's shape supports it, see layout::prefill_shape; empty otherwise).
+    prefills: ManuallyDrop<Vec<Prefill>>,
     /// Record per-op GPU times of the next prefills (see `last_prefill_split`).
     prefill_profile: bool,
     last_prefill_split: Option<PrefillSplit>,
@@ -231,23 +230,31 @@ pub fn compile_only(config: &ModelConfig, options: &KernelOptions, arch: &str) -
     Ok(bytes)
 }
 
-/// The batched prefill for a runtime, or None where it is off or the shape needs the
-/// per-token path; a missing cuBLAS or a failed compile is an error that says how to
-/// run without it.
-fn load_prefill(
-    ctx: &Arc<CudaContext>,
-    stream: &Arc<CudaStream>,
-    config: &ModelConfig,
+/// The batched prefill of every rank (`shard`: one rank's shape; `dtp`: the DTP
+/// schedule), or none where it is off or the shape needs the per-token path; a missing
+/// cuBLAS or a failed compile is an error that says how to run without it.
+fn load_prefills(
+    ranks: &[Rank],
+    shard: &ModelConfig,
     options: &KernelOptions,
+    dtp: Option<&DtpSchedule>,
     arch: &str,
     kv_cap: usize,
-) -> Result<Option<Prefill>> {
-    if !options.batched_prefill || layout::prefill_shape(config).is_err() {
-        return Ok(None);
+) -> Result<Vec<Prefill>> {
+    if !options.batched_prefill || layout::prefill_shape(shard).is_err() {
+        return Ok(Vec::new());
     }
-    Prefill::new(ctx, stream, config, options, arch, kv_cap).map(Some).map_err(|e| {
-        Error::Cuda(format!("batched prefill: {e} (set {}=tokens to run prompts token by token instead)", layout::PREFILL_ENV))
-    })
+    let tp = ranks.len();
+    ranks
+        .iter()
+        .enumerate()
+        .map(|(rank, r)| {
+            r.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
+            Prefill::new(&r.ctx, &r.stream, shard, options, arch, kv_cap, Some((rank, tp, dtp))).map_err(|e| {
+                Error::Cuda(format!("batched prefill: {e} (set {}=tokens to run prompts token by token instead)", layout::PREFILL_ENV))
+            })
+        })
+        .collect()
 }
 
 /// [`compile_only`] for one rank of tensor parallelism of degree `tp` (DTP with a schedule).
@@ -256,7 +263,11 @@ pub fn compile_only_tp(config: &ModelConfig, options: &KernelOptions, tp: usize,
     if let Some(why) = layout::unsupported(&shard, options).or_else(|| layout::unsupported_tp(options, tp)) {
         return Err(Error::Cuda(format!("unsupported shape: {why}")));
     }
-    Ok(nvrtc::cubin(arch, &layout::defines_tp(&shard, options, tp, config.vocab_size, dtp))?.0.len())
+    let mut bytes = nvrtc::cubin(arch, &layout::defines_tp(&shard, options, tp, config.vocab_size, dtp))?.0.len();
+    if layout::prefill_shape(&shard).is_ok() {
+        bytes += nvrtc::cubin_of(nvrtc::PREFILL_SOURCE, arch, &layout::defines(&shard, options))?.0.len();
+    }
+    Ok(bytes)
 }
 
 /// Rows `r0..r1` of a row-major matrix with `cols` columns.
@@ -436,7 +447,7 @@ impl CudaRuntime {
             }
         }
         let ctx0 = ranks[0].ctx.clone();
-        let prefill = if tp == 1 { load_prefill(&ctx0, &ranks[0].stream, config, &options, &arch, kv_cap)? } else { None };
+        let prefills = load_prefills(&ranks, &shard, &options, dtp.as_ref(), &arch, kv_cap)?;
         let words = ctl::WORDS + options.ring * rec::WORDS;
         // SAFETY: the buffer is zeroed below before the kernel or the host reads it.
         let mut host =
@@ -464,7 +475,7 @@ impl CudaRuntime {
             grid,
             shared_gpu: sharing > 1,
             kv_cap,
-            prefill: ManuallyDrop::new(prefill),
+            prefills: ManuallyDrop::new(prefills),
             prefill_profile: false,
             last_prefill_split: None,
             host: ManuallyDrop::new(host),
@@ -716,11 +727,10 @@ impl CudaRuntime {
             let ro = KernelOptions { chaos: options.chaos && (tp == 1 || options.chaos_rank as usize == i), ..options.clone() };
             r.kernel = Self::load_kernel(&r.ctx, &r.stream, &self.config, &self.shard, &ro, tp, self.dtp.as_ref(), &self.arch)?;
         }
-        if tp == 1 && options.batched_prefill && self.prefill.is_none() {
-            let r = &self.ranks[0];
-            *self.prefill = load_prefill(&r.ctx, &r.stream, &self.config, &options, &self.arch, self.kv_cap)?;
+        if options.batched_prefill && self.prefills.is_empty() {
+            *self.prefills = load_prefills(&self.ranks, &self.shard, &options, self.dtp.as_ref(), &self.arch, self.kv_cap)?;
         }
-        if let Some(p) = self.prefill.as_mut() {
+        for p in self.prefills.iter_mut() {
             p.set_mma_attention(options.prefill_mma_attention);
         }
         self.options = options;
@@ -740,7 +750,7 @@ impl CudaRuntime {
 
     /// Whether `generate` runs prompts through the batched prefill.
     pub fn batched_prefill(&self) -> bool {
-        self.options.batched_prefill && self.prefill.is_some()
+        self.options.batched_prefill && !self.prefills.is_empty()
     }
 
     /// Records every LM-head run's raw logits (tests compare them with the CPU).
@@ -773,10 +783,10 @@ impl CudaRuntime {
     pub fn describe(&self) -> String {
         let names: Vec<&str> = self.ranks.iter().map(|r| r.device_name.as_str()).collect();
         let k = &self.ranks[0].kernel;
-        let prefill = match (&*self.prefill, self.options.batched_prefill) {
+        let prefill = match (self.prefills.first(), self.options.batched_prefill) {
+            (Some(p), true) if self.ranks.len() > 1 => format!("{} on every rank, partials exchanged by peer copies", p.describe()),
             (Some(p), true) => p.describe(),
             (_, false) => "prompt token by token in the persistent kernel".to_string(),
-            (None, true) if self.ranks.len() > 1 => "prompt token by token (tensor parallelism)".to_string(),
             (None, true) => "prompt token by token (shape unsupported by the batched prefill)".to_string(),
         };
         format!(
@@ -921,25 +931,143 @@ impl CudaRuntime {
     }
 
     /// Enqueues the batched prefill of prompt positions 0..P-2 (after `prepare` uploaded
-    /// the tokens), so the kernel starts at P-1; nothing for a 1-token prompt, with the
-    /// batched prefill off, or under tensor parallelism.
+    /// the tokens), so the kernels start at P-1; nothing for a 1-token prompt or with
+    /// the batched prefill off.
     fn enqueue_prefill(&mut self, prompt_len: usize) -> Result<PrefillRun> {
         let n = prompt_len.saturating_sub(1);
-        let Some(pf) = self.prefill.as_ref().filter(|_| self.options.batched_prefill && n > 0) else {
+        if !self.options.batched_prefill || n == 0 || self.prefills.is_empty() {
             return Ok(PrefillRun::default());
-        };
-        let r = &self.ranks[0];
+        }
+        let r0 = &self.ranks[0];
+        self.prefills[0].check_positions(n)?;
         // cuBLAS runs in the thread's current context (the engine thread may not be
         // the one that created the runtime).
-        r.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
+        r0.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
         let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
-        let start = r.stream.record_event(flags).map_err(cuda_err("event"))?;
-        let w = PrefillWeights { layers: &r.weights.layer_ptrs, embed: r.weights.embed, inv_freq: r.weights.inv_freq };
+        let start = r0.stream.record_event(flags).map_err(cuda_err("event"))?;
         let mut ops = Vec::new();
-        let profile = if self.prefill_profile { Some(&mut ops) } else { None };
-        pf.enqueue(&r.stream, &w, r.dptr(&r.state.kv), r.dptr(&r.state.tokens), n, profile)?;
-        let stop = r.stream.record_event(flags).map_err(cuda_err("event"))?;
+        let mut profile = if self.prefill_profile { Some(&mut ops) } else { None };
+        if self.ranks.len() == 1 {
+            let w = PrefillWeights { layers: &r0.weights.layer_ptrs, embed: r0.weights.embed, inv_freq: r0.weights.inv_freq };
+            self.prefills[0].enqueue(&r0.stream, &w, r0.dptr(&r0.state.kv), r0.dptr(&r0.state.tokens), n, profile)?;
+        } else {
+            self.enqueue_prefill_tp(n, &mut profile)?;
+        }
+        let r0 = &self.ranks[0];
+        r0.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
+        let stop = r0.stream.record_event(flags).map_err(cuda_err("event"))?;
         Ok(PrefillRun { positions: n, span: Some((start, stop)), ops })
+    }
+
+    /// The batched prefill under tensor parallelism: every rank's half-layers in turn, each
+    /// o / down half followed by the exchange of the partials (`exchange_prefill`). Rank 0's
+    /// ops are the profiled ones.
+    fn enqueue_prefill_tp(&self, n: usize, profile: &mut Option<&mut Vec<(PrefillOp, CudaEvent, CudaEvent)>>) -> Result<()> {
+        fn weights(r: &Rank) -> PrefillWeights<'_> {
+            PrefillWeights { layers: &r.weights.layer_ptrs, embed: r.weights.embed, inv_freq: r.weights.inv_freq }
+        }
+        let layers = self.config.num_layers;
+        let mut none = None;
+        for (c0, rows) in self.prefills[0].chunks(n) {
+            // Per (layer, exchange): every rank's event after its copies to the peers.
+            let mut sent: Vec<Vec<CudaEvent>> = (0..2 * layers).map(|_| Vec::new()).collect();
+            for (i, (r, pf)) in self.ranks.iter().zip(self.prefills.iter()).enumerate() {
+                r.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
+                pf.enqueue_embed(&r.stream, &weights(r), r.dptr(&r.state.tokens), c0, rows, if i == 0 { &mut *profile } else { &mut none })?;
+            }
+            for l in 0..layers {
+                for (i, (r, pf)) in self.ranks.iter().zip(self.prefills.iter()).enumerate() {
+                    r.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
+                    let p = if i == 0 { &mut *profile } else { &mut none };
+                    pf.enqueue_attention(&r.stream, &weights(r), l, r.dptr(&r.state.kv), c0, rows, p)?;
+                }
+                self.exchange_prefill(l, Exchange::O, rows, &mut sent, profile)?;
+                for (i, (r, pf)) in self.ranks.iter().zip(self.prefills.iter()).enumerate() {
+                    r.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
+                    pf.enqueue_ffn(&r.stream, &weights(r), l, rows, if i == 0 { &mut *profile } else { &mut none })?;
+                }
+                self.exchange_prefill(l, Exchange::Down, rows, &mut sent, profile)?;
+            }
+            if self.prefills[0].slots_per_layer() {
+                // DTP: a layer's slots are read up to `delay` layers after the peers wrote
+                // them, after the last wait on those peers: no rank starts the next chunk
+                // (and writes the slots again) before every rank is done with this one.
+                let ends = self
+                    .ranks
+                    .iter()
+                    .map(|r| r.stream.record_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)).map_err(cuda_err("event")))
+                    .collect::<Result<Vec<_>>>()?;
+                for (i, r) in self.ranks.iter().enumerate() {
+                    for (p, ev) in ends.iter().enumerate() {
+                        if p != i {
+                            r.stream.wait(ev).map_err(cuda_err("wait for a peer's chunk"))?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One exchange of the prefill's partials (layer `l`, projection `kind`): where the
+    /// layer sends, each rank copies its slot into every peer's receive buffer (peer
+    /// copies on its own stream) and records an event; then each rank's stream waits for
+    /// the peers' events of the partials it adds (this layer's for an all-reduce, an
+    /// earlier layer's for DTP's delayed add) and adds them (`Prefill::enqueue_add_parts`).
+    /// Standard TP reuses one set of slots for every layer: a peer's next copy into them
+    /// follows, on the peer's stream, its wait for this rank's next exchange, which this
+    /// rank's stream records after the add that read them.
+    fn exchange_prefill(
+        &self,
+        l: usize,
+        kind: Exchange,
+        rows: usize,
+        sent: &mut [Vec<CudaEvent>],
+        profile: &mut Option<&mut Vec<(PrefillOp, CudaEvent, CudaEvent)>>,
+    ) -> Result<()> {
+        let bytes = self.prefills[0].part_bytes(rows);
+        let (mode, late, send) = self.prefills[0].exchange_of(l);
+        let at = |layer: usize| 2 * layer + kind as usize;
+        if send {
+            for (i, (r, pf)) in self.ranks.iter().zip(self.prefills.iter()).enumerate() {
+                r.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
+                let src = pf.part_slot(&r.stream, l, kind, i);
+                for (p, (peer, ppf)) in self.ranks.iter().zip(self.prefills.iter()).enumerate() {
+                    if p == i {
+                        continue;
+                    }
+                    let dst = ppf.part_slot(&peer.stream, l, kind, i);
+                    // SAFETY: both slots are live allocations of `bytes` or more (chunk rows ≥
+                    // rows); the copy is ordered after this rank's GEMM on its stream and before
+                    // the peer's add by the event below.
+                    unsafe {
+                        cudarc::driver::result::memcpy_peer_async(peer.ctx.cu_ctx(), dst, r.ctx.cu_ctx(), src, bytes, r.stream.cu_stream())
+                    }
+                    .map_err(cuda_err("prefill peer copy"))?;
+                }
+                sent[at(l)].push(r.stream.record_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)).map_err(cuda_err("event"))?);
+            }
+        }
+        let waits_on = match mode {
+            XMode::All => Some(l),
+            _ => usize::try_from(late).ok(),
+        };
+        if let Some(m) = waits_on.filter(|&m| sent[at(m)].len() != self.ranks.len()) {
+            return Err(Error::Cuda(format!("prefill exchange: layer {l} adds layer {m}'s partials, which were never sent")));
+        }
+        let mut none = None;
+        for (i, (r, pf)) in self.ranks.iter().zip(self.prefills.iter()).enumerate() {
+            r.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
+            if let Some(m) = waits_on {
+                for (p, ev) in sent[at(m)].iter().enumerate() {
+                    if p != i {
+                        r.stream.wait(ev).map_err(cuda_err("wait for a peer's partials"))?;
+                    }
+                }
+            }
+            pf.enqueue_add_parts(&r.stream, l, kind, rows, if i == 0 { &mut *profile } else { &mut none })?;
+        }
+        Ok(())
     }
 
     /// Launches every rank's kernel back to back (rank 0 first; each waits for the
@@ -1222,7 +1350,7 @@ impl Drop for CudaRuntime {
                     ManuallyDrop::drop(&mut r.state);
                     ManuallyDrop::drop(&mut r.weights);
                 }
-                ManuallyDrop::drop(&mut self.prefill);
+                ManuallyDrop::drop(&mut self.prefills);
                 ManuallyDrop::drop(&mut self.host);
             }
         }
