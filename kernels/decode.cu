@@ -216,11 +216,12 @@ constexpr int SLOT_WORDS = AHEAD ? A_WORDS : STAGE_WORDS;
 constexpr int STAGE_REGION_WORDS = AHEAD ? WARPS * (A_WORDS + B_WORDS) : WARPS * STAGE_WORDS;
 /// stage: attention stages its first pass of cached k/v in set A's slots when they hold it.
 constexpr bool ATTN_STAGE = STAGE && attn_stage_words<THREADS, HD>() <= WARPS * SLOT_WORDS;
-/// attn_own (PG_ATTN_OWN, with stage_ahead, one GPU): the last PG_ATTN_OWN · NH blocks run
-/// attention only and the layers' matrix phases hand their row groups to the others
-/// (row_grid): attention's blocks then own no q/k/v rows and are polling when q/k/v land.
-/// The LM head still uses every block. Splits per head are capped by the blocks reserved.
-constexpr int ATTN_OWN = AHEAD && !IS_TP ? PG_ATTN_OWN * NH : 0;
+/// attn_own (PG_ATTN_OWN; one GPU with stage_ahead, tensor parallelism with staging and
+/// `tp_attn_own`): the last PG_ATTN_OWN · NH blocks run attention only and the layers'
+/// matrix phases hand their row groups to the others (row_grid): attention's blocks then
+/// own no q/k/v rows and are polling when q/k/v land. The LM head still uses every
+/// block. Splits per head are capped by the blocks reserved.
+constexpr int ATTN_OWN = (AHEAD && !IS_TP) || (IS_TP && STAGE) ? PG_ATTN_OWN * NH : 0;
 /// attn_own with one block per head: attend_own (every cached k/v row in shared memory)
 /// for contexts up to OWN_MAX positions; longer contexts spread their attention over
 /// every block as without attn_own (flash-decoding splits). The block's stage region
@@ -468,9 +469,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
   u32* my_xc = IS_TP ? peer_xc[rank] : nullptr;
   float* my_rx = IS_TP ? peer_rx[rank] : nullptr;
   // Blocks owning rows of each matrix (grid_rows hands row groups to blocks 0, 1, …).
-  const int w_qkv = min((int)G, (QKV + NR - 1) / NR);
-  const int w_d = min((int)G, (D + NR - 1) / NR);
-  const int w_gu = min((int)G, (2 * F + NR - 1) / NR);
+  const int w_qkv = min(row_grid(), (QKV + NR - 1) / NR);
+  const int w_d = min((int)G, (D + NR - 1) / NR);  // (the DTP mean of h: every block runs the LM head)
+  const int w_gu = min(row_grid(), (2 * F + NR - 1) / NR);
   // Thread 0 after a block barrier: one arrival on every peer's counter `which`.
   auto arrive_peers = [&](int which) {
     if (IS_TP && threadIdx.x == 0) {

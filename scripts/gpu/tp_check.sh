@@ -12,7 +12,7 @@
 #        PEREGRINE_KERNEL=$PREV_KERNEL), TRACE_SHAPES / TRACE_VARIANTS (default v7) for the
 #        `trace` step (`gpu_check trace --tp 2`, rank 0's phase spans and per-layer sum);
 #        build_tp.sh's VARIANTS must hold those kernels and their `+trace` twins
-#        (e.g. VARIANTS=v7+trace,v7+tp-ahead+late11,v7+tp-ahead+late11+trace).
+#        (e.g. VARIANTS=v7+trace,v7+tp-own,v7+tp-own+trace).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=${BIN:-.carry/tp}

@@ -122,7 +122,7 @@ mod imp {
 
     /// Kernel variants by name (see docs/perf-notes.md). "v3" is the default; names with
     /// `+` compose: a named variant first, then modifiers (`stage`, `stageN`, `resid`,
-    /// `lmN`, `prefetch`, `fuse-o`, `fuse-down`, `tagged`, `ahead`, `late` / `lateN` (next phase's copy after the wake; N a mask: 1 q/k/v, 2 gate/up, 4 down, 8 o), `ownN` (attention on N blocks per head of its own), `trace`, `chaos`, `nosplit`).
+    /// `lmN`, `prefetch`, `fuse-o`, `fuse-down`, `tagged`, `ahead`, `late` / `lateN` (next phase's copy after the wake; N a mask: 1 q/k/v, 2 gate/up, 4 down, 8 o), `ownN` (attention on N blocks per head of its own), `tp-ahead` (staging ahead under tensor parallelism), `tp-own` (attn_own under tensor parallelism), `trace`, `chaos`, `nosplit`).
     fn variant(name: &str) -> KernelOptions {
         if let Some((first, mods)) = name.split_once('+') {
             let mut o = variant(first);
@@ -136,6 +136,7 @@ mod imp {
                     "tagged" => o.tagged = true,
                     "ahead" => o.stage_ahead = true,
                     "tp-ahead" => o.tp_ahead = true,
+                    "tp-own" => o.tp_attn_own = true,
                     "late" => o.ahead_late = peregrine_engine::cuda::layout::AHEAD_LATE_DEFAULT,
                     "trace" => o.trace = true,
                     "chaos" => o.chaos = true,
@@ -600,6 +601,11 @@ mod imp {
             let n = if quick { 64 } else { 300 };
             prefill_case(&mut rt, &config.name, &rng.tokens(n, config.vocab_size), &mut v)?;
             prefill_case(&mut rt, &format!("{} 2-token prompt", config.name), &rng.tokens(2, config.vocab_size), &mut v)?;
+            if !tiny {
+                // Past attn_own's shared-memory reach (OWN_MAX, 577 positions on SmolLM2-135M):
+                // the kernel's first step, and the token path's later ones, attend on every block.
+                prefill_case(&mut rt, &format!("{} 700-token prompt", config.name), &rng.tokens(700, config.vocab_size), &mut v)?;
+            }
             if tiny {
                 drop(rt);
                 // Several chunks: later chunks attend to earlier chunks' cache rows.

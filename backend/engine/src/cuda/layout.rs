@@ -281,6 +281,13 @@ pub struct KernelOptions {
     /// read from shared memory earlier). No effect on one GPU. Off by default: measured
     /// slower at TP 2 (Qwen2.5-Coder-1.5B 1,164 → 1,113 tok/s; perf-notes "tp_ahead").
     pub tp_ahead: bool,
+    /// Tensor parallelism: `attn_own` there too (the last heads-per-rank blocks run
+    /// attention only, attend_own with the head's cache in shared memory; the matrix
+    /// phases use the other blocks). PG_ATTN_OWN under TP, with staging. Off by default:
+    /// Qwen2.5-Coder-1.5B TP 2 1,163 → 1,214 tok/s, but SmolLM2-1.7B 1,281 → 1,239, and
+    /// its first-step logits after a 511-position batched prefill differed from the token
+    /// path's (rel err 1.01) on Qwen TP 2 — unexplained (perf-notes "tp_attn_own").
+    pub tp_attn_own: bool,
 }
 
 /// Environment switch for benchmarking against the previous kernels: `v6` turns off the
@@ -351,6 +358,7 @@ impl KernelOptions {
             ahead_late: AHEAD_LATE_DEFAULT,
             attn_own: 1,
             tp_ahead: false,
+            tp_attn_own: false,
         }
     }
 }
@@ -557,7 +565,8 @@ pub fn defines_tp(
     put("STAGE_AHEAD", u8::from(options.stage_ahead).to_string());
     put("TP_AHEAD", u8::from(options.tp_ahead).to_string());
     put("AHEAD_LATE", options.ahead_late.to_string());
-    put("ATTN_OWN", if tagged_for(options, tp) { options.attn_own } else { 0 }.to_string());
+    let own = tagged_for(options, tp) || (tp > 1 && options.tp_attn_own && options.stage_iters > 0);
+    put("ATTN_OWN", if own { options.attn_own } else { 0 }.to_string());
     if options.chaos {
         put("CHAOS", "1".into());
     }
@@ -812,6 +821,15 @@ mod tests {
         assert_eq!(KernelOptions::current(), KernelOptions { ahead_late: AHEAD_LATE_DEFAULT, ..v6.clone() }, "v7 = v6 + ahead_late");
         assert_eq!(get(&KernelOptions::current(), "PG_TP_AHEAD").as_deref(), Some("0"));
         assert_eq!(get(&KernelOptions { tp_ahead: true, ..KernelOptions::current() }, "PG_TP_AHEAD").as_deref(), Some("1"));
+        // attn_own under tensor parallelism only with tp_attn_own (and staging).
+        let tp_own = KernelOptions { tp_attn_own: true, ..KernelOptions::current() };
+        let own_at = |o: &KernelOptions, tp: usize| {
+            let shard = shard(&crate::synthetic::preset("qwen2.5-coder-1.5b").expect("preset"), tp).expect("shard");
+            defines_tp(&shard, o, tp, 151_936, None).into_iter().find(|(k, _)| k == "PG_ATTN_OWN").map(|(_, v)| v)
+        };
+        assert_eq!(own_at(&KernelOptions::current(), 2).as_deref(), Some("0"));
+        assert_eq!(own_at(&tp_own, 2).as_deref(), Some("1"));
+        assert_eq!(own_at(&KernelOptions { stage_iters: 0, ..tp_own }, 2).as_deref(), Some("0"));
         assert_eq!(get(&KernelOptions::current(), "PG_AHEAD_LATE").as_deref(), Some("3"));
         assert_eq!(get(&KernelOptions::current(), "PG_ATTN_OWN").as_deref(), Some("1"));
         assert_eq!(get(&staged, "PG_STAGE_ITERS").as_deref(), Some("8"));
