@@ -18,7 +18,7 @@
 //! memory before the phase's wait, reads the residual from shared memory and runs the LM
 //! head with 4 rows per warp (docs/perf-notes.md, "Session 3: staging").
 //!
-//! Usage: gpu_check [all|correctness|bench|sanitize|prefill|precompile|precompile-tp|tp|trace|kernel-check|defines] [--quick]
+//! Usage: gpu_check [all|correctness|bench|sanitize|prefill|precompile|precompile-tp|tp|tp-prefill|trace|kernel-check|defines] [--quick]
 //!        [--tp N] [--shapes a,b] [--runs N] [--prompt N] [--gen N] [--variants v1,v2,...] [--kernel NAME] [--no-tiny] [--no-chaos]
 
 #[cfg(feature = "cuda")]
@@ -1088,6 +1088,48 @@ mod imp {
                 configs.extend(args.shapes.iter().map(|s| preset(s).unwrap_or_else(|| panic!("unknown shape {s}"))));
                 for c in &configs {
                     kernel_check(c, &base, args.gen, &mut v)?;
+                }
+            }
+            v.summarise_and_exit();
+            return Ok(());
+        }
+        if args.mode == "tp-prefill" {
+            // Which path of a tensor-parallel kernel variant (--kernel) goes wrong on long prompts:
+            // the first generated step's logits at TP --tp (batched prefill, then token by token)
+            // against one GPU's default kernel (batched), for prompts of 200, 300 and 600 tokens.
+            let tp = args.tp.unwrap_or(2);
+            for shape in &args.shapes {
+                let config = preset(shape).unwrap_or_else(|| panic!("unknown shape {shape}"));
+                let w = synthetic_weights(&config, WEIGHT_SEED);
+                let greedy = SamplingParams::default();
+                let first_logits = |rt: &mut CudaRuntime, prompt: &[u32]| -> Result<Vec<f32>> {
+                    rt.set_debug_logits(true);
+                    collect(rt, prompt, 1, &greedy, &[], 0)?;
+                    rt.set_debug_logits(false);
+                    Ok(rt.debug_logits().first().cloned().unwrap_or_default())
+                };
+                let prompts: Vec<Vec<u32>> = [200, 300, 600].iter().map(|&n| Rng(0x5EED ^ n as u64).tokens(n, config.vocab_size)).collect();
+                let mut one = CudaRuntime::new(&config, &w, 0)?;
+                let refs = prompts.iter().map(|p| first_logits(&mut one, p)).collect::<Result<Vec<_>>>()?;
+                drop(one);
+                let opts = variant(&args.kernel);
+                let mut rt = CudaRuntime::with_devices(&config, &w, &(0..tp).collect::<Vec<_>>(), opts.clone())?;
+                println!("  {}", rt.describe());
+                for batched in [true, false] {
+                    rt.set_options(KernelOptions { batched_prefill: batched, ..opts.clone() })?;
+                    for (p, r) in prompts.iter().zip(&refs) {
+                        let got = first_logits(&mut rt, p)?;
+                        let e = rel_err(&got, r);
+                        v.check(
+                            e < 3e-2,
+                            format!(
+                                "{shape} tp {tp} {}: {}-token prompt, {}: first-step logits vs one GPU rel err {e:.2e}",
+                                args.kernel,
+                                p.len(),
+                                if batched { "batched prefill" } else { "token by token" }
+                            ),
+                        );
+                    }
                 }
             }
             v.summarise_and_exit();
