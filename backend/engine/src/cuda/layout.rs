@@ -285,8 +285,8 @@ pub struct KernelOptions {
     /// attention only, attend_own with the head's cache in shared memory; the matrix
     /// phases use the other blocks). PG_ATTN_OWN under TP, with staging. Off by default:
     /// Qwen2.5-Coder-1.5B TP 2 1,163 → 1,214 tok/s, but SmolLM2-1.7B 1,281 → 1,239, and
-    /// its first-step logits after a 511-position batched prefill differed from the token
-    /// path's (rel err 1.01) on Qwen TP 2 — unexplained (perf-notes "tp_attn_own").
+    /// its token-by-token prompt path goes wrong once prompt steps pass attend_own's
+    /// reach (Qwen TP 2, 300-token prompt: rel err 0.46 vs one GPU; perf-notes "tp_attn_own").
     pub tp_attn_own: bool,
 }
 
