@@ -608,6 +608,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
               },
               o_ahead);
           (void)bias;
+        } else if (!TAGGED && l == 0 && s > start && !(score || s >= n_prompt)) {
+          // A block without q/k/v rows (attn_own's under tensor parallelism) still waits for
+          // the previous prompt step here: otherwise, when it has no attention item either
+          // (past attend_own's reach), it would arrive on this step's counters with no wait
+          // at all and run ahead into later steps, completing their counts early. (Generated
+          // steps wait on the token, score steps on the LM head's counter; tagged blocks
+          // acquire the step chain at the step start.)
+          block_wait(layer_ctr(ctr, L - 1, PH_DOWN), (s - start) * G, trace_event(tr, l * PHASES + PH_QKV));
         }
         phase_end(layer_ctr(ctr, l, PH_QKV), trace_event(tr, l * PHASES + PH_QKV));
       }

@@ -8,11 +8,11 @@
 # `timeout -s KILL`; logs go to $OUT.
 #   env: BIN (default .carry/tp), SHAPES (bench), CHECK_SHAPES (gpu_check / transformers),
 #        RACE_TOKENS (default 2000), RUNS (default 5), STEPS (default: tp_check bench transformers),
-#        PREV_KERNEL (default v6) for the `bench_prev` step (`peregrine bench --tp 2` with
-#        PEREGRINE_KERNEL=$PREV_KERNEL), TRACE_SHAPES / TRACE_VARIANTS (default v7) for the
+#        PREV_KERNEL (default v7) for the `bench_prev` step (`peregrine bench --tp 2` with
+#        PEREGRINE_KERNEL=$PREV_KERNEL), TRACE_SHAPES / TRACE_VARIANTS (default v7,v8) for the
 #        `trace` step (`gpu_check trace --tp 2`, rank 0's phase spans and per-layer sum);
 #        build_tp.sh's VARIANTS must hold those kernels and their `+trace` twins
-#        (e.g. VARIANTS=v7+trace,v7+tp-own,v7+tp-own+trace).
+#        (e.g. VARIANTS=v7,v7+trace,v8+trace).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=${BIN:-.carry/tp}
@@ -41,8 +41,8 @@ for s in $steps; do
     tp_check) step tp_check "${TP_CHECK_TIMEOUT:-200}" "$bin/gpu_check" tp --shapes "$check_shapes" "${quick[@]}" ;;
     # Standard TP at 1 and 2; dtp-2b also as DTP at 2 (its preset, checked against the DTP CPU reference).
     bench) step bench "${BENCH_TIMEOUT:-300}" "$bin/peregrine" bench --device cuda --shape "$shapes" --tp 1,2 --runs "${RUNS:-5}" ;;
-    bench_prev) PEREGRINE_KERNEL=${PREV_KERNEL:-v6} step bench_prev "${BENCH_TIMEOUT:-300}" "$bin/peregrine" bench --device cuda --shape "$shapes" --tp 2 --runs "${RUNS:-5}" ;;
-    trace) step trace "${TRACE_TIMEOUT:-150}" "$bin/gpu_check" trace --tp 2 --shapes "${TRACE_SHAPES:-qwen2.5-coder-1.5b}" --variants "${TRACE_VARIANTS:-v7}" --runs 3 ;;
+    bench_prev) PEREGRINE_KERNEL=${PREV_KERNEL:-v7} step bench_prev "${BENCH_TIMEOUT:-300}" "$bin/peregrine" bench --device cuda --shape "$shapes" --tp 2 --runs "${RUNS:-5}" ;;
+    trace) step trace "${TRACE_TIMEOUT:-150}" "$bin/gpu_check" trace --tp 2 --shapes "${TRACE_SHAPES:-qwen2.5-coder-1.5b}" --variants "${TRACE_VARIANTS:-v7,v8}" --runs 3 ;;
     transformers) step transformers "${CHECK_TIMEOUT:-180}" python3 "$here/transformers_check.py" --bin "$bin/hf_score" --shapes "$check_shapes" --tp 1,2 --out "$out" ;;
     *) echo "unknown step $s"; rc=1 ;;
   esac

@@ -70,7 +70,7 @@ mod imp {
         tp: Option<usize>,
         /// `--variants` was given (`trace` then traces those instead of v3 and fuse-o).
         variants_given: bool,
-        /// `--kernel`: the variant `correctness` and `kernel-check` run (default v7, the default kernel).
+        /// `--kernel`: the variant `correctness` and `kernel-check` run (default v8, the default kernel).
         kernel: String,
         /// `--no-tiny`: `precompile` and `kernel-check` skip the tiny check shapes.
         no_tiny: bool,
@@ -90,7 +90,7 @@ mod imp {
             variants: vec!["v3".into(), "v1".into(), "v3-nosplit".into()],
             tp: None,
             variants_given: false,
-            kernel: "v7".into(),
+            kernel: "v8".into(),
             no_tiny: false,
             no_chaos: false,
         };
@@ -158,7 +158,7 @@ mod imp {
             }
             return o;
         }
-        // Named variants build on v3 (session 2's default); "v4" is session 3's, "v5" session 4's, "v6" session 5's, "v7" today's default.
+        // Named variants build on v3 (session 2's default); "v4" is session 3's, "v5" session 4's, "v6" session 5's, "v7" session 6's, "v8" today's default (v7 + tp_attn_own; the same kernel on one GPU).
         let base = KernelOptions::v3();
         let v1 = KernelOptions { light_fences: false, attn_max_splits: 1, ..base.clone() };
         match name {
@@ -166,7 +166,8 @@ mod imp {
             "v4" => KernelOptions::v4(),
             "v5" => KernelOptions::v5(),
             "v6" => KernelOptions::v6(),
-            "v7" => KernelOptions::default(),
+            "v7" => KernelOptions::v7(),
+            "v8" => KernelOptions::default(),
             // v1's scheduling (full fences, one block per head) with v3's attention loop.
             "v1" => v1,
             "v2" => KernelOptions { prefetch: true, ..v1 },
@@ -773,7 +774,8 @@ mod imp {
     /// logits (‖Δ‖/‖one GPU‖, top-1), greedy tokens, seeded sampling with top
     /// log-probs (the all-vocabulary gather), stop token and cancellation, then the
     /// race check with chaos delays on one rank at a time (`n` greedy tokens each).
-    fn tp_check(config: &ModelConfig, weights: &Weights, tp: usize, n: usize, v: &mut Verdict) -> Result<()> {
+    /// `opts`: the TP kernel's options (`--kernel`, the default kernel by default).
+    fn tp_check(config: &ModelConfig, weights: &Weights, tp: usize, n: usize, opts: &KernelOptions, v: &mut Verdict) -> Result<()> {
         let name = &config.name;
         println!("== tensor parallelism: {name}, tp {tp} vs one GPU ({n} tokens for the race check)");
         let t0 = Instant::now();
@@ -794,7 +796,7 @@ mod imp {
             Err(_) => (0..tp).collect(),
         };
         let tp = gpus.len();
-        let mut rt = CudaRuntime::with_devices(config, weights, &gpus, KernelOptions::default())?;
+        let mut rt = CudaRuntime::with_devices(config, weights, &gpus, opts.clone())?;
         println!("  {} (loaded in {:.1}s)", rt.describe(), t0.elapsed().as_secs_f64());
         let scores = rt.score(&seq)?;
         let worst = scores.iter().zip(&one_scores).map(|(a, b)| rel_err(a, b)).fold(0.0, f64::max);
@@ -848,7 +850,7 @@ mod imp {
         v.check(c_end == RunEnd::Stopped && count <= 4, format!("{name} tp {tp}: cancellation after 3 tokens ({count} seen)"));
         let (base, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
         for rank in 0..tp as u32 {
-            rt.set_options(KernelOptions { chaos: true, chaos_rank: rank, ..KernelOptions::default() })?;
+            rt.set_options(KernelOptions { chaos: true, chaos_rank: rank, ..opts.clone() })?;
             let (c, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
             let (cs, _) = collect(&mut rt, &prompt, 64, &sp, &[], 5)?;
             v.check(
@@ -856,7 +858,7 @@ mod imp {
                 format!("{name} tp {tp}: {n} greedy tokens and 64 sampled identical with chaos delays on rank {rank}"),
             );
         }
-        rt.set_options(KernelOptions::default())?;
+        rt.set_options(opts.clone())?;
         let (again, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
         v.check(ids(&again) == ids(&base), format!("{name} tp {tp}: {n} tokens identical after the chaos runs"));
         println!("  tp check done in {:.1}s", t0.elapsed().as_secs_f64());
@@ -946,7 +948,7 @@ mod imp {
         Ok(rows)
     }
 
-    /// Fills the cubin cache for `--variants`, the default kernel, plus the `--kernel` base (v7 by default)
+    /// Fills the cubin cache for `--variants`, the default kernel, plus the `--kernel` base (v8 by default)
     /// with and without its chaos delays (not with `--no-chaos`), on the tiny shapes (unless `--no-tiny`) and the
     /// `--shapes` given (default: the four benchmark shapes). `--variants ''` adds none.
     fn precompile(args: &Args) -> Result<()> {
@@ -1140,7 +1142,7 @@ mod imp {
             for shape in &args.shapes {
                 let config = preset(shape).unwrap_or_else(|| panic!("unknown shape {shape}"));
                 let w = synthetic_weights(&config, WEIGHT_SEED);
-                tp_check(&config, &w, tp, if args.quick { 256 } else { 2000 }, &mut v)?;
+                tp_check(&config, &w, tp, if args.quick { 256 } else { 2000 }, &variant(&args.kernel), &mut v)?;
             }
             v.summarise_and_exit();
             return Ok(());

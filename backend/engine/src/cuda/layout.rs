@@ -283,15 +283,19 @@ pub struct KernelOptions {
     pub tp_ahead: bool,
     /// Tensor parallelism: `attn_own` there too (the last heads-per-rank blocks run
     /// attention only, attend_own with the head's cache in shared memory; the matrix
-    /// phases use the other blocks). PG_ATTN_OWN under TP, with staging. Off by default:
-    /// Qwen2.5-Coder-1.5B TP 2 1,163 → 1,214 tok/s, but SmolLM2-1.7B 1,281 → 1,239, and
-    /// its token-by-token prompt path goes wrong once prompt steps pass attend_own's
-    /// reach (Qwen TP 2, 300-token prompt: rel err 0.46 vs one GPU; perf-notes "tp_attn_own").
+    /// phases use the other blocks), where a rank has at most [`TP_OWN_MAX_HEADS`] query
+    /// heads (PG_ATTN_OWN under TP, with staging). On by default (v8): Qwen2.5-Coder-1.5B
+    /// TP 2 (6 heads per rank) 1,163 → 1,214 tok/s; SmolLM2-1.7B (16) lost 3.3 % with it,
+    /// so it stays off there (perf-notes "tp_attn_own").
     pub tp_attn_own: bool,
 }
 
-/// Environment switch for benchmarking against the previous kernels: `v6` turns off the
-/// session-6 default (the next phase's weight copy after the wake), `v5` also the
+/// `tp_attn_own` reserves one block per query head of a rank: measured a gain with 6 heads
+/// per rank (Qwen2.5-Coder-1.5B at TP 2, 4.5 % of the blocks), a loss with 16 (12 %).
+pub const TP_OWN_MAX_HEADS: usize = 8;
+
+/// Environment switch for benchmarking against the previous kernels: `v7` turns off the
+/// session-7 default (attention on blocks of its own under tensor parallelism), `v6` also the session-6 default (the next phase's weight copy after the wake), `v5` also the
 /// session-5 one (attention on blocks of its own), `v4` also the session-4 ones
 /// (tagged phase outputs, staging ahead), `v3` also the session-3 ones (staging,
 /// residual in shared memory, 4-row LM head).
@@ -323,7 +327,14 @@ impl KernelOptions {
     /// phase's weight copy before its own wait. Kept for comparisons
     /// (`PEREGRINE_KERNEL=v6`, `gpu_check ... v6`).
     pub fn v6() -> Self {
-        KernelOptions { ahead_late: 0, ..Self::current() }
+        KernelOptions { ahead_late: 0, ..Self::v7() }
+    }
+
+    /// v7's settings (session 6's default kernel with session 7's late mask): under tensor
+    /// parallelism attention runs on every block. Kept for comparisons
+    /// (`PEREGRINE_KERNEL=v7`, `gpu_check ... v7`); on one GPU the same kernel as v8.
+    pub fn v7() -> Self {
+        KernelOptions { tp_attn_own: false, ..Self::current() }
     }
 
     /// v5's settings (session 4's default kernel): attention spread over every block.
@@ -358,7 +369,7 @@ impl KernelOptions {
             ahead_late: AHEAD_LATE_DEFAULT,
             attn_own: 1,
             tp_ahead: false,
-            tp_attn_own: false,
+            tp_attn_own: true,
         }
     }
 }
@@ -371,6 +382,7 @@ impl Default for KernelOptions {
             Ok("v4") => Self::v4(),
             Ok("v5") => Self::v5(),
             Ok("v6") => Self::v6(),
+            Ok("v7") => Self::v7(),
             _ => Self::current(),
         }
     }
@@ -565,7 +577,8 @@ pub fn defines_tp(
     put("STAGE_AHEAD", u8::from(options.stage_ahead).to_string());
     put("TP_AHEAD", u8::from(options.tp_ahead).to_string());
     put("AHEAD_LATE", options.ahead_late.to_string());
-    let own = tagged_for(options, tp) || (tp > 1 && options.tp_attn_own && options.stage_iters > 0);
+    let own = tagged_for(options, tp)
+        || (tp > 1 && options.tp_attn_own && options.stage_iters > 0 && config.num_heads <= TP_OWN_MAX_HEADS);
     put("ATTN_OWN", if own { options.attn_own } else { 0 }.to_string());
     if options.chaos {
         put("CHAOS", "1".into());
@@ -818,18 +831,21 @@ mod tests {
         assert_eq!(KernelOptions::v5(), v5, "v5 = v4 + tagged + ahead");
         let v6 = KernelOptions { attn_own: 1, ..v5 };
         assert_eq!(KernelOptions::v6(), v6, "v6 = v5 + attn_own");
-        assert_eq!(KernelOptions::current(), KernelOptions { ahead_late: AHEAD_LATE_DEFAULT, ..v6.clone() }, "v7 = v6 + ahead_late");
+        assert_eq!(KernelOptions::v7(), KernelOptions { ahead_late: AHEAD_LATE_DEFAULT, ..v6.clone() }, "v7 = v6 + ahead_late");
+        assert_eq!(KernelOptions::current(), KernelOptions { tp_attn_own: true, ..KernelOptions::v7() }, "v8 = v7 + tp_attn_own");
         assert_eq!(get(&KernelOptions::current(), "PG_TP_AHEAD").as_deref(), Some("0"));
         assert_eq!(get(&KernelOptions { tp_ahead: true, ..KernelOptions::current() }, "PG_TP_AHEAD").as_deref(), Some("1"));
-        // attn_own under tensor parallelism only with tp_attn_own (and staging).
-        let tp_own = KernelOptions { tp_attn_own: true, ..KernelOptions::current() };
-        let own_at = |o: &KernelOptions, tp: usize| {
-            let shard = shard(&crate::synthetic::preset("qwen2.5-coder-1.5b").expect("preset"), tp).expect("shard");
-            defines_tp(&shard, o, tp, 151_936, None).into_iter().find(|(k, _)| k == "PG_ATTN_OWN").map(|(_, v)| v)
+        // attn_own under tensor parallelism only with tp_attn_own, staging and few heads per rank.
+        let own_at = |name: &str, o: &KernelOptions, tp: usize| {
+            let config = crate::synthetic::preset(name).expect("preset");
+            let shard = shard(&config, tp).expect("shard");
+            defines_tp(&shard, o, tp, config.vocab_size, None).into_iter().find(|(k, _)| k == "PG_ATTN_OWN").map(|(_, v)| v)
         };
-        assert_eq!(own_at(&KernelOptions::current(), 2).as_deref(), Some("0"));
-        assert_eq!(own_at(&tp_own, 2).as_deref(), Some("1"));
-        assert_eq!(own_at(&KernelOptions { stage_iters: 0, ..tp_own }, 2).as_deref(), Some("0"));
+        let v8 = KernelOptions::current();
+        assert_eq!(own_at("qwen2.5-coder-1.5b", &v8, 2).as_deref(), Some("1"), "6 heads per rank");
+        assert_eq!(own_at("smollm2-1.7b", &v8, 2).as_deref(), Some("0"), "16 heads per rank");
+        assert_eq!(own_at("qwen2.5-coder-1.5b", &KernelOptions::v7(), 2).as_deref(), Some("0"));
+        assert_eq!(own_at("qwen2.5-coder-1.5b", &KernelOptions { stage_iters: 0, ..v8 }, 2).as_deref(), Some("0"));
         assert_eq!(get(&KernelOptions::current(), "PG_AHEAD_LATE").as_deref(), Some("3"));
         assert_eq!(get(&KernelOptions::current(), "PG_ATTN_OWN").as_deref(), Some("1"));
         assert_eq!(get(&staged, "PG_STAGE_ITERS").as_deref(), Some("8"));
