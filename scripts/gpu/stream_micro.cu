@@ -18,6 +18,7 @@
 // Built by scripts/gpu/stream_micro.sh; prints one line per (shape, op).
 #include "common.cuh"
 #include "ops/matvec.cuh"
+#include "micro_bufs.cuh"
 #include "split_rows.cuh"
 #include <cstdio>
 #include <vector>
@@ -27,11 +28,6 @@
 
 constexpr int THREADS = 512, WARPS = THREADS / 32;
 
-__device__ __forceinline__ unsigned long long now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 template <int K, int NR>
 __device__ __forceinline__ void rows_xor(const bf16_t* W, int row0, int rows, float (&acc)[NR]) {
@@ -198,45 +194,8 @@ __global__ void __launch_bounds__(THREADS, 1) stream_split(const bf16_t* W, int 
   }
 }
 
-/// One case's buffers: COPIES copies of a rows × K weight matrix (bf16 ≈ 0.0115
-/// everywhere: finite sums), x = 0.5, y, and every block's start / end stamps.
-constexpr int COPIES = 4, REPS = 40;
-struct Bufs {
-  bf16_t* w;
-  float *x, *y;
-  unsigned long long* st;
-  size_t n;  // elements of one copy of W
-  int blocks;
-  Bufs(int K, int rows, int blocks_) : n((size_t)rows * K), blocks(blocks_) {
-    cudaMalloc(&w, COPIES * n * sizeof(bf16_t));
-    cudaMalloc(&x, K * sizeof(float));
-    cudaMalloc(&y, rows * sizeof(float));
-    cudaMalloc(&st, 2 * blocks * sizeof(unsigned long long));
-    cudaMemset(w, 0x3c, COPIES * n * sizeof(bf16_t));
-    std::vector<float> hx(K, 0.5f);
-    cudaMemcpy(x, hx.data(), K * sizeof(float), cudaMemcpyHostToDevice);
-  }
-  ~Bufs() { cudaFree(w), cudaFree(x), cudaFree(y), cudaFree(st); }
-  /// Median and minimum over REPS launches (the first 4 dropped) of the last block end
-  /// minus the first block start, µs; `launch(r)` runs repetition r on copy r % COPIES.
-  template <class Launch>
-  std::pair<double, double> time_us(Launch launch) {
-    std::vector<unsigned long long> hs(2 * blocks);
-    std::vector<double> us;
-    for (int r = 0; r < REPS; ++r) {
-      launch(w + (r % COPIES) * n);
-      cudaMemcpy(hs.data(), st, hs.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost);
-      unsigned long long lo = ~0ull, hi = 0;
-      for (int b = 0; b < blocks; ++b) lo = std::min(lo, hs[2 * b]), hi = std::max(hi, hs[2 * b + 1]);
-      if (r >= 4) us.push_back((hi - lo) / 1e3);
-    }
-    std::sort(us.begin(), us.end());
-    return {us[us.size() / 2], us[0]};
-  }
-};
 
-/// Times stream_split<K, S, B> and checks y against a host dot product of row 0 and the
-/// last row (all weights equal, x = 0.5: every row sums to the same value).
+/// Times stream_split<K, S, B> and checks every row's sum (all weights equal, x = 0.5).
 template <int K, int S, int B>
 void run_split(const char* name, int rows, int blocks) {
   Bufs b(K, rows, blocks);
@@ -244,14 +203,8 @@ void run_split(const char* name, int rows, int blocks) {
   const int smem = 32 * 1024;
   cudaFuncSetAttribute(stream_split<K, S, B>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   const auto [med, lo] = b.time_us([&](const bf16_t* w) { stream_split<K, S, B><<<blocks, THREADS, smem>>>(w, rows, b.x, b.y, b.st); });
-  std::vector<float> hy(rows);
-  cudaMemcpy(hy.data(), b.y, rows * sizeof(float), cudaMemcpyDeviceToHost);
-  // bf16 0x3c3c = 0.011475; every row: K · 0.011475 · 0.5.
-  const float want = K * 0.011474609375f * 0.5f;
-  int bad = 0;
-  for (int r = 0; r < rows; ++r) bad += fabsf(hy[r] - want) > 1e-3f * want;
   printf("%-28s K %5d rows %6d split S %2d B %2d: %7.2f us (min %7.2f)  %.2f TB/s  %s\n", name, K, rows, S, B, med, lo,
-         b.n * 2.0 / med / 1e6, bad ? "WRONG SUMS" : "sums ok");
+         b.n * 2.0 / med / 1e6, b.check_sums(K, rows));
   if (cudaError_t e = cudaGetLastError()) printf("CUDA error %s\n", cudaGetErrorString(e));
 }
 

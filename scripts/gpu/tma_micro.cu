@@ -11,17 +11,13 @@
 // Built by scripts/gpu/stream_micro.sh; prints one line per case.
 #include "common.cuh"
 #include "ops/matvec.cuh"
+#include "micro_bufs.cuh"
 #include <algorithm>
 #include <cstdio>
 #include <vector>
 
 constexpr int THREADS = 512, WARPS = THREADS / 32;
 
-__device__ __forceinline__ unsigned long long now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 __device__ __forceinline__ u32 saddr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void mbar_init(unsigned long long* bar) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(saddr(bar)));
@@ -114,44 +110,18 @@ __global__ void __launch_bounds__(THREADS, 1) stream_kernel(const bf16_t* W, int
 
 template <int K, int NR, int CH, int S>
 void run_stream(const char* name, int rows, int blocks) {
-  const size_t n = (size_t)rows * K;
-  constexpr int COPIES = 4, REPS = 40;
-  bf16_t* w;
-  float *x, *y;
-  unsigned long long* st;
-  cudaMalloc(&w, COPIES * n * 2);
-  cudaMalloc(&x, K * 4);
-  cudaMalloc(&y, rows * 4);
-  cudaMalloc(&st, 2 * blocks * 8);
-  cudaMemset(w, 0x3c, COPIES * n * 2);
-  std::vector<float> hx(K, 0.5f);
-  cudaMemcpy(x, hx.data(), K * 4, cudaMemcpyHostToDevice);
+  Bufs b(K, rows, blocks);
   const int smem = WARPS * S * CH;
   cudaFuncSetAttribute(stream_kernel<K, NR, CH, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  std::vector<unsigned long long> hs(2 * blocks);
   for (int op = 0; op < 2; ++op) {
-    std::vector<double> us;
-    cudaMemset(y, 0, rows * 4);
-    for (int r = 0; r < REPS; ++r) {
-      stream_kernel<K, NR, CH, S><<<blocks, THREADS, smem>>>(w + (r % COPIES) * n, rows, x, y, op, st);
-      cudaMemcpy(hs.data(), st, hs.size() * 8, cudaMemcpyDeviceToHost);
-      unsigned long long lo = ~0ull, hi = 0;
-      for (int b = 0; b < blocks; ++b) lo = std::min(lo, hs[2 * b]), hi = std::max(hi, hs[2 * b + 1]);
-      if (r >= 4) us.push_back((hi - lo) / 1e3);
-    }
-    std::vector<float> hy(rows);
-    cudaMemcpy(hy.data(), y, rows * 4, cudaMemcpyDeviceToHost);
-    const float want = K * 0.011474609375f * 0.5f;
-    int bad = 0;
-    for (float v : hy) bad += fabsf(v - want) > 1e-3f * want;
-    std::sort(us.begin(), us.end());
-    const double med = us[us.size() / 2];
+    cudaMemset(b.y, 0, rows * sizeof(float));
+    const auto [med, lo] =
+        b.time_us([&](const bf16_t* w) { stream_kernel<K, NR, CH, S><<<blocks, THREADS, smem>>>(w, rows, b.x, b.y, op, b.st); });
     printf("%-22s K %5d rows %5d NR %d %-28s: %7.2f us (min %7.2f) %.2f TB/s %s\n", name, K, rows, NR,
-           op == 0 ? "grid_rows (registers)" : "bulk ring", med, us[0], n * 2.0 / med / 1e6, bad ? "WRONG SUMS" : "sums ok");
+           op == 0 ? "grid_rows (registers)" : "bulk ring", med, lo, b.n * 2.0 / med / 1e6, b.check_sums(K, rows));
     if (op == 1) printf("%48s stage %d B x %d per warp\n", "", CH, S);
   }
   if (cudaError_t e = cudaGetLastError()) printf("CUDA error %s\n", cudaGetErrorString(e));
-  cudaFree(w), cudaFree(x), cudaFree(y), cudaFree(st);
 }
 
 // ---- poll latency under copies ------------------------------------------------------

@@ -577,8 +577,7 @@ pub fn defines_tp(
     put("STAGE_AHEAD", u8::from(options.stage_ahead).to_string());
     put("TP_AHEAD", u8::from(options.tp_ahead).to_string());
     put("AHEAD_LATE", options.ahead_late.to_string());
-    let own = tagged_for(options, tp)
-        || (tp > 1 && options.tp_attn_own && options.stage_iters > 0 && config.num_heads <= TP_OWN_MAX_HEADS);
+    let own = tagged_for(options, tp) || (tp > 1 && options.tp_attn_own && options.stage_iters > 0 && config.num_heads <= TP_OWN_MAX_HEADS);
     put("ATTN_OWN", if own { options.attn_own } else { 0 }.to_string());
     if options.chaos {
         put("CHAOS", "1".into());

@@ -18,9 +18,9 @@ use cudarc::driver::{sys, CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaS
 use crate::config::ModelConfig;
 use crate::cuda::cublas::{self, Blas};
 use crate::cuda::layout::{self, KernelOptions, LayerSlot, PrefillShape, XMode, PREFILL_ATTN_THREADS, PREFILL_ROW_THREADS};
-use crate::dtp::DtpSchedule;
 use crate::cuda::nvrtc;
 use crate::cuda::run_stats::PrefillSplit;
+use crate::dtp::DtpSchedule;
 use crate::error::{Error, Result};
 
 fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> Error + '_ {
@@ -76,7 +76,7 @@ struct TpParts {
 const DTP_CHUNK: usize = 256;
 
 /// Where the profiled events of a prefill go (None: not profiled).
-type Profile<'a, 'b> = &'a mut Option<&'b mut Vec<(PrefillOp, CudaEvent, CudaEvent)>>;
+pub type Profile<'a, 'b> = &'a mut Option<&'b mut Vec<(PrefillOp, CudaEvent, CudaEvent)>>;
 
 /// Compiled prefill kernels, the cuBLAS handle and the chunk's activation buffers.
 pub struct Prefill {
@@ -260,6 +260,7 @@ impl Prefill {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn gemm(&self, wt: u64, input: u64, out: u64, rows: usize, n_out: usize, k: usize, beta: f32) -> Result<()> {
         // SAFETY: `wt` is an [n_out × k] bf16 weight, `input` the [rows × k] bf16
         // chunk buffer, `out` an f32 chunk buffer of ≥ rows × n_out (sized in `new`).
@@ -341,7 +342,14 @@ impl Prefill {
 
     /// Layer `l`'s FFN half: RMSNorm → gate/up → SwiGLU → down-projection (added to the
     /// residual, or this rank's partial slot, as in `enqueue_attention`).
-    pub fn enqueue_ffn(&self, stream: &Arc<CudaStream>, w: &PrefillWeights<'_>, l: usize, rows: usize, profile: Profile<'_, '_>) -> Result<()> {
+    pub fn enqueue_ffn(
+        &self,
+        stream: &Arc<CudaStream>,
+        w: &PrefillWeights<'_>,
+        l: usize,
+        rows: usize,
+        profile: Profile<'_, '_>,
+    ) -> Result<()> {
         let c = &self.config;
         let (d, f) = (c.hidden_size, c.intermediate_size);
         let (x, gu, a) = (self.x.device_ptr(stream).0, self.gu.device_ptr(stream).0, self.a.device_ptr(stream).0);

@@ -20,7 +20,7 @@ use crate::cpu::reference_runtime::check_fits;
 use crate::cpu::rope;
 use crate::cuda::layout::{self, ctl, end, rec, Arg, KernelOptions, LayerSlot, PeerSlot, XMode, MAX_DEVICE_STOP_TOKENS};
 use crate::cuda::nvrtc;
-use crate::cuda::prefill::{Exchange, Prefill, PrefillOp, PrefillWeights};
+use crate::cuda::prefill::{Exchange, Prefill, PrefillOp, PrefillWeights, Profile};
 use crate::cuda::run_stats::PrefillSplit;
 use crate::cuda::trace::{RawTrace, WORDS_PER_EVENT};
 use crate::dtp::{DtpSchedule, ShardPlan};
@@ -151,6 +151,22 @@ struct Rank {
 impl Rank {
     fn dptr<T>(&self, s: &CudaSlice<T>) -> u64 {
         s.device_ptr(&self.stream).0
+    }
+
+    /// The weight pointers the batched prefill reads.
+    fn prefill_weights(&self) -> PrefillWeights<'_> {
+        let w = &self.weights;
+        PrefillWeights { layers: &w.layer_ptrs, embed: w.embed, inv_freq: w.inv_freq }
+    }
+
+    /// Makes this rank's stream wait for every event of `events` but its own (index `me`).
+    fn wait_for_peers(&self, me: usize, events: &[CudaEvent], what: &str) -> Result<()> {
+        for (p, ev) in events.iter().enumerate() {
+            if p != me {
+                self.stream.wait(ev).map_err(cuda_err(what))?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -948,8 +964,7 @@ impl CudaRuntime {
         let mut ops = Vec::new();
         let mut profile = if self.prefill_profile { Some(&mut ops) } else { None };
         if self.ranks.len() == 1 {
-            let w = PrefillWeights { layers: &r0.weights.layer_ptrs, embed: r0.weights.embed, inv_freq: r0.weights.inv_freq };
-            self.prefills[0].enqueue(&r0.stream, &w, r0.dptr(&r0.state.kv), r0.dptr(&r0.state.tokens), n, profile)?;
+            self.prefills[0].enqueue(&r0.stream, &r0.prefill_weights(), r0.dptr(&r0.state.kv), r0.dptr(&r0.state.tokens), n, profile)?;
         } else {
             self.enqueue_prefill_tp(n, &mut profile)?;
         }
@@ -959,33 +974,32 @@ impl CudaRuntime {
         Ok(PrefillRun { positions: n, span: Some((start, stop)), ops })
     }
 
+    /// Runs `f(rank index, rank, its prefill, profile)` for every rank in order with the
+    /// rank's context current (cuBLAS enqueues in it); only rank 0's ops are profiled.
+    fn each_rank(&self, profile: Profile<'_, '_>, mut f: impl FnMut(usize, &Rank, &Prefill, Profile<'_, '_>) -> Result<()>) -> Result<()> {
+        let mut none = None;
+        for (i, (r, pf)) in self.ranks.iter().zip(self.prefills.iter()).enumerate() {
+            r.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
+            f(i, r, pf, if i == 0 { &mut *profile } else { &mut none })?;
+        }
+        Ok(())
+    }
+
     /// The batched prefill under tensor parallelism: every rank's half-layers in turn, each
     /// o / down half followed by the exchange of the partials (`exchange_prefill`). Rank 0's
     /// ops are the profiled ones.
-    fn enqueue_prefill_tp(&self, n: usize, profile: &mut Option<&mut Vec<(PrefillOp, CudaEvent, CudaEvent)>>) -> Result<()> {
-        fn weights(r: &Rank) -> PrefillWeights<'_> {
-            PrefillWeights { layers: &r.weights.layer_ptrs, embed: r.weights.embed, inv_freq: r.weights.inv_freq }
-        }
+    fn enqueue_prefill_tp(&self, n: usize, profile: Profile<'_, '_>) -> Result<()> {
         let layers = self.config.num_layers;
-        let mut none = None;
         for (c0, rows) in self.prefills[0].chunks(n) {
             // Per (layer, exchange): every rank's event after its copies to the peers.
             let mut sent: Vec<Vec<CudaEvent>> = (0..2 * layers).map(|_| Vec::new()).collect();
-            for (i, (r, pf)) in self.ranks.iter().zip(self.prefills.iter()).enumerate() {
-                r.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
-                pf.enqueue_embed(&r.stream, &weights(r), r.dptr(&r.state.tokens), c0, rows, if i == 0 { &mut *profile } else { &mut none })?;
-            }
+            self.each_rank(profile, |_, r, pf, p| pf.enqueue_embed(&r.stream, &r.prefill_weights(), r.dptr(&r.state.tokens), c0, rows, p))?;
             for l in 0..layers {
-                for (i, (r, pf)) in self.ranks.iter().zip(self.prefills.iter()).enumerate() {
-                    r.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
-                    let p = if i == 0 { &mut *profile } else { &mut none };
-                    pf.enqueue_attention(&r.stream, &weights(r), l, r.dptr(&r.state.kv), c0, rows, p)?;
-                }
+                self.each_rank(profile, |_, r, pf, p| {
+                    pf.enqueue_attention(&r.stream, &r.prefill_weights(), l, r.dptr(&r.state.kv), c0, rows, p)
+                })?;
                 self.exchange_prefill(l, Exchange::O, rows, &mut sent, profile)?;
-                for (i, (r, pf)) in self.ranks.iter().zip(self.prefills.iter()).enumerate() {
-                    r.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
-                    pf.enqueue_ffn(&r.stream, &weights(r), l, rows, if i == 0 { &mut *profile } else { &mut none })?;
-                }
+                self.each_rank(profile, |_, r, pf, p| pf.enqueue_ffn(&r.stream, &r.prefill_weights(), l, rows, p))?;
                 self.exchange_prefill(l, Exchange::Down, rows, &mut sent, profile)?;
             }
             if self.prefills[0].slots_per_layer() {
@@ -998,11 +1012,7 @@ impl CudaRuntime {
                     .map(|r| r.stream.record_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)).map_err(cuda_err("event")))
                     .collect::<Result<Vec<_>>>()?;
                 for (i, r) in self.ranks.iter().enumerate() {
-                    for (p, ev) in ends.iter().enumerate() {
-                        if p != i {
-                            r.stream.wait(ev).map_err(cuda_err("wait for a peer's chunk"))?;
-                        }
-                    }
+                    r.wait_for_peers(i, &ends, "wait for a peer's chunk")?;
                 }
             }
         }
@@ -1017,20 +1027,13 @@ impl CudaRuntime {
     /// Standard TP reuses one set of slots for every layer: a peer's next copy into them
     /// follows, on the peer's stream, its wait for this rank's next exchange, which this
     /// rank's stream records after the add that read them.
-    fn exchange_prefill(
-        &self,
-        l: usize,
-        kind: Exchange,
-        rows: usize,
-        sent: &mut [Vec<CudaEvent>],
-        profile: &mut Option<&mut Vec<(PrefillOp, CudaEvent, CudaEvent)>>,
-    ) -> Result<()> {
+    fn exchange_prefill(&self, l: usize, kind: Exchange, rows: usize, sent: &mut [Vec<CudaEvent>], profile: Profile<'_, '_>) -> Result<()> {
         let bytes = self.prefills[0].part_bytes(rows);
         let (mode, late, send) = self.prefills[0].exchange_of(l);
         let at = |layer: usize| 2 * layer + kind as usize;
         if send {
-            for (i, (r, pf)) in self.ranks.iter().zip(self.prefills.iter()).enumerate() {
-                r.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
+            // (The copies are not profiled: the add that follows them is.)
+            self.each_rank(&mut None, |i, r, pf, _| {
                 let src = pf.part_slot(&r.stream, l, kind, i);
                 for (p, (peer, ppf)) in self.ranks.iter().zip(self.prefills.iter()).enumerate() {
                     if p == i {
@@ -1046,7 +1049,8 @@ impl CudaRuntime {
                     .map_err(cuda_err("prefill peer copy"))?;
                 }
                 sent[at(l)].push(r.stream.record_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)).map_err(cuda_err("event"))?);
-            }
+                Ok(())
+            })?;
         }
         let waits_on = match mode {
             XMode::All => Some(l),
@@ -1055,19 +1059,12 @@ impl CudaRuntime {
         if let Some(m) = waits_on.filter(|&m| sent[at(m)].len() != self.ranks.len()) {
             return Err(Error::Cuda(format!("prefill exchange: layer {l} adds layer {m}'s partials, which were never sent")));
         }
-        let mut none = None;
-        for (i, (r, pf)) in self.ranks.iter().zip(self.prefills.iter()).enumerate() {
-            r.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
+        self.each_rank(profile, |i, r, pf, p| {
             if let Some(m) = waits_on {
-                for (p, ev) in sent[at(m)].iter().enumerate() {
-                    if p != i {
-                        r.stream.wait(ev).map_err(cuda_err("wait for a peer's partials"))?;
-                    }
-                }
+                r.wait_for_peers(i, &sent[at(m)], "wait for a peer's partials")?;
             }
-            pf.enqueue_add_parts(&r.stream, l, kind, rows, if i == 0 { &mut *profile } else { &mut none })?;
-        }
-        Ok(())
+            pf.enqueue_add_parts(&r.stream, l, kind, rows, p)
+        })
     }
 
     /// Launches every rank's kernel back to back (rank 0 first; each waits for the
