@@ -52,10 +52,16 @@ pub fn real_engine() -> EngineHandle {
 }
 
 /// Serialises tests that share the real engine (it runs one request at a time, and
-/// timing assertions need it to themselves).
+/// timing assertions need it to themselves). The turn starts once the engine is idle: a
+/// request an earlier test abandoned (a client disconnect or timeout) can still be ending,
+/// and the next test's first event would then be a queue position (seen once in a fresh
+/// clone's `make test`: `queued` before `started`).
 pub async fn engine_lock() -> tokio::sync::MutexGuard<'static, ()> {
     static LOCK: OnceLock<tokio::sync::Mutex<()>> = OnceLock::new();
-    LOCK.get_or_init(|| tokio::sync::Mutex::new(())).lock().await
+    let turn = LOCK.get_or_init(|| tokio::sync::Mutex::new(())).lock().await;
+    let engine = real_engine();
+    assert!(wait_for(Duration::from_secs(10), || !engine.busy()).await, "an earlier test's request still holds the engine after 10 s");
+    turn
 }
 
 /// How the scripted runtime produces tokens.
