@@ -5,9 +5,9 @@
 //   stream: y = W·x for Qwen2.5-Coder-1.5B's TP 2 gate/up and down shapes, every warp's
 //     rows (grid_rows' groups) streamed through a ring of S stages of its own by bulk
 //     copies, against grid_rows (16-byte loads into registers) in the same process;
-//   poll: one block's flag store seen by another block's spinning load, µs, while every
-//     block has 0 or 96 KB of copies in flight, issued as cp.async (16 bytes per thread)
-//     or as bulk copies.
+//   poll: one block's flag store seen by another block's spinning load, µs, while 0, 96
+//     or 192 KB of copies per SM are in flight (cp.async, 16 bytes per thread, or bulk
+//     copies) on every block, or on every block but the storer and / or the poller.
 // Built by scripts/gpu/stream_micro.sh; prints one line per case.
 #include "common.cuh"
 #include "ops/matvec.cuh"
@@ -117,7 +117,7 @@ void run_stream(const char* name, int rows, int blocks) {
     cudaMemset(b.y, 0, rows * sizeof(float));
     const auto [med, lo] =
         b.time_us([&](const bf16_t* w) { stream_kernel<K, NR, CH, S><<<blocks, THREADS, smem>>>(w, rows, b.x, b.y, op, b.st); });
-    printf("%-22s K %5d rows %5d NR %d %-28s: %7.2f us (min %7.2f) %.2f TB/s %s\n", name, K, rows, NR,
+    printf("%-22s K %5d rows %5d NR %d %3d blocks %-22s: %7.2f us (min %7.2f) %.2f TB/s %s\n", name, K, rows, NR, blocks,
            op == 0 ? "grid_rows (registers)" : "bulk ring", med, lo, b.n * 2.0 / med / 1e6, b.check_sums(K, rows));
     if (op == 1) printf("%48s stage %d B x %d per warp\n", "", CH, S);
   }
@@ -126,31 +126,51 @@ void run_stream(const char* name, int rows, int blocks) {
 
 // ---- poll latency under copies ------------------------------------------------------
 
-constexpr int POLL_BYTES = 96 * 1024;  // copies in flight per block (the tp_ahead case)
+/// Which blocks issue the copies: whether an SM's queue or the whole memory system's
+/// delays a poll decides if blocks that only poll (a role split: some SMs stage the next
+/// phase's weights, others run the latency-bound chain) would wake on time.
+enum CopyWhere { EVERY_BLOCK, NOT_POLLER, NOT_STORER, NEITHER };
+const char* where_name[] = {"every block", "all but the poller", "all but the storer", "neither storer nor poller"};
 
-/// Block 0 stores the flag ~1 µs after the start (the copies in full flight); block 1's thread 0 spins on it. Meanwhile
-/// warps 1.. of every block issue POLL_BYTES of copies (mode 1 cp.async, 2 bulk) into
-/// shared memory from their own region of `src`. Block 0 records its store time, block 1
-/// the time it saw the flag.
-__global__ void __launch_bounds__(THREADS, 1) poll_kernel(const unsigned char* src, u32* flag, int mode, unsigned long long* out) {
+/// Block 0 stores the flag `delay_ns` after the start (the copies in full flight); block
+/// 1's thread 0 spins on it. Meanwhile warps 1.. of the blocks `where` names issue
+/// `bytes` of copies (mode 1 cp.async, 2 bulk) into shared memory from their own region
+/// of `src` (mode 3: loads into registers). Block 0 records its store time, block 1 the time it saw the flag.
+__global__ void __launch_bounds__(THREADS, 1) poll_kernel(const unsigned char* src, u32* flag, int mode, int where, int bytes,
+                                                          int delay_ns, unsigned long long* out) {
   extern __shared__ __align__(128) unsigned char buf[];
   __shared__ unsigned long long bar;
   if (threadIdx.x == 0) mbar_init(&bar);
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   __syncthreads();
-  const unsigned char* mine = src + (size_t)blockIdx.x * POLL_BYTES;
+  const unsigned char* mine = src + (size_t)blockIdx.x * bytes;
+  const bool skip = (blockIdx.x == 1 && (where == NOT_POLLER || where == NEITHER)) ||
+                    (blockIdx.x == 0 && (where == NOT_STORER || where == NEITHER));
+  const int m = skip ? 0 : mode;
   const unsigned long long t0 = now_ns();
-  if (warp_id() > 0 && mode == 1) {
-    for (int off = (threadIdx.x - 32) * 16; off < POLL_BYTES; off += (THREADS - 32) * 16)
+  if (warp_id() > 0 && m == 1) {
+    for (int off = (threadIdx.x - 32) * 16; off < bytes; off += (THREADS - 32) * 16)
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(saddr(buf + off)), "l"(mine + off) : "memory");
     asm volatile("cp.async.commit_group;" ::: "memory");
   }
-  if (mode == 2 && threadIdx.x == 32) {
-    mbar_expect(&bar, POLL_BYTES);
-    for (int off = 0; off < POLL_BYTES; off += 16384) bulk_copy(buf + off, mine + off, 16384, &bar);
+  if (m == 2 && threadIdx.x == 32) {
+    mbar_expect(&bar, bytes);
+    for (int off = 0; off < bytes; off += 16384) bulk_copy(buf + off, mine + off, 16384, &bar);
+  }
+  if (warp_id() > 0 && m == 3) {  // loads into registers, 8 per lane in flight (a matrix phase's stream)
+    u32 sum = 0;
+    const int stride = (THREADS - 32) * 16;
+    for (int off = (threadIdx.x - 32) * 16; off < bytes; off += 8 * stride) {
+      uint4 v[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = off + i * stride < bytes ? __ldcs(reinterpret_cast<const uint4*>(mine + off + i * stride)) : uint4{};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sum += v[i].x ^ v[i].w;
+    }
+    if (sum == 0x12345678u) buf[0] = 1;  // keeps the loads
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) {
-    while (now_ns() - t0 < 1000) {
+    while (now_ns() - t0 < (unsigned long long)delay_ns) {
     }
     const unsigned long long ts = now_ns();
     asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(flag), "r"(1u) : "memory");
@@ -161,34 +181,41 @@ __global__ void __launch_bounds__(THREADS, 1) poll_kernel(const unsigned char* s
     while (v == 0) asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
     out[1] = now_ns();
   }
-  if (warp_id() > 0 && mode == 1) asm volatile("cp.async.wait_all;" ::: "memory");
-  if (mode == 2 && threadIdx.x == 32) mbar_wait(&bar, 0);
+  if (warp_id() > 0 && m == 1) asm volatile("cp.async.wait_all;" ::: "memory");
+  if (m == 2 && threadIdx.x == 32) mbar_wait(&bar, 0);
   __syncthreads();
 }
 
 void run_poll(int blocks) {
+  constexpr int MAX_BYTES = 192 * 1024;
   unsigned char* src;
   u32* flag;
   unsigned long long* out;
-  const size_t bytes = (size_t)blocks * POLL_BYTES * 4;
+  const size_t bytes = (size_t)blocks * MAX_BYTES * 4;
   cudaMalloc(&src, bytes);
   cudaMemset(src, 1, bytes);
   cudaMalloc(&flag, 4);
   cudaMalloc(&out, 16);
-  cudaFuncSetAttribute(poll_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, POLL_BYTES);
-  const char* names[] = {"no copies", "cp.async 96 KB per SM", "bulk 96 KB per SM"};
-  for (int mode = 0; mode < 3; ++mode) {
+  cudaFuncSetAttribute(poll_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MAX_BYTES);
+  const char* names[] = {"no copies", "cp.async", "bulk", "loads"};
+  struct Case { int mode, where, kb, delay_ns; };
+  const Case cases[] = {{0, EVERY_BLOCK, 0, 1000},    {1, EVERY_BLOCK, 96, 1000}, {1, NOT_POLLER, 96, 1000},
+                        {1, NOT_STORER, 96, 1000},    {1, NEITHER, 96, 1000},     {2, NEITHER, 96, 1000},
+                        {1, EVERY_BLOCK, 192, 2000},  {1, NEITHER, 192, 2000},    {2, NEITHER, 192, 2000},
+                        {3, EVERY_BLOCK, 192, 2000},  {3, NEITHER, 192, 2000}};
+  for (const Case& c : cases) {
     std::vector<double> us;
     for (int r = 0; r < 60; ++r) {
       cudaMemset(flag, 0, 4);
-      poll_kernel<<<blocks, THREADS, POLL_BYTES>>>(src + (size_t)(r % 4) * blocks * POLL_BYTES, flag, mode, out);
+      poll_kernel<<<blocks, THREADS, MAX_BYTES>>>(src + (size_t)(r % 4) * blocks * MAX_BYTES, flag, c.mode, c.where, c.kb * 1024,
+                                                  c.delay_ns, out);
       unsigned long long h[2];
       cudaMemcpy(h, out, 16, cudaMemcpyDeviceToHost);
       if (r >= 4) us.push_back(((long long)h[1] - (long long)h[0]) / 1e3);
     }
     std::sort(us.begin(), us.end());
-    printf("flag seen by another SM, %-24s: median %5.2f us (min %5.2f, p90 %5.2f)\n", names[mode], us[us.size() / 2], us[0],
-           us[us.size() * 9 / 10]);
+    printf("flag seen by another SM, %-9s %3d KB per SM in %-25s (store at %d ns): median %5.2f us (min %5.2f, p90 %5.2f)\n",
+           names[c.mode], c.kb, where_name[c.where], c.delay_ns, us[us.size() / 2], us[0], us[us.size() * 9 / 10]);
   }
   if (cudaError_t e = cudaGetLastError()) printf("CUDA error %s\n", cudaGetErrorString(e));
   cudaFree(src), cudaFree(flag), cudaFree(out);
@@ -198,11 +225,16 @@ int main() {
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   run_poll(sms);
-  // Qwen2.5-Coder-1.5B at TP 2: gate/up (2 rows of 3 KB per group) and down (8,960-byte rows).
-  run_stream<1536, 2, 6144, 2>("qwen TP2 gate/up", 8960, sms);
-  run_stream<1536, 2, 3072, 4>("qwen TP2 gate/up", 8960, sms);
-  run_stream<4480, 1, 4480, 2>("qwen TP2 down", 1536, sms);
-  run_stream<4480, 2, 4480, 2>("qwen TP2 down", 1536, sms);
+  // Qwen2.5-Coder-1.5B at TP 2: gate/up (2 rows of 3 KB per group) and down (8,960-byte rows),
+  // on every SM and on the 78 blocks tp_split 48 leaves the FFN (132 - 6 attention - 48):
+  // can fewer SMs stream the FFN at the copy bandwidth with deeper rings?
+  for (int blocks : {sms, 78}) {
+    run_stream<1536, 2, 6144, 2>("qwen TP2 gate/up", 8960, blocks);
+    run_stream<1536, 2, 3072, 4>("qwen TP2 gate/up", 8960, blocks);
+    run_stream<1536, 2, 1536, 8>("qwen TP2 gate/up", 8960, blocks);
+    run_stream<4480, 1, 4480, 2>("qwen TP2 down", 1536, blocks);
+    run_stream<4480, 2, 4480, 3>("qwen TP2 down", 1536, blocks);
+  }
   run_stream<2048, 2, 4096, 3>("llama gate/up", 16384, sms);
   return 0;
 }
