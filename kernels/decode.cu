@@ -227,6 +227,15 @@ __host__ __device__ constexpr StageWhen stage_when(int bit) {
   return (AFTER_MASK & bit) ? SW_AFTER : (LATE_MASK & bit) ? SW_LATE : SW_EARLY;
 }
 constexpr StageWhen W_QKV = stage_when(1), W_GU = stage_when(2), W_DOWN = stage_when(4), W_O = stage_when(8);
+/// stage_late (PG_STAGE_LATE; staging without stage_ahead, i.e. tensor parallelism's
+/// default; bits as PG_AHEAD_LATE): those phases start copying their own first row group
+/// after their input has arrived instead of before their wait, so the wait's polls do
+/// not queue behind it.
+constexpr int STAGE_LATE_MASK = STAGE && !AHEAD ? PG_STAGE_LATE : 0;
+/// Whether the phase of late-mask bit `bit` stages its own first group before its wait.
+__host__ __device__ constexpr bool stage_early(int bit) { return !AHEAD && !(STAGE_LATE_MASK & bit); }
+/// ... or after its input.
+__host__ __device__ constexpr bool stage_late(int bit) { return !AHEAD && (STAGE_LATE_MASK & bit); }
 /// uint4 words per warp of set A (the only set without stage_ahead) and the whole staging region.
 constexpr int SLOT_WORDS = AHEAD ? A_WORDS : STAGE_WORDS;
 constexpr int STAGE_REGION_WORDS = AHEAD ? WARPS * (A_WORDS + B_WORDS) : WARPS * STAGE_WORDS;
@@ -592,7 +601,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         if (W_QKV != SW_EARLY && !has_rows(PH_QKV, QKV)) (void)start_o();
         if (has_rows(PH_QKV, QKV)) {
           maybe_prefetch<D, QKV>(w, phase_grid(PH_QKV));
-          if (!AHEAD) maybe_stage<D, QKV>(PH_QKV, w, slot);
+          if (stage_early(1)) maybe_stage<D, QKV>(PH_QKV, w, slot);
           const float* norm_w = LAYER_PTR(const float*, lw, ATTN_NORM);
           const auto norm_regs = early_norm(norm_w);
           u64* ev = trace_event(tr, l * PHASES + PH_QKV);
@@ -635,6 +644,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           else if (FUSE_DOWN) load_resid_fixed(s, l - 1, rcopy);
           else load_vec_f32<THREADS>(vec, x, D, rcopy);
           if (W_QKV == SW_LATE) o_ahead = start_o();
+          if (stage_late(1)) maybe_stage<D, QKV>(PH_QKV, w, slot);
           norm_vec(vec, norm_regs, norm_w, red);
           const float* bias = LAYER_PTR(const float*, lw, QKV_BIAS);
           phase_rows<D, N_O>(
@@ -788,9 +798,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         if (W_O != SW_EARLY && !has_rows(PH_O, D)) (void)start_gu();
         if (has_rows(PH_O, D)) {
           maybe_prefetch<QD, D>(w, phase_grid(PH_O));
-          if (!AHEAD) maybe_stage<QD, D>(PH_O, w, slot);
+          if (stage_early(8)) maybe_stage<QD, D>(PH_O, w, slot);
           load_phase_input<QD>(vec, tl + T_ATTN, tag, layer_ctr(ctr, l, PH_ATTN), done, attn, trace_event(tr, l * PHASES + PH_O));
           if (W_O == SW_LATE) gu_ahead = start_gu();
+          if (stage_late(8)) maybe_stage<QD, D>(PH_O, w, slot);
           float* po[TP];
           const bool send = slots_of(po, s, l, 0);
           // resid_smem: this block loaded the residual in its QKV phase (if it had QKV rows).
@@ -863,7 +874,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         if (has_rows(PH_GATE_UP, 2 * F)) {
           const RowGrid gg = phase_grid(PH_GATE_UP);
           maybe_prefetch<D, 2 * F>(w, gg);
-          if (!AHEAD) maybe_stage<D, 2 * F>(PH_GATE_UP, w, slot);
+          if (stage_early(2)) maybe_stage<D, 2 * F>(PH_GATE_UP, w, slot);
           const float* norm_w = LAYER_PTR(const float*, lw, FFN_NORM);
           const auto norm_regs = early_norm(norm_w);
           u64* ev = trace_event(tr, l * PHASES + PH_GATE_UP);
@@ -881,6 +892,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
             load_vec_f32<THREADS>(vec, x, D, rcopy);
           }
           if (W_GU == SW_LATE) down_ahead = start_down();
+          if (stage_late(2)) maybe_stage<D, 2 * F>(PH_GATE_UP, w, slot);
           norm_vec(vec, norm_regs, norm_w, red);
           // Rows interleave (gate_j, up_j); a group of NR rows holds NR/2 whole pairs.
           const int gw = warp_id() * gg.count + blockIdx.x - gg.first;
@@ -916,9 +928,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         if (W_DOWN != SW_EARLY && !has_rows(PH_DOWN, D)) (void)start_qkv();
         if (has_rows(PH_DOWN, D)) {
           maybe_prefetch<F, D>(w, phase_grid(PH_DOWN));
-          if (!AHEAD) maybe_stage<F, D>(PH_DOWN, w, slot);
+          if (stage_early(4)) maybe_stage<F, D>(PH_DOWN, w, slot);
           load_phase_input<F>(vec, tl + T_ACT, tag, layer_ctr(ctr, l, PH_GATE_UP), done, act, trace_event(tr, l * PHASES + PH_DOWN));
           if (W_DOWN == SW_LATE) qkv_ahead = start_qkv();
+          if (stage_late(4)) maybe_stage<F, D>(PH_DOWN, w, slot);
           float* pd[TP];
           const bool send = slots_of(pd, s, l, 1);
           // resid_smem: this block loaded the residual in its gate/up phase.

@@ -301,6 +301,11 @@ pub struct KernelOptions {
     /// phase's wait rather than queue ahead of this phase's stores. 0 = off (default);
     /// results bit-identical (perf-notes "tp_after").
     pub tp_after: u32,
+    /// Staging without `stage_ahead` (tensor parallelism's default): a mask of the phases
+    /// (bits as `ahead_late`) that start copying their own first row group once their
+    /// input has arrived rather than before their wait (PG_STAGE_LATE, decode.cu
+    /// `STAGE_LATE_MASK`). 0 = off (default); bit-identical results.
+    pub stage_late: u32,
 }
 
 /// `tp_attn_own` reserves one block per query head of a rank: measured a gain with 6 heads
@@ -385,6 +390,7 @@ impl KernelOptions {
             tp_attn_own: true,
             tp_split: 0,
             tp_after: 0,
+            stage_late: 0,
         }
     }
 }
@@ -593,6 +599,7 @@ pub fn defines_tp(
     put("TP_AHEAD", u8::from(options.tp_ahead).to_string());
     put("TP_SPLIT", options.tp_split.to_string());
     put("AHEAD_AFTER", options.tp_after.to_string());
+    put("STAGE_LATE", options.stage_late.to_string());
     put("AHEAD_LATE", options.ahead_late.to_string());
     let own = tagged_for(options, tp) || (tp > 1 && options.tp_attn_own && options.stage_iters > 0 && config.num_heads <= TP_OWN_MAX_HEADS);
     put("ATTN_OWN", if own { options.attn_own } else { 0 }.to_string());
@@ -854,6 +861,7 @@ mod tests {
         // The role split and the copy-after-rows mask are off by default (measured slower: perf-notes "tp_split", "tp_after").
         assert_eq!(get(&KernelOptions::current(), "PG_TP_SPLIT").as_deref(), Some("0"));
         assert_eq!(get(&KernelOptions::current(), "PG_AHEAD_AFTER").as_deref(), Some("0"));
+        assert_eq!(get(&KernelOptions::current(), "PG_STAGE_LATE").as_deref(), Some("0"));
         assert_eq!(get(&KernelOptions { tp_split: 48, tp_after: 6, ..KernelOptions::current() }, "PG_TP_SPLIT").as_deref(), Some("48"));
         // attn_own under tensor parallelism only with tp_attn_own, staging and few heads per rank.
         let own_at = |name: &str, o: &KernelOptions, tp: usize| {
