@@ -2,7 +2,7 @@
 # Builds scripts/gpu/stream_micro.cu here (the NVRTC venv's nvcc, no GPU needed) into
 # .carry/micro/: one streamed matrix phase alone (grid_rows and variants) on the
 # shapes that stream below the copy bandwidth in the kernel. Then, from the repository root:
-#   run(command=".carry/micro/stream_micro", carry=[".carry/micro"])   (or .carry/micro/tma_micro, .carry/micro/wake_micro)
+#   run(command=".carry/micro/stream_micro", carry=[".carry/micro"])   (or tma_micro, wake_micro, pace_micro, layer_sim)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/env.sh
@@ -14,4 +14,8 @@ flags=(-std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ikernels -Iscripts/
 "$cu/bin/nvcc" "${flags[@]}" -o .carry/micro/tma_micro scripts/gpu/tma_micro.cu
 # How late a phase's blocks wake after its last producer arrives (one counter vs alternatives).
 "$cu/bin/nvcc" "${flags[@]}" -o .carry/micro/wake_micro scripts/gpu/wake_micro.cu
+# A paced bulk-copy weight stream (bytes in flight vs bandwidth and poll latency) and the
+# layer simulator built on it (Qwen TP 2 layer: register rows vs a producer/consumer ring).
+"$cu/bin/nvcc" "${flags[@]}" -o .carry/micro/pace_micro scripts/gpu/pace_micro.cu
+"$cu/bin/nvcc" "${flags[@]}" -o .carry/micro/layer_sim scripts/gpu/layer_sim.cu
 echo "built .carry/micro"

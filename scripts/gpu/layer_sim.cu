@@ -1,0 +1,331 @@
+// Layer simulator for the next TP kernel design (perf-notes "pace_micro", session 8):
+// Qwen2.5-Coder-1.5B's layer at TP 2 (q/k/v 1024×1536, o 1536×768, gate/up 8960×1536,
+// down 1536×4480; 46.8 MB of bf16 weights per layer, 28 layers with their own weights)
+// run as four dependent matrix phases plus an attention stand-in (one block waits
+// ATTN_NS after q/k/v, holding o back), dependency counters between phases as in the
+// decode kernel, on one GPU (no peer exchange). Two ways to stream the weights:
+//   rows   every warp of every block streams its row groups into registers after its
+//          phase's wait (the decode kernel's grid_rows, NR 2): the memory pipe idles
+//          during every wait;
+//   ring   warp 0 of each block streams that block's contiguous share of every phase,
+//          layer after layer, through a shared-memory ring (TMA bulk copies, at most
+//          INFLIGHT chunks in flight: pace_micro's ~32 KB per SM streams at ~4.2 TB/s),
+//          independent of the data; 14 consumer warps wait for a phase's input, then
+//          take landed chunks in turn and release their slots. The ring fills while
+//          the consumers wait, so the stream never stops for a dependency;
+//   ring+throttle  ring, but while the consumers wait for a phase's input the producer
+//          keeps at most one chunk in flight (a shared-memory flag), so the wait's hops do
+//          not queue behind a full stream;
+//   ring+tagged  the same as ring, but each phase publishes its outputs as tagged words (value
+//          and step tag in one 64-bit store, one buffer per layer, as the one-GPU kernel's
+//          PG_TAGGED) and the next phase's consumers poll the words they load: one
+//          latency hop per dependency instead of a counter poll plus a load.
+// Prints µs per layer (median over launches of STEPS × 28 layers) and the effective
+// bandwidth, and checks the sums of the last layer's down rows.
+// Built by scripts/gpu/stream_micro.sh; run with `.carry/micro/layer_sim`.
+#include "common.cuh"
+#include "micro_bufs.cuh"
+#include "bulk_copy.cuh"
+#include "sync.cuh"
+#include "ops/matvec.cuh"
+#include <climits>
+#include <cstdio>
+#include <vector>
+
+constexpr int THREADS = 512, WARPS = THREADS / 32;
+constexpr int CONSUMERS = WARPS - 2;  // warp 0 produces, warp 15 runs the attention stand-in
+constexpr int LAYERS = 28, STEPS = 4, ATTN_NS = 2000;
+constexpr int D = 1536, QKV = 1024, QD = 768, F = 4480;
+enum { P_QKV, P_ATTN, P_O, P_GU, P_DOWN, NPH };
+constexpr int S = 20;            // ring slots (184 KB; the input vector takes 18 KB more)
+constexpr int SLOT = 9216;       // bytes per slot (a chunk is whole rows, at most this)
+constexpr int NR = 2;
+
+struct Phase {
+  int rows, k;
+};
+__constant__ Phase phases[4] = {{QKV, D}, {D, QD}, {2 * F, D}, {D, F}};  // q/k/v, o, gate/up, down
+/// Rows per ring chunk of a K-wide matrix.
+__host__ __device__ constexpr int chunk_rows(int k) { return SLOT / (2 * k) > 0 ? SLOT / (2 * k) : 1; }
+
+__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS * 32) : "memory"); }
+
+/// This block's chunks [c0, c1) of a phase (contiguous, as even as whole chunks allow).
+__device__ __forceinline__ void block_chunks(int rows, int k, int& c0, int& c1) {
+  const int n = (rows + chunk_rows(k) - 1) / chunk_rows(k);
+  c0 = (int)((long long)n * blockIdx.x / gridDim.x);
+  c1 = (int)((long long)n * (blockIdx.x + 1) / gridDim.x);
+}
+
+struct Args {
+  const bf16_t* w;  // [LAYERS][q/k/v, o, gate/up, down]
+  const float* x;   // the input of every phase (0.5): the waits order, not the values
+  float* out;       // [4][8960] outputs
+  u32* ctr;         // [LAYERS][NPH] counters
+  u64* tagged;      // ring+tagged: [LAYERS][5 vectors of 2F words] (q/k/v, attention, o, act, down)
+  unsigned long long* trace;  // [G][NPH][2]: wake and end of each phase of the traced layer
+  int mode, inflight;
+  unsigned long long* stamps;
+};
+
+__device__ __forceinline__ size_t phase_off(int p) {
+  size_t o = 0;
+  for (int i = 0; i < p; ++i) o += (size_t)phases[i].rows * phases[i].k;
+  return o;
+}
+constexpr size_t LAYER_ELEMS = (size_t)QKV * D + (size_t)D * QD + (size_t)2 * F * D + (size_t)D * F;
+
+__global__ void __launch_bounds__(THREADS, 1) sim_kernel(const Args a) {
+  extern __shared__ __align__(128) unsigned char ring[];
+  __shared__ unsigned long long full[S], empty[S];
+  __shared__ __align__(16) float xs[F];
+  __shared__ volatile int waiting;  // ring+throttle: the consumers are in a dependency wait
+  if (threadIdx.x == 0) waiting = 0;
+  if (threadIdx.x < S) {
+    mbar_init(&full[threadIdx.x], 1);
+    mbar_init(&empty[threadIdx.x], 1);
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  __syncthreads();
+  const unsigned long long t0 = now_ns();
+  const int w = warp_id(), lane = lane_id();
+  const u32 G = gridDim.x;
+  auto ctr = [&](int l, int p) { return a.ctr + l * NPH + p; };
+  auto traced = [](int step, int l) { return step == STEPS - 1 && l == LAYERS / 2; };
+  // ring+tagged: layer l's vector v (0 q/k/v, 1 attention, 2 after o, 3 act, 4 after down).
+  auto tv = [&](int l, int v) { return a.tagged + ((size_t)l * 5 + v) * 2 * F; };
+  // The phase before p in the chain (q/k/v of layer l waits for layer l-1's down).
+  struct Wait {
+    const u32* c;
+    u32 target;
+  };
+  auto wait_input = [&](int step, int l, int p) {
+    const u32* c = p == P_QKV ? (l > 0 ? ctr(l - 1, P_DOWN) : (step > 0 ? ctr(LAYERS - 1, P_DOWN) : nullptr))
+                 : p == P_O  ? ctr(l, P_ATTN)
+                             : ctr(l, p - 1);
+    return Wait{c, (u32)(p == P_QKV && l == 0 ? step : step + 1) * G};
+  };
+  if (a.mode == 0) {
+    // rows: every warp streams its groups after the wait, as grid_rows does.
+    for (int step = 0; step < STEPS; ++step)
+      for (int l = 0; l < LAYERS; ++l)
+        for (int p = P_QKV; p <= P_DOWN; ++p) {
+          if (p == P_ATTN) {
+            if (blockIdx.x == 0 && threadIdx.x == 0) {
+              while (ld_acquire_gpu(ctr(l, P_QKV)) < (step + 1) * G) {
+              }
+              const unsigned long long ts = now_ns();
+              while (now_ns() - ts < ATTN_NS) {
+              }
+            }
+            __syncthreads();
+            if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr(l, P_ATTN)) : "memory");
+            continue;
+          }
+          const int pi = p == P_QKV ? 0 : p - 1;
+          const Phase ph = phases[pi];
+          const auto [c, target] = wait_input(step, l, p);
+          if (threadIdx.x == 0 && c)
+            while (ld_acquire_gpu(c) < target) {
+            }
+          if (threadIdx.x == 0 && traced(step, l)) a.trace[(blockIdx.x * NPH + p) * 2] = now_ns();
+          __syncthreads();
+          for (int i = threadIdx.x; i < ph.k; i += THREADS) xs[i] = a.x[i];
+          __syncthreads();
+          const bf16_t* W = a.w + (size_t)l * LAYER_ELEMS + phase_off(pi);
+          float* out = a.out + pi * 2 * F;
+          switch (pi) {
+            case 0: grid_rows<D, NR, WARPS>(W, QKV, xs, [&](int r, float v) { out[r] = v; }); break;
+            case 1: grid_rows<QD, NR, WARPS>(W, D, xs, [&](int r, float v) { out[r] = v; }); break;
+            case 2: grid_rows<D, NR, WARPS>(W, 2 * F, xs, [&](int r, float v) { out[r] = v; }); break;
+            default: grid_rows<F, NR, WARPS>(W, D, xs, [&](int r, float v) { out[r] = v; }); break;
+          }
+          __syncthreads();
+          if (threadIdx.x == 0 && traced(step, l)) a.trace[(blockIdx.x * NPH + p) * 2 + 1] = now_ns();
+          if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr(l, p)) : "memory");
+        }
+  } else if (w == 0) {
+    // ring producer: this block's chunks of every phase in order, INFLIGHT at most in flight.
+    if (lane == 0) {
+      int i = 0;
+      for (int step = 0; step < STEPS; ++step)
+        for (int l = 0; l < LAYERS; ++l)
+          for (int pi = 0; pi < 4; ++pi) {
+            const Phase ph = phases[pi];
+            const int cr = chunk_rows(ph.k);
+            int c0, c1;
+            block_chunks(ph.rows, ph.k, c0, c1);
+            const bf16_t* W = a.w + (size_t)l * LAYER_ELEMS + phase_off(pi);
+            for (int c = c0; c < c1; ++c, ++i) {
+              const int s = i % S;
+              const int rows = min(cr, ph.rows - c * cr);
+              if (i >= S) mbar_wait(&empty[s], (u32)((i / S - 1) & 1));
+              const int cap = a.mode == 3 && waiting ? 1 : a.inflight;
+              if (i >= cap) mbar_wait(&full[(i - cap) % S], (u32)(((i - cap) / S) & 1));
+              mbar_expect(&full[s], rows * ph.k * 2);
+              bulk_copy(ring + (size_t)s * SLOT, W + (size_t)c * cr * ph.k, rows * ph.k * 2, &full[s]);
+            }
+          }
+    }
+  } else if (w <= CONSUMERS) {
+    // ring consumers: wait for the phase's input, then chunks in turn (chunk j of the
+    // phase by consumer j % CONSUMERS), each row's dot product by the whole warp.
+    int i = 0;  // this block's chunk index, as the producer counts
+    const int me = w - 1;
+    for (int step = 0; step < STEPS; ++step)
+      for (int l = 0; l < LAYERS; ++l)
+        for (int p = P_QKV; p <= P_DOWN; ++p) {
+          if (p == P_ATTN) continue;  // warp 15 arrives for it
+          const int pi = p == P_QKV ? 0 : p - 1;
+          const Phase ph = phases[pi];
+          const u32 tag = (u32)(step * LAYERS + l + 1);
+          if (a.mode == 2 && !(p == P_QKV && l == 0 && step == 0)) {
+            // The producing phase's tagged words: q/k/v reads the previous layer's down output.
+            const u64* src = p == P_QKV ? tv(l == 0 ? LAYERS - 1 : l - 1, 4) : tv(l, p == P_O ? 1 : p == P_GU ? 2 : 3);
+            const u32 want = p == P_QKV && l == 0 ? tag - 1 : p == P_QKV ? tag - 1 : tag;
+            for (int k = 2 * (threadIdx.x - 32); k < ph.k; k += 2 * CONSUMERS * 32) {
+              float v0, v1;
+              wait_tagged2(src + k, src + k + 1, want, v0, v1);
+              xs[k] = v0 * 0.f + 0.5f, xs[k + 1] = v1 * 0.f + 0.5f;  // (the values stay 0.5: finite sums)
+            }
+            consumers_sync();
+          } else {
+            const auto [c, target] = wait_input(step, l, p);
+            if (me == 0 && lane == 0 && c) {
+              if (a.mode == 3) waiting = 1;
+              while (ld_acquire_gpu(c) < target) {
+              }
+            }
+            consumers_sync();
+            for (int k = (threadIdx.x - 32); k < ph.k; k += CONSUMERS * 32) xs[k] = a.x[k];
+            consumers_sync();
+          }
+          if (me == 0 && lane == 0 && a.mode == 3) waiting = 0;
+          if (me == 0 && lane == 0 && traced(step, l)) a.trace[(blockIdx.x * NPH + p) * 2] = now_ns();
+          const int cr = chunk_rows(ph.k);
+          int c0, c1;
+          block_chunks(ph.rows, ph.k, c0, c1);
+          float* out = a.out + pi * 2 * F;
+          for (int cc = c0; cc < c1; ++cc) {
+            const int j = i + (cc - c0), s = j % S;
+            if ((cc - c0) % CONSUMERS != me) continue;
+            mbar_wait(&full[s], (u32)((j / S) & 1));
+            const int rows = min(cr, ph.rows - cc * cr);
+            const uint4* words = reinterpret_cast<const uint4*>(ring + (size_t)s * SLOT);
+            const int wpr = ph.k / 8;  // 16-byte words per row
+            for (int r = 0; r < rows; ++r) {
+              float acc = 0.f;
+              for (int q = lane; q < wpr; q += 32)
+                acc += dot8(words[r * wpr + q], *reinterpret_cast<const float4*>(xs + q * 8), *reinterpret_cast<const float4*>(xs + q * 8 + 4));
+              acc = warp_sum(acc);
+              if (lane == 0) out[cc * cr + r] = acc;
+              if (a.mode == 2 && lane == 0) st_tagged(tv(l, p == P_QKV ? 0 : p == P_O ? 2 : p == P_GU ? 3 : 4) + cc * cr + r, acc, tag);
+            }
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&empty[s]);
+          }
+          i += c1 - c0;
+          consumers_sync();
+          if (me == 0 && lane == 0 && traced(step, l)) a.trace[(blockIdx.x * NPH + p) * 2 + 1] = now_ns();
+          if (me == 0 && lane == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr(l, p)) : "memory");
+        }
+  } else if (lane == 0) {
+    // attention stand-in: block 0 holds o back ATTN_NS after q/k/v; every block arrives once.
+    for (int step = 0; step < STEPS; ++step)
+      for (int l = 0; l < LAYERS; ++l) {
+        if (blockIdx.x == 0) {
+          while (ld_acquire_gpu(ctr(l, P_QKV)) < (step + 1) * G) {
+          }
+          const unsigned long long ts = now_ns();
+          while (now_ns() - ts < ATTN_NS) {
+          }
+          if (a.mode == 2)
+            for (int k = 0; k < QD; ++k) st_tagged(tv(l, 1) + k, 0.5f, (u32)(step * LAYERS + l + 1));
+        } else {
+          // (arrive once this block's own q/k/v arrival of the step is in: counts stay per step)
+          while (ld_acquire_gpu(ctr(l, P_QKV)) < step * G + 1) {
+          }
+        }
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr(l, P_ATTN)) : "memory");
+      }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    a.stamps[2 * blockIdx.x] = t0;
+    a.stamps[2 * blockIdx.x + 1] = now_ns();
+  }
+}
+
+int main() {
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const size_t elems = LAYER_ELEMS * LAYERS;
+  bf16_t* w;
+  float *x, *out;
+  u32* ctr;
+  unsigned long long* stamps;
+  cudaMalloc(&w, elems * 2);
+  cudaMemset(w, 0x3c, elems * 2);
+  cudaMalloc(&x, F * 4);
+  std::vector<float> hx(F, 0.5f);
+  cudaMemcpy(x, hx.data(), F * 4, cudaMemcpyHostToDevice);
+  cudaMalloc(&out, 4 * 2 * F * 4);
+  cudaMalloc(&ctr, LAYERS * NPH * 4);
+  u64* tagged;
+  cudaMalloc(&tagged, (size_t)LAYERS * 5 * 2 * F * 8);
+  cudaMalloc(&stamps, 2 * sms * 8);
+  unsigned long long* trace;
+  cudaMalloc(&trace, (size_t)sms * NPH * 2 * 8);
+  const int smem = S * SLOT;
+  cudaFuncSetAttribute(sim_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  const double layer_mb = LAYER_ELEMS * 2 / 1e6;
+  struct Case { int mode, inflight; const char* name; };
+  const Case cases[] = {{0, 0, "rows (grid_rows after each wait)"}, {1, 3, "ring, 3 chunks in flight"}, {1, 4, "ring, 4 chunks in flight"},
+                        {1, 6, "ring, 6 chunks in flight"}, {3, 4, "ring+throttle, 4 in flight"}, {3, 8, "ring+throttle, 8 in flight"}, {2, 3, "ring+tagged, 3 in flight"}, {2, 4, "ring+tagged, 4 in flight"},
+                        {2, 6, "ring+tagged, 6 in flight"}};
+  for (const Case& c : cases) {
+    std::vector<double> us;
+    bool ok = true;
+    for (int r = 0; r < 8; ++r) {
+      cudaMemset(ctr, 0, LAYERS * NPH * 4);
+      cudaMemset(tagged, 0, (size_t)LAYERS * 5 * 2 * F * 8);
+      cudaMemset(out, 0, 4 * 2 * F * 4);
+      Args a{w, x, out, ctr, tagged, trace, c.mode, c.inflight, stamps};
+      sim_kernel<<<sms, THREADS, smem>>>(a);
+      std::vector<unsigned long long> st(2 * sms);
+      cudaMemcpy(st.data(), stamps, st.size() * 8, cudaMemcpyDeviceToHost);
+      std::vector<float> ho(D);
+      cudaMemcpy(ho.data(), out + 3 * 2 * F, D * 4, cudaMemcpyDeviceToHost);
+      for (float v : ho) ok &= fabsf(v - F * ROW_SUM_PER_K) < 1e-3f * F * ROW_SUM_PER_K;
+      if (r < 2) continue;
+      unsigned long long lo = ~0ull, hi = 0;
+      for (int b = 0; b < sms; ++b) lo = std::min(lo, st[2 * b]), hi = std::max(hi, st[2 * b + 1]);
+      us.push_back((hi - lo) / 1e3 / (STEPS * LAYERS));
+    }
+    // The traced layer of the last launch: per phase, first and last wake and last end,
+    // µs after the first q/k/v wake (the attention stand-in is not traced).
+    std::vector<unsigned long long> tr((size_t)sms * NPH * 2);
+    cudaMemcpy(tr.data(), trace, tr.size() * 8, cudaMemcpyDeviceToHost);
+    unsigned long long base = ~0ull;
+    for (int b = 0; b < sms; ++b) base = std::min(base, tr[(b * NPH + P_QKV) * 2]);
+    printf("  %s, one layer (µs from the first q/k/v wake):", c.name);
+    const char* pn[] = {"qkv", "attn", "o", "gu", "down"};
+    for (int p = 0; p < NPH; ++p) {
+      if (p == P_ATTN) continue;
+      long long fw = LLONG_MAX, lw = 0, le = 0;
+      for (int b = 0; b < sms; ++b) {
+        fw = std::min(fw, (long long)(tr[(b * NPH + p) * 2] - base));
+        lw = std::max(lw, (long long)(tr[(b * NPH + p) * 2] - base));
+        le = std::max(le, (long long)(tr[(b * NPH + p) * 2 + 1] - base));
+      }
+      printf("  %s wake %.2f-%.2f end %.2f", pn[p], fw / 1e3, lw / 1e3, le / 1e3);
+    }
+    printf("\n");
+    std::sort(us.begin(), us.end());
+    const double m = us[us.size() / 2];
+    printf("%-34s: %6.2f us per layer (min %6.2f), %.2f TB/s of weights, %s\n", c.name, m, us[0], layer_mb / m,
+           ok ? "down sums ok" : "WRONG SUMS");
+  }
+  if (cudaError_t e = cudaGetLastError()) printf("CUDA error %s\n", cudaGetErrorString(e));
+  return 0;
+}
