@@ -2,7 +2,7 @@
 # Builds scripts/gpu/stream_micro.cu here (the NVRTC venv's nvcc, no GPU needed) into
 # .carry/micro/: one streamed matrix phase alone (grid_rows and variants) on the
 # shapes that stream below the copy bandwidth in the kernel. Then, from the repository root:
-#   run(command=".carry/micro/stream_micro", carry=[".carry/micro"])   (or tma_micro, wake_micro, pace_micro, layer_sim)
+#   run(command=".carry/micro/stream_micro", carry=[".carry/micro"])   (or tma_micro, wake_micro, pace_micro, layer_sim, fence_micro)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/env.sh
@@ -18,4 +18,6 @@ flags=(-std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ikernels -Iscripts/
 # layer simulator built on it (Qwen TP 2 layer: register rows vs a producer/consumer ring).
 "$cu/bin/nvcc" "${flags[@]}" -o .carry/micro/pace_micro scripts/gpu/pace_micro.cu
 "$cu/bin/nvcc" "${flags[@]}" -o .carry/micro/layer_sim scripts/gpu/layer_sim.cu
+# What a release fence costs with the SM's own copies, loads or stores in flight.
+"$cu/bin/nvcc" "${flags[@]}" -o .carry/micro/fence_micro scripts/gpu/fence_micro.cu
 echo "built .carry/micro"
