@@ -16,6 +16,7 @@
 //   ring+throttle  ring, but while the consumers wait for a phase's input the producer
 //          keeps at most one chunk in flight (a shared-memory flag), so the wait's hops do
 //          not queue behind a full stream;
+//   ring+backoff  ring, every wait on a ring barrier a test loop with a short sleep;
 //   ring+tagged  the same as ring, but each phase publishes its outputs as tagged words (value
 //          and step tag in one 64-bit store, one buffer per layer, as the one-GPU kernel's
 //          PG_TAGGED) and the next phase's consumers poll the words they load: one
@@ -48,6 +49,55 @@ __constant__ Phase phases[4] = {{QKV, D}, {D, QD}, {2 * F, D}, {D, F}};  // q/k/
 /// Rows per ring chunk of a K-wide matrix.
 __host__ __device__ constexpr int chunk_rows(int k) { return SLOT / (2 * k) > 0 ? SLOT / (2 * k) : 1; }
 
+__device__ __forceinline__ u32 ld_relaxed_gpu(const u32* p) {
+  u32 v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+/// acc[r] (every lane) = row r of a landed chunk (CR rows of K, `rows` of them real) · xs:
+/// one pass over the words, x loaded once per word for all rows, two chains per row.
+template <int K, int CR>
+__device__ __forceinline__ void chunk_dot(const uint4* words, int rows, const float* xs, float (&acc)[6]) {
+  constexpr int WPR = K / 8;  // 16-byte words per row
+  const int lane = lane_id();
+  float a0[CR], a1[CR];
+#pragma unroll
+  for (int r = 0; r < CR; ++r) a0[r] = a1[r] = 0.f;
+#pragma unroll 4
+  for (int q = lane; q < WPR; q += 32) {
+    const float4 xa = *reinterpret_cast<const float4*>(xs + q * 8), xb = *reinterpret_cast<const float4*>(xs + q * 8 + 4);
+#pragma unroll
+    for (int r = 0; r < CR; ++r) {
+      if (r >= rows) break;
+      const uint4 w = words[r * WPR + q];
+      a0[r] = fmaf(bf16_lo(w.x), xa.x, fmaf(bf16_hi(w.x), xa.y, fmaf(bf16_lo(w.y), xa.z, fmaf(bf16_hi(w.y), xa.w, a0[r]))));
+      a1[r] = fmaf(bf16_lo(w.z), xb.x, fmaf(bf16_hi(w.z), xb.y, fmaf(bf16_lo(w.w), xb.z, fmaf(bf16_hi(w.w), xb.w, a1[r]))));
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < CR; ++r) a0[r] += a1[r];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int r = 0; r < CR; ++r) a0[r] += __shfl_xor_sync(0xffffffffu, a0[r], o);
+#pragma unroll
+  for (int r = 0; r < CR; ++r) acc[r] = a0[r];
+}
+
+/// mbar_wait, or with `backoff` a test_wait loop that sleeps between tests (ring+backoff:
+/// do back-to-back waits on shared-memory barriers crowd out the consumers' loads?).
+__device__ __forceinline__ void ring_wait(unsigned long long* bar, u32 parity, bool backoff) {
+  if (!backoff) return mbar_wait(bar, parity);
+  for (;;) {
+    u32 done;
+    asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done)
+                 : "r"(saddr(bar)), "r"(parity)
+                 : "memory");
+    if (done) return;
+    __nanosleep(64);
+  }
+}
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS * 32) : "memory"); }
 
 /// This block's chunks [c0, c1) of a phase (contiguous, as even as whole chunks allow).
@@ -64,6 +114,8 @@ struct Args {
   u32* ctr;         // [LAYERS][NPH] counters
   u64* tagged;      // ring+tagged: [LAYERS][5 vectors of 2F words] (q/k/v, attention, o, act, down)
   unsigned long long* trace;  // [G][NPH][2]: wake and end of each phase of the traced layer
+  unsigned long long* ptrace; // ring: [G][4][2]: the producer's first and last issue of each matrix phase there
+  unsigned long long* ctrace; // ring: block 0's gate/up there: per consumer warp, [wait done, chunk done] of its chunks (up to 4)
   int mode, inflight;
   unsigned long long* stamps;
 };
@@ -159,9 +211,10 @@ __global__ void __launch_bounds__(THREADS, 1) sim_kernel(const Args a) {
             for (int c = c0; c < c1; ++c, ++i) {
               const int s = i % S;
               const int rows = min(cr, ph.rows - c * cr);
-              if (i >= S) mbar_wait(&empty[s], (u32)((i / S - 1) & 1));
+              if (i >= S) ring_wait(&empty[s], (u32)((i / S - 1) & 1), a.mode == 5);
               const int cap = a.mode == 3 && waiting ? 1 : a.inflight;
-              if (i >= cap) mbar_wait(&full[(i - cap) % S], (u32)(((i - cap) / S) & 1));
+              if (i >= cap) ring_wait(&full[(i - cap) % S], (u32)(((i - cap) / S) & 1), a.mode == 5);
+              if (traced(step, l) && (c == c0 || c == c1 - 1)) a.ptrace[(blockIdx.x * 4 + pi) * 2 + (c == c0 ? 0 : 1)] = now_ns();
               mbar_expect(&full[s], rows * ph.k * 2);
               bulk_copy(ring + (size_t)s * SLOT, W + (size_t)c * cr * ph.k, rows * ph.k * 2, &full[s]);
             }
@@ -209,19 +262,26 @@ __global__ void __launch_bounds__(THREADS, 1) sim_kernel(const Args a) {
           for (int cc = c0; cc < c1; ++cc) {
             const int j = i + (cc - c0), s = j % S;
             if ((cc - c0) % CONSUMERS != me) continue;
-            mbar_wait(&full[s], (u32)((j / S) & 1));
+            ring_wait(&full[s], (u32)((j / S) & 1), a.mode == 5);
+            const int nth = (cc - c0) / CONSUMERS;  // this warp's nth chunk of the phase
+            const bool ct = blockIdx.x == 0 && p == P_GU && traced(step, l) && lane == 0 && nth < 4;
+            if (ct) a.ctrace[(me * 4 + nth) * 2] = now_ns();
             const int rows = min(cr, ph.rows - cc * cr);
             const uint4* words = reinterpret_cast<const uint4*>(ring + (size_t)s * SLOT);
-            const int wpr = ph.k / 8;  // 16-byte words per row
-            for (int r = 0; r < rows; ++r) {
-              float acc = 0.f;
-              for (int q = lane; q < wpr; q += 32)
-                acc += dot8(words[r * wpr + q], *reinterpret_cast<const float4*>(xs + q * 8), *reinterpret_cast<const float4*>(xs + q * 8 + 4));
-              acc = warp_sum(acc);
-              if (lane == 0) out[cc * cr + r] = acc;
-              if (a.mode == 2 && lane == 0) st_tagged(tv(l, p == P_QKV ? 0 : p == P_O ? 2 : p == P_GU ? 3 : 4) + cc * cr + r, acc, tag);
+            float acc[6];
+            switch (pi) {  // every row of the chunk in one pass (x read once per word, CR chains)
+              case 0: chunk_dot<D, chunk_rows(D)>(words, rows, xs, acc); break;
+              case 1: chunk_dot<QD, chunk_rows(QD)>(words, rows, xs, acc); break;
+              case 2: chunk_dot<D, chunk_rows(D)>(words, rows, xs, acc); break;
+              default: chunk_dot<F, chunk_rows(F)>(words, rows, xs, acc); break;
             }
+            if (lane == 0)
+              for (int r = 0; r < rows; ++r) {
+                out[cc * cr + r] = acc[r];
+                if (a.mode == 2) st_tagged(tv(l, p == P_QKV ? 0 : p == P_O ? 2 : p == P_GU ? 3 : 4) + cc * cr + r, acc[r], tag);
+              }
             __syncwarp();
+            if (ct) a.ctrace[(me * 4 + nth) * 2 + 1] = now_ns();
             if (lane == 0) mbar_arrive(&empty[s]);
           }
           i += c1 - c0;
@@ -234,8 +294,9 @@ __global__ void __launch_bounds__(THREADS, 1) sim_kernel(const Args a) {
     for (int step = 0; step < STEPS; ++step)
       for (int l = 0; l < LAYERS; ++l) {
         if (blockIdx.x == 0) {
-          while (ld_acquire_gpu(ctr(l, P_QKV)) < (step + 1) * G) {
+          while (ld_relaxed_gpu(ctr(l, P_QKV)) < (step + 1) * G) {
           }
+          asm volatile("fence.acq_rel.gpu;" ::: "memory");
           const unsigned long long ts = now_ns();
           while (now_ns() - ts < ATTN_NS) {
           }
@@ -243,8 +304,7 @@ __global__ void __launch_bounds__(THREADS, 1) sim_kernel(const Args a) {
             for (int k = 0; k < QD; ++k) st_tagged(tv(l, 1) + k, 0.5f, (u32)(step * LAYERS + l + 1));
         } else {
           // (arrive once this block's own q/k/v arrival of the step is in: counts stay per step)
-          while (ld_acquire_gpu(ctr(l, P_QKV)) < step * G + 1) {
-          }
+          while (ld_relaxed_gpu(ctr(l, P_QKV)) < step * G + 1) __nanosleep(256);
         }
         asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr(l, P_ATTN)) : "memory");
       }
@@ -274,14 +334,17 @@ int main() {
   u64* tagged;
   cudaMalloc(&tagged, (size_t)LAYERS * 5 * 2 * F * 8);
   cudaMalloc(&stamps, 2 * sms * 8);
-  unsigned long long* trace;
+  unsigned long long *trace, *ptrace;
   cudaMalloc(&trace, (size_t)sms * NPH * 2 * 8);
+  cudaMalloc(&ptrace, (size_t)sms * 4 * 2 * 8);
+  unsigned long long* ctrace;
+  cudaMalloc(&ctrace, CONSUMERS * 4 * 2 * 8);
   const int smem = S * SLOT;
   cudaFuncSetAttribute(sim_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   const double layer_mb = LAYER_ELEMS * 2 / 1e6;
   struct Case { int mode, inflight; const char* name; };
   const Case cases[] = {{0, 0, "rows (grid_rows after each wait)"}, {1, 3, "ring, 3 chunks in flight"}, {1, 4, "ring, 4 chunks in flight"},
-                        {1, 6, "ring, 6 chunks in flight"}, {3, 4, "ring+throttle, 4 in flight"}, {3, 8, "ring+throttle, 8 in flight"}, {2, 3, "ring+tagged, 3 in flight"}, {2, 4, "ring+tagged, 4 in flight"},
+                        {1, 6, "ring, 6 chunks in flight"}, {3, 4, "ring+throttle, 4 in flight"}, {5, 3, "ring+backoff, 3 in flight"}, {5, 4, "ring+backoff, 4 in flight"}, {2, 3, "ring+tagged, 3 in flight"}, {2, 4, "ring+tagged, 4 in flight"},
                         {2, 6, "ring+tagged, 6 in flight"}};
   for (const Case& c : cases) {
     std::vector<double> us;
@@ -290,7 +353,8 @@ int main() {
       cudaMemset(ctr, 0, LAYERS * NPH * 4);
       cudaMemset(tagged, 0, (size_t)LAYERS * 5 * 2 * F * 8);
       cudaMemset(out, 0, 4 * 2 * F * 4);
-      Args a{w, x, out, ctr, tagged, trace, c.mode, c.inflight, stamps};
+      cudaMemset(ctrace, 0, CONSUMERS * 4 * 2 * 8);
+      Args a{w, x, out, ctr, tagged, trace, ptrace, ctrace, c.mode, c.inflight, stamps};
       sim_kernel<<<sms, THREADS, smem>>>(a);
       std::vector<unsigned long long> st(2 * sms);
       cudaMemcpy(st.data(), stamps, st.size() * 8, cudaMemcpyDeviceToHost);
@@ -321,6 +385,29 @@ int main() {
       printf("  %s wake %.2f-%.2f end %.2f", pn[p], fw / 1e3, lw / 1e3, le / 1e3);
     }
     printf("\n");
+    if (c.mode != 0) {
+      // When the producers issued each phase's first and last chunk (median block; µs, same base).
+      std::vector<unsigned long long> pt((size_t)sms * 8);
+      cudaMemcpy(pt.data(), ptrace, pt.size() * 8, cudaMemcpyDeviceToHost);
+      printf("    producer issues (median block):");
+      const char* mn[] = {"qkv", "o", "gu", "down"};
+      for (int pi = 0; pi < 4; ++pi) {
+        std::vector<long long> f, e;
+        for (int b = 0; b < sms; ++b) f.push_back((long long)(pt[(b * 4 + pi) * 2] - base)), e.push_back((long long)(pt[(b * 4 + pi) * 2 + 1] - base));
+        std::sort(f.begin(), f.end());
+        std::sort(e.begin(), e.end());
+        printf("  %s first %.2f last %.2f", mn[pi], f[sms / 2] / 1e3, e[sms / 2] / 1e3);
+      }
+      printf("\n");
+      std::vector<unsigned long long> ct(CONSUMERS * 8);
+      cudaMemcpy(ct.data(), ctrace, ct.size() * 8, cudaMemcpyDeviceToHost);
+      const unsigned long long gw = tr[(0 * NPH + P_GU) * 2];
+      printf("    block 0 gate/up, per consumer warp (µs after its wake: chunk landed-wait done / chunk done):");
+      for (int m = 0; m < CONSUMERS; ++m)
+        for (int n = 0; n < 4; ++n)
+          if (ct[(m * 4 + n) * 2]) printf(" w%d.%d %.2f/%.2f", m, n, ((long long)ct[(m * 4 + n) * 2] - (long long)gw) / 1e3, ((long long)ct[(m * 4 + n) * 2 + 1] - (long long)gw) / 1e3);
+      printf("\n");
+    }
     std::sort(us.begin(), us.end());
     const double m = us[us.size() / 2];
     printf("%-34s: %6.2f us per layer (min %6.2f), %.2f TB/s of weights, %s\n", c.name, m, us[0], layer_mb / m,
