@@ -101,12 +101,6 @@ static_assert(THREADS % WARP_SIZE == 0 && THREADS >= HD, "block too small");
 /// (Qwen2.5-Coder-1.5B at TP 2: 2 × 16 warps × 6 KB). One GPU keeps staging ahead only
 /// where every row fits (`ROWS_FIT`).
 constexpr bool TP_AHEAD = IS_TP && PG_TP_AHEAD != 0;
-/// tp_split (PG_TP_SPLIT, tensor parallelism only; 0 = off): the q/k/v and o rows go to
-/// the first PG_TP_SPLIT blocks of the row grid, the gate/up and down rows to the rest
-/// (phase_grid). The latency-bound chain (q/k/v, attention, o) then runs on blocks that
-/// stage nothing of the FFN, so their polls do not queue behind its weight copies, and
-/// with staging ahead each set copies its next rows during the other set's phases.
-constexpr int SPLIT = IS_TP ? PG_TP_SPLIT : 0;
 constexpr int TP_STAGE_CAP = 6;
 constexpr int STAGE_CAP = TP_AHEAD && PG_STAGE_ITERS > TP_STAGE_CAP ? TP_STAGE_CAP : PG_STAGE_ITERS;
 constexpr bool STAGE = STAGE_CAP > 0;
@@ -215,27 +209,8 @@ constexpr bool STAGE_FIRST = AHEAD && TP_AHEAD;
 /// PG_AHEAD_LATE is a mask of the phases that start it late: 1 q/k/v, 2 gate/up, 4 down,
 /// 8 o (3 by default).
 constexpr int LATE_MASK = AHEAD ? PG_AHEAD_LATE : 0;
-/// tp_after (PG_AHEAD_AFTER, with tp_ahead; bits as PG_AHEAD_LATE): those phases start the
-/// next phase's copy only once each warp's own rows are done and stored, so the copies
-/// fill the memory pipe during the next phase's wait instead of queueing ahead of this
-/// phase's stores and loads (copies in flight anywhere on the GPU delay every SM's polls
-/// and stores: perf-notes "tp_split").
-constexpr int AFTER_MASK = STAGE_FIRST ? PG_AHEAD_AFTER : 0;
-/// When a phase starts the next phase's copy: before its wait, after its input, after its rows.
-enum StageWhen { SW_EARLY, SW_LATE, SW_AFTER };
-__host__ __device__ constexpr StageWhen stage_when(int bit) {
-  return (AFTER_MASK & bit) ? SW_AFTER : (LATE_MASK & bit) ? SW_LATE : SW_EARLY;
-}
-constexpr StageWhen W_QKV = stage_when(1), W_GU = stage_when(2), W_DOWN = stage_when(4), W_O = stage_when(8);
-/// stage_late (PG_STAGE_LATE; staging without stage_ahead, i.e. tensor parallelism's
-/// default; bits as PG_AHEAD_LATE): those phases start copying their own first row group
-/// after their input has arrived instead of before their wait, so the wait's polls do
-/// not queue behind it.
-constexpr int STAGE_LATE_MASK = STAGE && !AHEAD ? PG_STAGE_LATE : 0;
-/// Whether the phase of late-mask bit `bit` stages its own first group before its wait.
-__host__ __device__ constexpr bool stage_early(int bit) { return !AHEAD && !(STAGE_LATE_MASK & bit); }
-/// ... or after its input.
-__host__ __device__ constexpr bool stage_late(int bit) { return !AHEAD && (STAGE_LATE_MASK & bit); }
+constexpr bool LATE_QKV = (LATE_MASK & 1) != 0, LATE_GU = (LATE_MASK & 2) != 0, LATE_DOWN = (LATE_MASK & 4) != 0,
+               LATE_O = (LATE_MASK & 8) != 0;
 /// uint4 words per warp of set A (the only set without stage_ahead) and the whole staging region.
 constexpr int SLOT_WORDS = AHEAD ? A_WORDS : STAGE_WORDS;
 constexpr int STAGE_REGION_WORDS = AHEAD ? WARPS * (A_WORDS + B_WORDS) : WARPS * STAGE_WORDS;
@@ -291,6 +266,15 @@ struct Args {
 #define ARG_F32(NAME) (__uint_as_float((u32)args.a[PG_ARG_##NAME]))
 #define LAYER_PTR(T, LW, SLOT) (reinterpret_cast<T>(__ldg((LW) + PG_LW_##SLOT)))
 
+/// Before waiting for a phase's inputs, pull the first lines of this block's rows
+/// of that phase into L2 (PG_PREFETCH) so HBM works while the block waits.
+template <int K, int ROWS, int R = NR>
+__device__ __forceinline__ void maybe_prefetch(const bf16_t* w, int grid = gridDim.x) {
+#if PG_PREFETCH
+  prefetch_rows<K, R, WARPS>(w, ROWS, grid);
+#endif
+}
+
 /// Whether a `rows`-row matrix phase stages: only when every warp has at most one row
 /// group. A streaming-bound phase (several groups per warp) gains nothing from its first
 /// group landing early, and its copies, issued by every SM at once, delay the counter
@@ -301,69 +285,37 @@ __device__ __forceinline__ int row_grid() {
   else return (int)gridDim.x > 2 * ATTN_OWN ? (int)gridDim.x - ATTN_OWN : (int)gridDim.x;
 }
 
-/// The blocks that take one matrix phase's row groups: `count` blocks from `first` on.
-struct RowGrid {
-  int count, first;
-};
+/// This block owns rows of a layer matrix of `rows` rows.
+__device__ __forceinline__ bool has_rows(int rows) { return block_has_rows<NR>(rows, row_grid()); }
 
-/// Each matrix phase's blocks: the row grid, or under tp_split (SPLIT blocks) the first
-/// SPLIT of it for q/k/v and o and the rest for gate/up and down (a grid too small to
-/// split keeps one set).
-__device__ __forceinline__ RowGrid phase_grid(Phase ph) {
-  const int rg = row_grid();
-  if (SPLIT == 0 || rg < 2 * SPLIT) return {rg, 0};
-  return ph == PH_QKV || ph == PH_O ? RowGrid{SPLIT, 0} : RowGrid{rg - SPLIT, SPLIT};
-}
-
-/// Before waiting for a phase's inputs, pull the first lines of this block's rows
-/// of that phase into L2 (PG_PREFETCH) so HBM works while the block waits.
-template <int K, int ROWS, int R = NR>
-__device__ __forceinline__ void maybe_prefetch(const bf16_t* w, RowGrid g = {(int)gridDim.x, 0}) {
-#if PG_PREFETCH
-  prefetch_rows<K, R, WARPS>(w, ROWS, g.count, g.first);
-#endif
-}
-
-/// This block owns rows of phase `ph`'s matrix of `rows` rows.
-__device__ __forceinline__ bool has_rows(Phase ph, int rows) {
-  const RowGrid g = phase_grid(ph);
-  return block_has_rows<NR>(rows, g.count, g.first);
-}
-
-__device__ __forceinline__ bool stage_fits(Phase ph, int rows) {
-  return STAGE && (STAGE_FIRST || rows <= phase_grid(ph).count * WARPS * NR);
-}
+__device__ __forceinline__ bool stage_fits(int rows) { return STAGE && (STAGE_FIRST || rows <= row_grid() * WARPS * NR); }
 
 /// Before waiting for a phase's inputs, start copying this warp's first row group into
 /// its slot (PG_STAGE_ITERS, stage_fits).
 template <int K, int ROWS>
-__device__ __forceinline__ void maybe_stage(Phase ph, const bf16_t* w, uint4* slot) {
+__device__ __forceinline__ void maybe_stage(const bf16_t* w, uint4* slot) {
   if constexpr (STAGE) {
-    const RowGrid g = phase_grid(ph);
-    if (stage_fits(ph, ROWS)) stage_rows<K, NR, WARPS, STAGE_CAP>(w, ROWS, slot, g.count, g.first);
+    if (stage_fits(ROWS)) stage_rows<K, NR, WARPS, STAGE_CAP>(w, ROWS, slot, row_grid());
   }
 }
 
 /// grid_rows of a matrix phase, reading what maybe_stage copied (PG_STAGE_ITERS).
 /// `ahead`: the next phase's stage (PENDING commit groups) was started after this one's.
 template <int K, int PENDING = 0, class Epi>
-__device__ __forceinline__ void phase_rows(Phase ph, const bf16_t* w, int rows, const float* xs, const uint4* slot, Epi epi,
-                                           bool ahead = false) {
-  const RowGrid g = phase_grid(ph);
-  grid_rows<K, NR, WARPS, STAGE_CAP, PENDING>(w, rows, xs, epi, stage_fits(ph, rows) ? slot : nullptr, ahead, g.count, g.first);
+__device__ __forceinline__ void phase_rows(const bf16_t* w, int rows, const float* xs, const uint4* slot, Epi epi, bool ahead = false) {
+  grid_rows<K, NR, WARPS, STAGE_CAP, PENDING>(w, rows, xs, epi, stage_fits(rows) ? slot : nullptr, ahead, row_grid());
 }
 
 /// stage_ahead: whether this block stages a `rows`-row phase (it owns rows and the phase stages).
-__device__ __forceinline__ bool stages_ahead(Phase ph, int rows) { return AHEAD && has_rows(ph, rows) && stage_fits(ph, rows); }
+__device__ __forceinline__ bool stages_ahead(int rows) { return AHEAD && has_rows(rows) && stage_fits(rows); }
 
 /// stage_ahead: starts this warp's copy of a phase's first row group into `slot`, ahead
 /// of the phase before it; returns whether it did (the earlier phase then leaves the
 /// copy's groups pending).
 template <int K, int ROWS>
-__device__ __forceinline__ bool stage_ahead(Phase ph, const bf16_t* w, uint4* slot) {
-  if (!stages_ahead(ph, ROWS)) return false;
-  const RowGrid g = phase_grid(ph);
-  stage_rows<K, NR, WARPS, STAGE_CAP>(w, ROWS, slot, g.count, g.first);
+__device__ __forceinline__ bool stage_ahead(const bf16_t* w, uint4* slot) {
+  if (!stages_ahead(ROWS)) return false;
+  stage_rows<K, NR, WARPS, STAGE_CAP>(w, ROWS, slot, row_grid());
   return true;
 }
 
@@ -517,9 +469,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
   u32* my_xc = IS_TP ? peer_xc[rank] : nullptr;
   float* my_rx = IS_TP ? peer_rx[rank] : nullptr;
   // Blocks owning rows of each matrix (grid_rows hands row groups to blocks 0, 1, …).
-  const int w_qkv = min(phase_grid(PH_QKV).count, (QKV + NR - 1) / NR);
+  const int w_qkv = min(row_grid(), (QKV + NR - 1) / NR);
   const int w_d = min((int)G, (D + NR - 1) / NR);  // (the DTP mean of h: every block runs the LM head)
-  const int w_gu = min(phase_grid(PH_GATE_UP).count, (2 * F + NR - 1) / NR);
+  const int w_gu = min(row_grid(), (2 * F + NR - 1) / NR);
   // Thread 0 after a block barrier: one arrival on every peer's counter `which`.
   auto arrive_peers = [&](int which) {
     if (IS_TP && threadIdx.x == 0) {
@@ -530,11 +482,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
   };
   // The consumer's input after layer l's projection `kind` (0 = o, 1 = down): base plus
   // the partials the schedule adds, summed while loading into `vec`.
-  // `writer` of `writers`: this block's share of `out` (its index in the phase's grid).
-  auto load_after = [&](u32 step, int l, int kind, const float* base, const bf16_t* base_bf16, float* out, int writer, int writers) {
+  auto load_after = [&](u32 step, int l, int kind, const float* base, const bf16_t* base_bf16, float* out, int writers) {
     const int m = x_recv[l];
     load_combined<THREADS, D, TP>(vec, base, base_bf16, my_rx + rx_off(step, l, kind), m >= 0 ? my_rx + rx_off(step, m, kind) : nullptr,
-                                  x_mode[l], PG_DTP_LANE_SCALE, rank, out, writer, writers);
+                                  x_mode[l], PG_DTP_LANE_SCALE, rank, out, blockIdx.x, writers);
   };
   // Where layer l's partials of projection `kind` go: slot `rank` of each rank's slots.
   auto slots_of = [&](float* (&dst)[TP], u32 step, int l, int kind) {
@@ -595,13 +546,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       {
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WQKV);
         // stage_ahead: layer 0's q/k/v now (layer l > 0's came with layer l-1's down), then the o rows.
-        if (AHEAD && l == 0) (void)stage_ahead<D, QKV>(PH_QKV, w, slot);
-        auto start_o = [&] { return AHEAD && stage_ahead<QD, D>(PH_O, LAYER_PTR(const bf16_t*, lw, WO), slot_b); };
-        bool o_ahead = W_QKV == SW_EARLY && start_o();
-        if (W_QKV != SW_EARLY && !has_rows(PH_QKV, QKV)) (void)start_o();
-        if (has_rows(PH_QKV, QKV)) {
-          maybe_prefetch<D, QKV>(w, phase_grid(PH_QKV));
-          if (stage_early(1)) maybe_stage<D, QKV>(PH_QKV, w, slot);
+        if (AHEAD && l == 0) (void)stage_ahead<D, QKV>(w, slot);
+        auto start_o = [&] { return AHEAD && stage_ahead<QD, D>(LAYER_PTR(const bf16_t*, lw, WO), slot_b); };
+        bool o_ahead = !LATE_QKV && start_o();
+        if (LATE_QKV && !has_rows(QKV)) (void)start_o();
+        if (has_rows(QKV)) {
+          maybe_prefetch<D, QKV>(w, row_grid());
+          if (!AHEAD) maybe_stage<D, QKV>(w, slot);
           const float* norm_w = LAYER_PTR(const float*, lw, ATTN_NORM);
           const auto norm_regs = early_norm(norm_w);
           u64* ev = trace_event(tr, l * PHASES + PH_QKV);
@@ -640,15 +591,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           }
           if (l == 0) load_vec_bf16<THREADS>(vec, emb_row, D, rcopy);
           else if (TAGGED) load_tagged<THREADS, D>(vec, tprev + T_XD, tag, rcopy, ev);
-          else if (IS_TP) load_after(s, l - 1, 1, x, nullptr, xb, blockIdx.x, w_qkv);
+          else if (IS_TP) load_after(s, l - 1, 1, x, nullptr, xb, w_qkv);
           else if (FUSE_DOWN) load_resid_fixed(s, l - 1, rcopy);
           else load_vec_f32<THREADS>(vec, x, D, rcopy);
-          if (W_QKV == SW_LATE) o_ahead = start_o();
-          if (stage_late(1)) maybe_stage<D, QKV>(PH_QKV, w, slot);
+          if (LATE_QKV) o_ahead = start_o();
           norm_vec(vec, norm_regs, norm_w, red);
           const float* bias = LAYER_PTR(const float*, lw, QKV_BIAS);
           phase_rows<D, N_O>(
-              PH_QKV, w, QKV, vec, slot,
+              w, QKV, vec, slot,
               [&](int r, float v) {
 #if PG_QKV_BIAS
                 v += __ldg(bias + r);
@@ -657,7 +607,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
                 else qkv[r] = v;
               },
               o_ahead);
-          if (W_QKV == SW_AFTER) (void)start_o();
           (void)bias;
         } else if (!TAGGED && l == 0 && s > start && !(score || s >= n_prompt)) {
           // A block without q/k/v rows (attn_own's under tensor parallelism) still waits for
@@ -793,21 +742,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       if (!FUSE_O) {
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WO);
         // stage_ahead: the gate/up rows into set A (attention is done with it).
-        auto start_gu = [&] { return AHEAD && stage_ahead<D, 2 * F>(PH_GATE_UP, LAYER_PTR(const bf16_t*, lw, WGATE_UP), slot); };
-        bool gu_ahead = W_O == SW_EARLY && start_gu();
-        if (W_O != SW_EARLY && !has_rows(PH_O, D)) (void)start_gu();
-        if (has_rows(PH_O, D)) {
-          maybe_prefetch<QD, D>(w, phase_grid(PH_O));
-          if (stage_early(8)) maybe_stage<QD, D>(PH_O, w, slot);
+        auto start_gu = [&] { return AHEAD && stage_ahead<D, 2 * F>(LAYER_PTR(const bf16_t*, lw, WGATE_UP), slot); };
+        bool gu_ahead = !LATE_O && start_gu();
+        if (LATE_O && !has_rows(D)) (void)start_gu();
+        if (has_rows(D)) {
+          maybe_prefetch<QD, D>(w, row_grid());
+          if (!AHEAD) maybe_stage<QD, D>(w, slot);
           load_phase_input<QD>(vec, tl + T_ATTN, tag, layer_ctr(ctr, l, PH_ATTN), done, attn, trace_event(tr, l * PHASES + PH_O));
-          if (W_O == SW_LATE) gu_ahead = start_gu();
-          if (stage_late(8)) maybe_stage<QD, D>(PH_O, w, slot);
+          if (LATE_O) gu_ahead = start_gu();
           float* po[TP];
           const bool send = slots_of(po, s, l, 0);
           // resid_smem: this block loaded the residual in its QKV phase (if it had QKV rows).
-          const bool res_here = RESID_SMEM && has_rows(PH_QKV, QKV);
+          const bool res_here = RESID_SMEM && has_rows(QKV);
           phase_rows<QD, N_GU>(
-              PH_O, w, D, vec, slot_b,
+              w, D, vec, slot_b,
               [&](int r, float v) {
             if (IS_TP) {
               push_partial<TP, D>(po, rank, r, v, send);
@@ -822,7 +770,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
             }
               },
               gu_ahead);
-          if (W_O == SW_AFTER) (void)start_gu();
         }
         phase_end(layer_ctr(ctr, l, PH_O), trace_event(tr, l * PHASES + PH_O));
       }
@@ -868,13 +815,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       {
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WGATE_UP);
         // stage_ahead: the down rows into set B (the o-projection is done with it).
-        auto start_down = [&] { return AHEAD && stage_ahead<F, D>(PH_DOWN, LAYER_PTR(const bf16_t*, lw, WDOWN), slot_b); };
-        bool down_ahead = W_GU == SW_EARLY && start_down();
-        if (W_GU != SW_EARLY && !has_rows(PH_GATE_UP, 2 * F)) (void)start_down();
-        if (has_rows(PH_GATE_UP, 2 * F)) {
-          const RowGrid gg = phase_grid(PH_GATE_UP);
-          maybe_prefetch<D, 2 * F>(w, gg);
-          if (stage_early(2)) maybe_stage<D, 2 * F>(PH_GATE_UP, w, slot);
+        auto start_down = [&] { return AHEAD && stage_ahead<F, D>(LAYER_PTR(const bf16_t*, lw, WDOWN), slot_b); };
+        bool down_ahead = !LATE_GU && start_down();
+        if (LATE_GU && !has_rows(2 * F)) (void)start_down();
+        if (has_rows(2 * F)) {
+          maybe_prefetch<D, 2 * F>(w, row_grid());
+          if (!AHEAD) maybe_stage<D, 2 * F>(w, slot);
           const float* norm_w = LAYER_PTR(const float*, lw, FFN_NORM);
           const auto norm_regs = early_norm(norm_w);
           u64* ev = trace_event(tr, l * PHASES + PH_GATE_UP);
@@ -882,7 +828,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           if (TAGGED) {
             load_tagged<THREADS, D>(vec, tl + T_XO, tag, rcopy, ev);
           } else if (IS_TP) {
-            load_after(s, l, 0, xb, l == 0 ? emb_row : nullptr, x, blockIdx.x - gg.first, w_gu);
+            load_after(s, l, 0, xb, l == 0 ? emb_row : nullptr, x, w_gu);
           } else if (FUSE_O) {
             // residual + Σ_h per-head o partials; this block's share of the sum becomes
             // xb, the residual the down-projection adds to (x is still being read here).
@@ -891,17 +837,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           } else {
             load_vec_f32<THREADS>(vec, x, D, rcopy);
           }
-          if (W_GU == SW_LATE) down_ahead = start_down();
-          if (stage_late(2)) maybe_stage<D, 2 * F>(PH_GATE_UP, w, slot);
+          if (LATE_GU) down_ahead = start_down();
           norm_vec(vec, norm_regs, norm_w, red);
           // Rows interleave (gate_j, up_j); a group of NR rows holds NR/2 whole pairs.
-          const int gw = warp_id() * gg.count + blockIdx.x - gg.first;
-          const int nw = WARPS * gg.count;
+          const int gw = warp_id() * row_grid() + blockIdx.x;
+          const int nw = WARPS * row_grid();
           constexpr int GROUPS = (2 * F + NR - 1) / NR;
           for (int grp = gw; grp < GROUPS; grp += nw) {
             float acc[NR];
             // stage: the warp's first group (grp == gw, warp-uniform) was copied before the wait.
-            if (grp == gw && stage_fits(PH_GATE_UP, 2 * F))
+            if (grp == gw && stage_fits(2 * F))
               warp_rows_dot_staged<D, NR, STAGE_CAP, N_DOWN>(w, grp * NR, 2 * F, vec, slot, acc, down_ahead);
             else warp_rows_dot<D, NR>(w, grp * NR, 2 * F, vec, acc);
             if (lane_id() == 0) {
@@ -914,7 +859,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
               }
             }
           }
-          if (W_GU == SW_AFTER) (void)start_down();
         }
         phase_end(layer_ctr(ctr, l, PH_GATE_UP), trace_event(tr, l * PHASES + PH_GATE_UP));
       }
@@ -923,28 +867,26 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       {
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WDOWN);
         // stage_ahead: the next layer's q/k/v rows into set A (gate/up is done with it).
-        auto start_qkv = [&] { return AHEAD && l + 1 < L && stage_ahead<D, QKV>(PH_QKV, LAYER_PTR(const bf16_t*, lw + PG_LW_SLOTS, WQKV), slot); };
-        bool qkv_ahead = W_DOWN == SW_EARLY && start_qkv();
-        if (W_DOWN != SW_EARLY && !has_rows(PH_DOWN, D)) (void)start_qkv();
-        if (has_rows(PH_DOWN, D)) {
-          maybe_prefetch<F, D>(w, phase_grid(PH_DOWN));
-          if (stage_early(4)) maybe_stage<F, D>(PH_DOWN, w, slot);
+        auto start_qkv = [&] { return AHEAD && l + 1 < L && stage_ahead<D, QKV>(LAYER_PTR(const bf16_t*, lw + PG_LW_SLOTS, WQKV), slot); };
+        bool qkv_ahead = !LATE_DOWN && start_qkv();
+        if (LATE_DOWN && !has_rows(D)) (void)start_qkv();
+        if (has_rows(D)) {
+          maybe_prefetch<F, D>(w, row_grid());
+          if (!AHEAD) maybe_stage<F, D>(w, slot);
           load_phase_input<F>(vec, tl + T_ACT, tag, layer_ctr(ctr, l, PH_GATE_UP), done, act, trace_event(tr, l * PHASES + PH_DOWN));
-          if (W_DOWN == SW_LATE) qkv_ahead = start_qkv();
-          if (stage_late(4)) maybe_stage<F, D>(PH_DOWN, w, slot);
+          if (LATE_DOWN) qkv_ahead = start_qkv();
           float* pd[TP];
           const bool send = slots_of(pd, s, l, 1);
           // resid_smem: this block loaded the residual in its gate/up phase.
-          const bool res_here = RESID_SMEM && has_rows(PH_GATE_UP, 2 * F);
+          const bool res_here = RESID_SMEM && has_rows(2 * F);
           phase_rows<F, N_QKV>(
-              PH_DOWN, w, D, vec, slot_b,
+              w, D, vec, slot_b,
               [&](int r, float v) {
                 if (IS_TP) push_partial<TP, D>(pd, rank, r, v, send);
                 else if (TAGGED) st_tagged(tl + T_XD + r, (res_here ? resid_s[r] : wait_tagged(tl + T_XO + r, tag)) + v, tag);
                 else x[r] = (res_here ? resid_s[r] : ld_shared_f32((FUSE_O ? xb : x) + r)) + v;
               },
               qkv_ahead);
-          if (W_DOWN == SW_AFTER) (void)start_qkv();
         }
         phase_end(layer_ctr(ctr, l, PH_DOWN), trace_event(tr, l * PHASES + PH_DOWN));
       }
@@ -967,7 +909,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       load_tagged<THREADS, D>(vec, tagged + (size_t)(L - 1) * T_LAYER + T_XD, tag, nullptr, trace_event(tr, EV_LM));
     } else {
       block_wait(layer_ctr(ctr, L - 1, PH_DOWN), done, trace_event(tr, EV_LM));
-      if (IS_TP) load_after(s, L - 1, 1, x, nullptr, nullptr, 0, 1);
+      if (IS_TP) load_after(s, L - 1, 1, x, nullptr, nullptr, 1);
       else if (FUSE_DOWN) load_resid_fixed(s, L - 1, nullptr);
       else load_vec_f32<THREADS>(vec, x, D);
     }

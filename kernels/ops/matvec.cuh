@@ -42,21 +42,20 @@ __device__ __forceinline__ void warp_rows_dot(const bf16_t* __restrict__ W, int 
 }
 
 /// True when this block owns at least one row group of a `rows`-row matrix whose groups
-/// go to the `grid` blocks from block `first` on (default: the whole grid).
+/// go to the first `grid` blocks (default: the whole grid).
 template <int NR>
-__device__ __forceinline__ bool block_has_rows(int rows, int grid = gridDim.x, int first = 0) {
-  // (first == 0 is the common case: the test folds away and the code is the unsplit one's.)
-  return (first == 0 || (int)blockIdx.x >= first) && (int)blockIdx.x - first < min(grid, (rows + NR - 1) / NR);
+__device__ __forceinline__ bool block_has_rows(int rows, int grid = gridDim.x) {
+  return (int)blockIdx.x < min(grid, (rows + NR - 1) / NR);
 }
 
 /// Prefetches into L2 the first row group this warp will stream in `grid_rows` (one
 /// 128-byte line per lane per step): enough to cover a dependency wait without
 /// pulling a whole large matrix through L2.
 template <int K, int NR, int WARPS>
-__device__ __forceinline__ void prefetch_rows(const bf16_t* __restrict__ W, int rows, int grid = gridDim.x, int first = 0) {
+__device__ __forceinline__ void prefetch_rows(const bf16_t* __restrict__ W, int rows, int grid = gridDim.x) {
   constexpr int LINE_ELEMS = 64;  // 128 bytes of bf16
   constexpr int LINES = (K + LINE_ELEMS - 1) / LINE_ELEMS;
-  const int g = warp_id() * grid + blockIdx.x - first;
+  const int g = warp_id() * grid + blockIdx.x;
   if (g * NR >= rows) return;  // callers are blocks of the row grid
 #pragma unroll
   for (int r = 0; r < NR; ++r) {
@@ -117,11 +116,11 @@ __device__ __forceinline__ void stage_group(const bf16_t* __restrict__ W, int ro
   }
 }
 
-/// stage_group of this warp's first `grid_rows` group (warp_id() · grid + the block's
-/// index from `first`; a block of the row grid).
+/// stage_group of this warp's first `grid_rows` group (warp_id() · grid + blockIdx.x; a
+/// block of the row grid).
 template <int K, int NR, int WARPS, int CAP>
-__device__ __forceinline__ void stage_rows(const bf16_t* __restrict__ W, int rows, uint4* slot, int grid = gridDim.x, int first = 0) {
-  stage_group<K, NR, CAP>(W, rows, warp_id() * grid + blockIdx.x - first, slot);
+__device__ __forceinline__ void stage_rows(const bf16_t* __restrict__ W, int rows, uint4* slot, int grid = gridDim.x) {
+  stage_group<K, NR, CAP>(W, rows, warp_id() * grid + blockIdx.x, slot);
 }
 
 /// warp_rows_dot of the group stage_group started in `slot` (same row0), streaming the
@@ -175,12 +174,11 @@ __device__ __forceinline__ void warp_rows_dot_staged(const bf16_t* __restrict__ 
 /// every SM. With `slot` (CAP > 0), the warp's first group is read from what
 /// stage_rows copied there. Group loop bounds depend only on the warp's index:
 /// warp-uniform. Returns nothing; `epi` stores the results. `ahead`, PENDING: see
-/// warp_rows_dot_staged. `grid`, `first`: the groups go to the `grid` blocks from block
-/// `first` on only.
+/// warp_rows_dot_staged. `grid`: the groups go to the first `grid` blocks only.
 template <int K, int NR, int WARPS, int CAP = 0, int PENDING = 0, class Epi>
 __device__ __forceinline__ void grid_rows(const bf16_t* __restrict__ W, int rows, const float* xs, Epi epi, const uint4* slot = nullptr,
-                                          bool ahead = false, int grid = gridDim.x, int first = 0) {
-  const int gw = warp_id() * grid + blockIdx.x - first;  // callers are blocks of the row grid
+                                          bool ahead = false, int grid = gridDim.x) {
+  const int gw = warp_id() * grid + blockIdx.x;  // callers are blocks of the row grid
   const int nw = WARPS * grid;
   const int groups = (rows + NR - 1) / NR;
   for (int g = gw; g < groups; g += nw) {

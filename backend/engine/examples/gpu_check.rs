@@ -122,7 +122,7 @@ mod imp {
 
     /// Kernel variants by name (see docs/perf-notes.md). "v3" is the default; names with
     /// `+` compose: a named variant first, then modifiers (`stage`, `stageN`, `resid`,
-    /// `lmN`, `prefetch`, `fuse-o`, `fuse-down`, `tagged`, `ahead`, `late` / `lateN` (next phase's copy after the wake; N a mask: 1 q/k/v, 2 gate/up, 4 down, 8 o), `ownN` (attention on N blocks per head of its own), `tp-ahead` (staging ahead under tensor parallelism), `tp-own` (attn_own under tensor parallelism), `splitN` (q/k/v and o on N blocks, the FFN on the others, under tensor parallelism), `afterN` (with tp-ahead: the phases of mask N start the next copy after their rows), `slateN` (without stage_ahead: the phases of mask N stage their own first group after their input), `trace`, `chaos`, `nosplit`).
+    /// `lmN`, `prefetch`, `fuse-o`, `fuse-down`, `tagged`, `ahead`, `late` / `lateN` (next phase's copy after the wake; N a mask: 1 q/k/v, 2 gate/up, 4 down, 8 o), `ownN` (attention on N blocks per head of its own), `tp-ahead` (staging ahead under tensor parallelism), `tp-own` (attn_own under tensor parallelism), `trace`, `chaos`, `nosplit`).
     fn variant(name: &str) -> KernelOptions {
         if let Some((first, mods)) = name.split_once('+') {
             let mut o = variant(first);
@@ -148,12 +148,6 @@ mod imp {
                             o.ahead_late = n;
                         } else if let Some(n) = m.strip_prefix("own").and_then(|n| n.parse().ok()) {
                             o.attn_own = n;
-                        } else if let Some(n) = m.strip_prefix("slate").and_then(|n| n.parse().ok()) {
-                            o.stage_late = n;
-                        } else if let Some(n) = m.strip_prefix("after").and_then(|n| n.parse().ok()) {
-                            o.tp_after = n;
-                        } else if let Some(n) = m.strip_prefix("split").and_then(|n| n.parse().ok()) {
-                            o.tp_split = n;
                         } else if let Some(n) = m.strip_prefix("lm").and_then(|n| n.parse().ok()) {
                             o.lm_rows_per_warp = n;
                         } else {

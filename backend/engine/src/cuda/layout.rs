@@ -288,24 +288,6 @@ pub struct KernelOptions {
     /// TP 2 (6 heads per rank) 1,163 → 1,214 tok/s; SmolLM2-1.7B (16) lost 3.3 % with it,
     /// so it stays off there (perf-notes "tp_attn_own").
     pub tp_attn_own: bool,
-    /// Tensor parallelism: the q/k/v and o rows on the first `tp_split` blocks of the
-    /// row grid, gate/up and down on the rest (PG_TP_SPLIT, decode.cu `SPLIT`), so the
-    /// latency-bound attention chain runs on SMs with no FFN weight copies in flight;
-    /// 0 = every phase on the whole row grid. No effect on one GPU; results bit-identical
-    /// (the same rows and sums on other blocks). Off by default (an experiment: perf-notes
-    /// "tp_split").
-    pub tp_split: u32,
-    /// With `tp_ahead`: a mask of the phases (bits as `ahead_late`) that start the next
-    /// phase's copy once each warp's own rows are done and stored (PG_AHEAD_AFTER,
-    /// decode.cu `AFTER_MASK`), so the copies fill the memory pipe during the next
-    /// phase's wait rather than queue ahead of this phase's stores. 0 = off (default);
-    /// results bit-identical (perf-notes "tp_after").
-    pub tp_after: u32,
-    /// Staging without `stage_ahead` (tensor parallelism's default): a mask of the phases
-    /// (bits as `ahead_late`) that start copying their own first row group once their
-    /// input has arrived rather than before their wait (PG_STAGE_LATE, decode.cu
-    /// `STAGE_LATE_MASK`). 0 = off (default); bit-identical results.
-    pub stage_late: u32,
 }
 
 /// `tp_attn_own` reserves one block per query head of a rank: measured a gain with 6 heads
@@ -388,9 +370,6 @@ impl KernelOptions {
             attn_own: 1,
             tp_ahead: false,
             tp_attn_own: true,
-            tp_split: 0,
-            tp_after: 0,
-            stage_late: 0,
         }
     }
 }
@@ -597,9 +576,6 @@ pub fn defines_tp(
     put("TAGGED", u8::from(tagged_for(options, tp)).to_string());
     put("STAGE_AHEAD", u8::from(options.stage_ahead).to_string());
     put("TP_AHEAD", u8::from(options.tp_ahead).to_string());
-    put("TP_SPLIT", options.tp_split.to_string());
-    put("AHEAD_AFTER", options.tp_after.to_string());
-    put("STAGE_LATE", options.stage_late.to_string());
     put("AHEAD_LATE", options.ahead_late.to_string());
     let own = tagged_for(options, tp) || (tp > 1 && options.tp_attn_own && options.stage_iters > 0 && config.num_heads <= TP_OWN_MAX_HEADS);
     put("ATTN_OWN", if own { options.attn_own } else { 0 }.to_string());
@@ -858,11 +834,6 @@ mod tests {
         assert_eq!(KernelOptions::current(), KernelOptions { tp_attn_own: true, ..KernelOptions::v7() }, "v8 = v7 + tp_attn_own");
         assert_eq!(get(&KernelOptions::current(), "PG_TP_AHEAD").as_deref(), Some("0"));
         assert_eq!(get(&KernelOptions { tp_ahead: true, ..KernelOptions::current() }, "PG_TP_AHEAD").as_deref(), Some("1"));
-        // The role split and the copy-after-rows mask are off by default (measured slower: perf-notes "tp_split", "tp_after").
-        assert_eq!(get(&KernelOptions::current(), "PG_TP_SPLIT").as_deref(), Some("0"));
-        assert_eq!(get(&KernelOptions::current(), "PG_AHEAD_AFTER").as_deref(), Some("0"));
-        assert_eq!(get(&KernelOptions::current(), "PG_STAGE_LATE").as_deref(), Some("0"));
-        assert_eq!(get(&KernelOptions { tp_split: 48, tp_after: 6, ..KernelOptions::current() }, "PG_TP_SPLIT").as_deref(), Some("48"));
         // attn_own under tensor parallelism only with tp_attn_own, staging and few heads per rank.
         let own_at = |name: &str, o: &KernelOptions, tp: usize| {
             let config = crate::synthetic::preset(name).expect("preset");
