@@ -30,6 +30,7 @@
 #include "sync.cuh"
 #include "ops/matvec.cuh"
 #include <climits>
+#include <cstdlib>
 #include <cstdio>
 #include <vector>
 
@@ -316,7 +317,8 @@ __global__ void __launch_bounds__(THREADS, 1) sim_kernel(const Args a) {
   }
 }
 
-int main() {
+/// `layer_sim MODE INFLIGHT`: that case alone, 3 launches (for a profiler).
+int main(int argc, char** argv) {
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   const size_t elems = LAYER_ELEMS * LAYERS;
@@ -346,10 +348,12 @@ int main() {
   const Case cases[] = {{0, 0, "rows (grid_rows after each wait)"}, {1, 3, "ring, 3 chunks in flight"}, {1, 4, "ring, 4 chunks in flight"},
                         {1, 6, "ring, 6 chunks in flight"}, {3, 4, "ring+throttle, 4 in flight"}, {5, 3, "ring+backoff, 3 in flight"}, {5, 4, "ring+backoff, 4 in flight"}, {2, 3, "ring+tagged, 3 in flight"}, {2, 4, "ring+tagged, 4 in flight"},
                         {2, 6, "ring+tagged, 6 in flight"}};
+  const int only_mode = argc > 2 ? atoi(argv[1]) : -1, only_inflight = argc > 2 ? atoi(argv[2]) : -1;
   for (const Case& c : cases) {
+    if (only_mode >= 0 && (c.mode != only_mode || c.inflight != only_inflight)) continue;
     std::vector<double> us;
     bool ok = true;
-    for (int r = 0; r < 8; ++r) {
+    for (int r = 0; r < (only_mode >= 0 ? 3 : 8); ++r) {
       cudaMemset(ctr, 0, LAYERS * NPH * 4);
       cudaMemset(tagged, 0, (size_t)LAYERS * 5 * 2 * F * 8);
       cudaMemset(out, 0, 4 * 2 * F * 4);
