@@ -55,6 +55,11 @@ __device__ __forceinline__ u32 ld_relaxed_gpu(const u32* p) {
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+/// Where the ring consumers keep element e of a K-float input: elements 8q..8q+3 at 4q,
+/// 8q+4..8q+7 at K/2 + 4q, so a warp's float4 loads of x cover contiguous words (no bank
+/// conflicts; read as x[8q..8q+8) by chunk_dot).
+__host__ __device__ constexpr int xs_slot(int e, int k) { return (e % 8 < 4 ? 0 : k / 2) + e / 8 * 4 + e % 4; }
+
 /// acc[r] (every lane) = row r of a landed chunk (CR rows of K, `rows` of them real) · xs:
 /// one pass over the words, x loaded once per word for all rows, two chains per row.
 template <int K, int CR>
@@ -66,7 +71,8 @@ __device__ __forceinline__ void chunk_dot(const uint4* words, int rows, const fl
   for (int r = 0; r < CR; ++r) a0[r] = a1[r] = 0.f;
 #pragma unroll 4
   for (int q = lane; q < WPR; q += 32) {
-    const float4 xa = *reinterpret_cast<const float4*>(xs + q * 8), xb = *reinterpret_cast<const float4*>(xs + q * 8 + 4);
+    // (x split into the first and second halves of every 8: each lane's float4 loads are contiguous)
+    const float4 xa = *reinterpret_cast<const float4*>(xs + q * 4), xb = *reinterpret_cast<const float4*>(xs + K / 2 + q * 4);
 #pragma unroll
     for (int r = 0; r < CR; ++r) {
       if (r >= rows) break;
@@ -240,7 +246,7 @@ __global__ void __launch_bounds__(THREADS, 1) sim_kernel(const Args a) {
             for (int k = 2 * (threadIdx.x - 32); k < ph.k; k += 2 * CONSUMERS * 32) {
               float v0, v1;
               wait_tagged2(src + k, src + k + 1, want, v0, v1);
-              xs[k] = v0 * 0.f + 0.5f, xs[k + 1] = v1 * 0.f + 0.5f;  // (the values stay 0.5: finite sums)
+              xs[xs_slot(k, ph.k)] = v0 * 0.f + 0.5f, xs[xs_slot(k + 1, ph.k)] = v1 * 0.f + 0.5f;  // (the values stay 0.5: finite sums)
             }
             consumers_sync();
           } else {
@@ -251,7 +257,7 @@ __global__ void __launch_bounds__(THREADS, 1) sim_kernel(const Args a) {
               }
             }
             consumers_sync();
-            for (int k = (threadIdx.x - 32); k < ph.k; k += CONSUMERS * 32) xs[k] = a.x[k];
+            for (int k = (threadIdx.x - 32); k < ph.k; k += CONSUMERS * 32) xs[xs_slot(k, ph.k)] = a.x[k];
             consumers_sync();
           }
           if (me == 0 && lane == 0 && a.mode == 3) waiting = 0;
