@@ -10,6 +10,7 @@
 #include "common.cuh"
 #include "micro_bufs.cuh"
 #include "bulk_copy.cuh"
+#include "sync.cuh"
 #include <cstdio>
 #include <vector>
 
@@ -53,8 +54,7 @@ __global__ void __launch_bounds__(THREADS, 1) fence_kernel(unsigned char* src, i
     asm volatile("fence.acq_rel.gpu;" ::: "memory");
     const unsigned long long b = now_ns();
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(word + blockIdx.x * 32) : "memory");
-    u32 v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(word + blockIdx.x * 32) : "memory");
+    const u32 v = ld_acquire_gpu(word + blockIdx.x * 32);
     const unsigned long long c = now_ns();
     if (blockIdx.x == 0) out[0] = b - a, out[1] = c - b, out[2] = v;
   }

@@ -13,6 +13,7 @@
 #include "common.cuh"
 #include "micro_bufs.cuh"
 #include "bulk_copy.cuh"
+#include "sync.cuh"
 #include <cstdio>
 #include <vector>
 
@@ -72,7 +73,7 @@ __global__ void __launch_bounds__(THREADS, 1) pace_kernel(const unsigned char* W
       probe[0] = ts;
     } else {
       u32 v = 0;
-      while (v == 0) asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+      while (v == 0) v = ld_acquire_gpu(flag);
       probe[1] = now_ns();
     }
   }

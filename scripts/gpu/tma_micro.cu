@@ -13,6 +13,7 @@
 #include "ops/matvec.cuh"
 #include "micro_bufs.cuh"
 #include "bulk_copy.cuh"
+#include "sync.cuh"
 #include <algorithm>
 #include <cstdio>
 #include <vector>
@@ -161,7 +162,7 @@ __global__ void __launch_bounds__(THREADS, 1) poll_kernel(const unsigned char* s
   }
   if (blockIdx.x == 1 && threadIdx.x == 0) {
     u32 v = 0;
-    while (v == 0) asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+    while (v == 0) v = ld_acquire_gpu(flag);
     out[1] = now_ns();
   }
   if (warp_id() > 0 && m == 1) asm volatile("cp.async.wait_all;" ::: "memory");

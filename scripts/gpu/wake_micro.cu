@@ -12,17 +12,13 @@
 // Built by scripts/gpu/stream_micro.sh; run with `.carry/micro/wake_micro`.
 #include "common.cuh"
 #include "micro_bufs.cuh"
+#include "sync.cuh"
 #include <cstdio>
 #include <vector>
 
 constexpr int THREADS = 512;
 constexpr int LINE_WORDS = 32;  // 128 bytes
 
-__device__ __forceinline__ u32 ld_acq(const u32* p) {
-  u32 v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 
 /// out[2b] = block b's arrival time, out[2b + 1] its wake time (ns, global timer).
 __global__ void __launch_bounds__(THREADS, 1) wake_kernel(u32* words, int mode, unsigned long long* out) {
@@ -35,18 +31,18 @@ __global__ void __launch_bounds__(THREADS, 1) wake_kernel(u32* words, int mode, 
     const unsigned long long ta = now_ns();
     if (mode == 0) {
       asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(words) : "memory");
-      while (ld_acq(words) < (u32)G) {
+      while (ld_acquire_gpu(words) < (u32)G) {
       }
     } else if (mode == 1) {
       u32 old;
       asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(words) : "memory");
       if (old == (u32)G - 1)
         for (int i = 0; i < G; ++i) asm volatile("st.release.gpu.global.u32 [%0], 1;" ::"l"(words + (i + 1) * LINE_WORDS) : "memory");
-      while (ld_acq(words + (b + 1) * LINE_WORDS) == 0) {
+      while (ld_acquire_gpu(words + (b + 1) * LINE_WORDS) == 0) {
       }
     } else {
       asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(words + (b % 4) * LINE_WORDS) : "memory");
-      while (ld_acq(words) + ld_acq(words + LINE_WORDS) + ld_acq(words + 2 * LINE_WORDS) + ld_acq(words + 3 * LINE_WORDS) < (u32)G) {
+      while (ld_acquire_gpu(words) + ld_acquire_gpu(words + LINE_WORDS) + ld_acquire_gpu(words + 2 * LINE_WORDS) + ld_acquire_gpu(words + 3 * LINE_WORDS) < (u32)G) {
       }
     }
     out[2 * b] = ta;
