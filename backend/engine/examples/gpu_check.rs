@@ -19,7 +19,7 @@
 //! head with 4 rows per warp (docs/perf-notes.md, "Session 3: staging").
 //!
 //! Usage: gpu_check [all|correctness|bench|sanitize|prefill|precompile|precompile-tp|tp|tp-prefill|trace|kernel-check|defines] [--quick]
-//!        [--tp N] [--shapes a,b] [--runs N] [--prompt N] [--gen N] [--variants v1,v2,...] [--kernel NAME] [--no-tiny] [--no-chaos]
+//!        [--tp N] [--shapes a,b] [--runs N] [--prompt N] [--gen N] [--variants v1,v2,...] [--kernel NAME] [--no-tiny] [--no-chaos] [--dtp SPEC;SPEC]
 
 #[cfg(feature = "cuda")]
 fn main() {
@@ -76,6 +76,9 @@ mod imp {
         no_tiny: bool,
         /// `--no-chaos`: `precompile` / `precompile-tp` skip the chaos-delay kernels.
         no_chaos: bool,
+        /// `--dtp SPEC` (`precompile-tp`): also the DTP kernels of these configs
+        /// (`;`-separated `delay=D[,early=…]` specs, as `peregrine bench --dtp` takes them).
+        dtp: Vec<String>,
     }
 
     fn parse() -> Args {
@@ -93,6 +96,7 @@ mod imp {
             kernel: "v8".into(),
             no_tiny: false,
             no_chaos: false,
+            dtp: Vec::new(),
         };
         let mut it = std::env::args().skip(1);
         while let Some(x) = it.next() {
@@ -110,6 +114,7 @@ mod imp {
                 "--kernel" => a.kernel = val(),
                 "--no-tiny" => a.no_tiny = true,
                 "--no-chaos" => a.no_chaos = true,
+                "--dtp" => a.dtp = val().split(';').filter(|s| !s.is_empty()).map(String::from).collect(),
                 "--runs" => a.runs = val().parse().unwrap_or(5),
                 "--prompt" => a.prompt = val().parse().unwrap_or(32),
                 "--gen" => a.gen = val().parse().unwrap_or(256),
@@ -1021,6 +1026,12 @@ mod imp {
                     cuda::compile_only_tp(&c, &KernelOptions { chaos: true, ..KernelOptions::default() }, 2, None, "sm_90a")?;
                 }
                 if let Some(d) = peregrine_engine::synthetic::dtp_preset(shape) {
+                    let sched = peregrine_engine::dtp::DtpSchedule::new(&d, &c, 2)?;
+                    cuda::compile_only_tp(&c, &KernelOptions::default(), 2, Some(&sched), "sm_90a")?;
+                }
+                // --dtp: the configs a `peregrine bench --dtp SPEC` run on this shape loads.
+                for spec in &args.dtp {
+                    let d: peregrine_engine::dtp::DtpConfig = spec.parse()?;
                     let sched = peregrine_engine::dtp::DtpSchedule::new(&d, &c, 2)?;
                     cuda::compile_only_tp(&c, &KernelOptions::default(), 2, Some(&sched), "sm_90a")?;
                 }
