@@ -17,6 +17,16 @@
 //          keeps at most one chunk in flight (a shared-memory flag), so the wait's hops do
 //          not queue behind a full stream;
 //   ring+backoff  ring, every wait on a ring barrier a test loop with a short sleep;
+//   ring+mma  ring, but the weights come in units of 8 rows × a slice of K (768 columns, 896
+//          for down) in mma fragment order (mma_rows.cuh), 14 KB slots, every unit reduced
+//          by one consumer warp on the tensor cores into a shared partial, the block's
+//          partials summed per row in slice order after the phase (a row whose slices
+//          straddle two blocks gets two partials, out and out2, as a TP exchange slot
+//          would take them);
+//   ring+mma+local  ring+mma with attention made block-local: each block runs its o rows
+//          ATTN_NS after its own q/k/v, so a layer has three grid-wide waits (x → q/k/v,
+//          o → gate/up, gate/up → down) instead of five: the optimistic model of a design
+//          whose heads' q/k/v, attention and o-projection stay inside a thread-block cluster;
 //   ring+tagged  the same as ring, but each phase publishes its outputs as tagged words (value
 //          and step tag in one 64-bit store, one buffer per layer, as the one-GPU kernel's
 //          PG_TAGGED) and the next phase's consumers poll the words they load: one
@@ -29,6 +39,7 @@
 #include "bulk_copy.cuh"
 #include "sync.cuh"
 #include "ops/matvec.cuh"
+#include "mma_rows.cuh"
 #include <climits>
 #include <cstdlib>
 #include <cstdio>
@@ -42,6 +53,13 @@ enum { P_QKV, P_ATTN, P_O, P_GU, P_DOWN, NPH };
 constexpr int S = 20;            // ring slots (184 KB; the input vector takes 18 KB more)
 constexpr int SLOT = 9216;       // bytes per slot (a chunk is whole rows, at most this)
 constexpr int NR = 2;
+/// ring+mma: slice width of a K-wide matrix, ring slots and slot bytes (one unit each).
+__host__ __device__ constexpr int mma_ks(int k) { return k == F ? 896 : 768; }
+constexpr int S6 = 13, SLOT6 = 16 * 896;
+constexpr int RING_BYTES = S * SLOT > S6 * SLOT6 ? S * SLOT : S6 * SLOT6;
+/// ring+mma: most units one block takes of a phase (gate/up: 1120 tiles × 2 slices over 132 blocks).
+constexpr int MAX_UNITS = 24;
+constexpr int MODE_MMA = 6, MODE_MMA_LOCAL = 7;
 
 struct Phase {
   int rows, k;
@@ -107,22 +125,27 @@ __device__ __forceinline__ void ring_wait(unsigned long long* bar, u32 parity, b
 }
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS * 32) : "memory"); }
 
+/// This block's share [u0, u1) of n units (contiguous, as even as whole units allow).
+__device__ __forceinline__ void block_range(int n, int& u0, int& u1) {
+  u0 = (int)((long long)n * blockIdx.x / gridDim.x);
+  u1 = (int)((long long)n * (blockIdx.x + 1) / gridDim.x);
+}
+
 /// This block's chunks [c0, c1) of a phase (contiguous, as even as whole chunks allow).
 __device__ __forceinline__ void block_chunks(int rows, int k, int& c0, int& c1) {
-  const int n = (rows + chunk_rows(k) - 1) / chunk_rows(k);
-  c0 = (int)((long long)n * blockIdx.x / gridDim.x);
-  c1 = (int)((long long)n * (blockIdx.x + 1) / gridDim.x);
+  block_range((rows + chunk_rows(k) - 1) / chunk_rows(k), c0, c1);
 }
 
 struct Args {
   const bf16_t* w;  // [LAYERS][q/k/v, o, gate/up, down]
   const float* x;   // the input of every phase (0.5): the waits order, not the values
   float* out;       // [4][8960] outputs
+  float* out2;      // ring+mma: [4][8960] second partials of rows straddling two blocks
   u32* ctr;         // [LAYERS][NPH] counters
   u64* tagged;      // ring+tagged: [LAYERS][5 vectors of 2F words] (q/k/v, attention, o, act, down)
   unsigned long long* trace;  // [G][NPH][2]: wake and end of each phase of the traced layer
   unsigned long long* ptrace; // ring: [G][4][2]: the producer's first and last issue of each matrix phase there
-  unsigned long long* ctrace; // ring: block 0's gate/up there: per consumer warp, [wait done, chunk done] of its chunks (up to 4)
+  unsigned long long* ctrace; // block 0's gate/up there (ring+mma: its down): per consumer warp, [wait done, chunk done, SM cycles of the chunk] of its chunks (up to 4)
   int mode, inflight;
   unsigned long long* stamps;
 };
@@ -137,6 +160,7 @@ constexpr size_t LAYER_ELEMS = (size_t)QKV * D + (size_t)D * QD + (size_t)2 * F 
 __global__ void __launch_bounds__(THREADS, 1) sim_kernel(const Args a) {
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ unsigned long long full[S], empty[S];
+  __shared__ float part[MAX_UNITS * 8];  // ring+mma: this phase's unit partials
   __shared__ __align__(16) float xs[F];
   __shared__ volatile int waiting;  // ring+throttle: the consumers are in a dependency wait
   if (threadIdx.x == 0) waiting = 0;
@@ -202,6 +226,96 @@ __global__ void __launch_bounds__(THREADS, 1) sim_kernel(const Args a) {
           __syncthreads();
           if (threadIdx.x == 0 && traced(step, l)) a.trace[(blockIdx.x * NPH + p) * 2 + 1] = now_ns();
           if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr(l, p)) : "memory");
+        }
+  } else if ((a.mode == MODE_MMA || a.mode == MODE_MMA_LOCAL) && w == 0) {
+    // ring+mma producer: this block's units of every phase in order, INFLIGHT at most in flight.
+    if (lane == 0) {
+      int i = 0;
+      for (int step = 0; step < STEPS; ++step)
+        for (int l = 0; l < LAYERS; ++l)
+          for (int pi = 0; pi < 4; ++pi) {
+            const Phase ph = phases[pi];
+            const int ub = 16 * mma_ks(ph.k);  // bytes per unit
+            int u0, u1;
+            block_range((ph.rows / 8) * (ph.k / mma_ks(ph.k)), u0, u1);
+            const unsigned char* W = reinterpret_cast<const unsigned char*>(a.w + (size_t)l * LAYER_ELEMS + phase_off(pi));
+            for (int u = u0; u < u1; ++u, ++i) {
+              const int s = i % S6;
+              if (i >= S6) mbar_wait(&empty[s], (u32)((i / S6 - 1) & 1));
+              if (i >= a.inflight) mbar_wait(&full[(i - a.inflight) % S6], (u32)(((i - a.inflight) / S6) & 1));
+              if (traced(step, l) && u == u0) a.ptrace[(blockIdx.x * 4 + pi) * 2] = now_ns();
+              if (traced(step, l) && u == u1 - 1) a.ptrace[(blockIdx.x * 4 + pi) * 2 + 1] = now_ns();
+              mbar_expect(&full[s], ub);
+              bulk_copy(ring + (size_t)s * SLOT6, W + (size_t)u * ub, ub, &full[s]);
+            }
+          }
+    }
+  } else if ((a.mode == MODE_MMA || a.mode == MODE_MMA_LOCAL) && w <= CONSUMERS) {
+    // ring+mma consumers: wait for the input, x's fragments into shared memory, then units
+    // j = me, me + CONSUMERS, … of the block's range, each into part[j]; after the phase,
+    // each row's partials summed in slice order.
+    int i = 0;
+    const int me = w - 1;
+    uint2* xf = reinterpret_cast<uint2*>(xs);  // [K / 16][8]: K / 2 uint2 = K floats
+    for (int step = 0; step < STEPS; ++step)
+      for (int l = 0; l < LAYERS; ++l)
+        for (int p = P_QKV; p <= P_DOWN; ++p) {
+          if (p == P_ATTN) continue;
+          const int pi = p == P_QKV ? 0 : p - 1;
+          const Phase ph = phases[pi];
+          const auto [c, target] = wait_input(step, l, p);
+          if (me == 0 && lane == 0 && c) {
+            if (a.mode == MODE_MMA_LOCAL && p == P_O) {
+              const unsigned long long ts = now_ns();  // this block's attention stand-in
+              while (now_ns() - ts < ATTN_NS) {
+              }
+            } else {
+              while (ld_acquire_gpu(c) < target) {
+              }
+            }
+          }
+          consumers_sync();
+          for (int e = threadIdx.x - 32; e < ph.k / 2; e += CONSUMERS * 32) xf[e] = x_fragment(a.x, e / 8, e % 8);
+          consumers_sync();
+          if (me == 0 && lane == 0 && traced(step, l)) a.trace[(blockIdx.x * NPH + p) * 2] = now_ns();
+          const int ks = mma_ks(ph.k), slices = ph.k / ks;
+          int u0, u1;
+          block_range((ph.rows / 8) * slices, u0, u1);
+          for (int j = me; j < u1 - u0; j += CONSUMERS) {
+            const int s = (i + j) % S6;
+            mbar_wait(&full[s], (u32)(((i + j) / S6) & 1));
+            const int nth = j / CONSUMERS;
+            const bool ct = blockIdx.x == 0 && p == P_DOWN && traced(step, l) && lane == 0 && nth < 4;
+            const unsigned long long c0 = clock64();
+            if (ct) a.ctrace[(me * 4 + nth) * 3] = now_ns();
+            const uint4* wv = reinterpret_cast<const uint4*>(ring + (size_t)s * SLOT6);
+            const uint2* xu = xf + (size_t)((u0 + j) % slices) * (ks / 16) * 8;
+            float r0, r1;
+            if (ks == 768) mma_unit<48>(wv, xu, r0, r1);
+            else mma_unit<56>(wv, xu, r0, r1);
+            if (lane < 4) part[j * 8 + 2 * lane] = r0, part[j * 8 + 2 * lane + 1] = r1;
+            __syncwarp();
+            if (ct) a.ctrace[(me * 4 + nth) * 3 + 1] = now_ns(), a.ctrace[(me * 4 + nth) * 3 + 2] = clock64() - c0;
+            if (lane == 0) mbar_arrive(&empty[s]);
+          }
+          i += u1 - u0;
+          consumers_sync();
+          // Rows of the tiles this block touches: the sum of its slices, in slice order.
+          if (u1 > u0) {
+            const int t0 = u0 / slices, t1 = (u1 - 1) / slices + 1;
+            float* out = a.out + pi * 2 * F;
+            float* out2 = a.out2 + pi * 2 * F;
+            for (int r = threadIdx.x - 32; r < (t1 - t0) * 8; r += CONSUMERS * 32) {
+              const int t = t0 + r / 8;
+              const int first = max(u0, t * slices), last = min(u1, (t + 1) * slices);
+              float v = 0.f;
+              for (int u = first; u < last; ++u) v += part[(u - u0) * 8 + r % 8];
+              (first == t * slices ? out : out2)[t * 8 + r % 8] = v;
+            }
+          }
+          consumers_sync();
+          if (me == 0 && lane == 0 && traced(step, l)) a.trace[(blockIdx.x * NPH + p) * 2 + 1] = now_ns();
+          if (me == 0 && lane == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr(l, p)) : "memory");
         }
   } else if (w == 0) {
     // ring producer: this block's chunks of every phase in order, INFLIGHT at most in flight.
@@ -272,7 +386,7 @@ __global__ void __launch_bounds__(THREADS, 1) sim_kernel(const Args a) {
             ring_wait(&full[s], (u32)((j / S) & 1), a.mode == 5);
             const int nth = (cc - c0) / CONSUMERS;  // this warp's nth chunk of the phase
             const bool ct = blockIdx.x == 0 && p == P_GU && traced(step, l) && lane == 0 && nth < 4;
-            if (ct) a.ctrace[(me * 4 + nth) * 2] = now_ns();
+            if (ct) a.ctrace[(me * 4 + nth) * 3] = now_ns();
             const int rows = min(cr, ph.rows - cc * cr);
             const uint4* words = reinterpret_cast<const uint4*>(ring + (size_t)s * SLOT);
             float acc[6];
@@ -288,7 +402,7 @@ __global__ void __launch_bounds__(THREADS, 1) sim_kernel(const Args a) {
                 if (a.mode == 2) st_tagged(tv(l, p == P_QKV ? 0 : p == P_O ? 2 : p == P_GU ? 3 : 4) + cc * cr + r, acc[r], tag);
               }
             __syncwarp();
-            if (ct) a.ctrace[(me * 4 + nth) * 2 + 1] = now_ns();
+            if (ct) a.ctrace[(me * 4 + nth) * 3 + 1] = now_ns();
             if (lane == 0) mbar_arrive(&empty[s]);
           }
           i += c1 - c0;
@@ -296,7 +410,7 @@ __global__ void __launch_bounds__(THREADS, 1) sim_kernel(const Args a) {
           if (me == 0 && lane == 0 && traced(step, l)) a.trace[(blockIdx.x * NPH + p) * 2 + 1] = now_ns();
           if (me == 0 && lane == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr(l, p)) : "memory");
         }
-  } else if (lane == 0) {
+  } else if (lane == 0 && a.mode != MODE_MMA_LOCAL) {
     // attention stand-in: block 0 holds o back ATTN_NS after q/k/v; every block arrives once.
     for (int step = 0; step < STEPS; ++step)
       for (int l = 0; l < LAYERS; ++l) {
@@ -338,6 +452,8 @@ int main(int argc, char** argv) {
   std::vector<float> hx(F, 0.5f);
   cudaMemcpy(x, hx.data(), F * 4, cudaMemcpyHostToDevice);
   cudaMalloc(&out, 4 * 2 * F * 4);
+  float* out2;
+  cudaMalloc(&out2, 4 * 2 * F * 4);
   cudaMalloc(&ctr, LAYERS * NPH * 4);
   u64* tagged;
   cudaMalloc(&tagged, (size_t)LAYERS * 5 * 2 * F * 8);
@@ -346,14 +462,17 @@ int main(int argc, char** argv) {
   cudaMalloc(&trace, (size_t)sms * NPH * 2 * 8);
   cudaMalloc(&ptrace, (size_t)sms * 4 * 2 * 8);
   unsigned long long* ctrace;
-  cudaMalloc(&ctrace, CONSUMERS * 4 * 2 * 8);
-  const int smem = S * SLOT;
+  cudaMalloc(&ctrace, CONSUMERS * 4 * 3 * 8);
+  const int smem = RING_BYTES;
   cudaFuncSetAttribute(sim_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   const double layer_mb = LAYER_ELEMS * 2 / 1e6;
   struct Case { int mode, inflight; const char* name; };
   const Case cases[] = {{0, 0, "rows (grid_rows after each wait)"}, {1, 3, "ring, 3 chunks in flight"}, {1, 4, "ring, 4 chunks in flight"},
                         {1, 6, "ring, 6 chunks in flight"}, {3, 4, "ring+throttle, 4 in flight"}, {5, 3, "ring+backoff, 3 in flight"}, {5, 4, "ring+backoff, 4 in flight"}, {2, 3, "ring+tagged, 3 in flight"}, {2, 4, "ring+tagged, 4 in flight"},
-                        {2, 6, "ring+tagged, 6 in flight"}};
+                        {2, 6, "ring+tagged, 6 in flight"},
+                        {MODE_MMA, 2, "ring+mma, 2 units (28 KB) in flight"}, {MODE_MMA, 3, "ring+mma, 3 units (42 KB) in flight"},
+                        {MODE_MMA, 4, "ring+mma, 4 units (56 KB) in flight"}, {MODE_MMA_LOCAL, 2, "ring+mma+local, 2 units in flight"},
+                        {MODE_MMA_LOCAL, 3, "ring+mma+local, 3 units in flight"}};
   const int only_mode = argc > 2 ? atoi(argv[1]) : -1, only_inflight = argc > 2 ? atoi(argv[2]) : -1;
   for (const Case& c : cases) {
     if (only_mode >= 0 && (c.mode != only_mode || c.inflight != only_inflight)) continue;
@@ -363,13 +482,19 @@ int main(int argc, char** argv) {
       cudaMemset(ctr, 0, LAYERS * NPH * 4);
       cudaMemset(tagged, 0, (size_t)LAYERS * 5 * 2 * F * 8);
       cudaMemset(out, 0, 4 * 2 * F * 4);
-      cudaMemset(ctrace, 0, CONSUMERS * 4 * 2 * 8);
-      Args a{w, x, out, ctr, tagged, trace, ptrace, ctrace, c.mode, c.inflight, stamps};
+      cudaMemset(out2, 0, 4 * 2 * F * 4);
+      cudaMemset(ctrace, 0, CONSUMERS * 4 * 3 * 8);
+      Args a{w, x, out, out2, ctr, tagged, trace, ptrace, ctrace, c.mode, c.inflight, stamps};
       sim_kernel<<<sms, THREADS, smem>>>(a);
       std::vector<unsigned long long> st(2 * sms);
       cudaMemcpy(st.data(), stamps, st.size() * 8, cudaMemcpyDeviceToHost);
       std::vector<float> ho(D);
       cudaMemcpy(ho.data(), out + 3 * 2 * F, D * 4, cudaMemcpyDeviceToHost);
+      if (c.mode == MODE_MMA || c.mode == MODE_MMA_LOCAL) {  // rows straddling two blocks: the second block's partial
+        std::vector<float> h2(D);
+        cudaMemcpy(h2.data(), out2 + 3 * 2 * F, D * 4, cudaMemcpyDeviceToHost);
+        for (int r = 0; r < D; ++r) ho[r] += h2[r];
+      }
       for (float v : ho) ok &= fabsf(v - F * ROW_SUM_PER_K) < 1e-3f * F * ROW_SUM_PER_K;
       if (r < 2) continue;
       unsigned long long lo = ~0ull, hi = 0;
@@ -409,13 +534,19 @@ int main(int argc, char** argv) {
         printf("  %s first %.2f last %.2f", mn[pi], f[sms / 2] / 1e3, e[sms / 2] / 1e3);
       }
       printf("\n");
-      std::vector<unsigned long long> ct(CONSUMERS * 8);
+      std::vector<unsigned long long> ct(CONSUMERS * 12);
       cudaMemcpy(ct.data(), ctrace, ct.size() * 8, cudaMemcpyDeviceToHost);
-      const unsigned long long gw = tr[(0 * NPH + P_GU) * 2];
-      printf("    block 0 gate/up, per consumer warp (µs after its wake: chunk landed-wait done / chunk done):");
+      const bool mma = c.mode == MODE_MMA || c.mode == MODE_MMA_LOCAL;
+      const int cp = mma ? P_DOWN : P_GU;
+      const unsigned long long gw = tr[(0 * NPH + cp) * 2];
+      printf("    block 0 %s, per consumer warp (µs after its wake: chunk landed-wait done / chunk done [SM cycles]):", mma ? "down" : "gate/up");
       for (int m = 0; m < CONSUMERS; ++m)
-        for (int n = 0; n < 4; ++n)
-          if (ct[(m * 4 + n) * 2]) printf(" w%d.%d %.2f/%.2f", m, n, ((long long)ct[(m * 4 + n) * 2] - (long long)gw) / 1e3, ((long long)ct[(m * 4 + n) * 2 + 1] - (long long)gw) / 1e3);
+        for (int n = 0; n < 4; ++n) {
+          const unsigned long long* e = &ct[(m * 4 + n) * 3];
+          if (!e[0]) continue;
+          printf(" w%d.%d %.2f/%.2f", m, n, ((long long)e[0] - (long long)gw) / 1e3, ((long long)e[1] - (long long)gw) / 1e3);
+          if (e[2]) printf(" [%llu]", e[2]);
+        }
       printf("\n");
     }
     std::sort(us.begin(), us.end());
