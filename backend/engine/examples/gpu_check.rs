@@ -749,6 +749,7 @@ mod imp {
                     let mut figures = Vec::new();
                     let mut same = true;
                     let mut clock = Vec::new();
+                    let mut steps = Vec::new();
                     for _ in 0..args.runs {
                         let (out, _) = collect(&mut rt, &prompt, gen, &greedy, &[], 0)?;
                         same &= ids(&out) == ids(&plain);
@@ -756,6 +757,10 @@ mod imp {
                         match trace::event_figures(raw) {
                             Ok(f) => figures.extend(f),
                             Err(e) => println!("  trace unusable: {e}"),
+                        }
+                        match trace::step_figures(raw) {
+                            Ok(f) => steps.push(f),
+                            Err(e) => println!("  no step figures: {e}"),
                         }
                         if let Ok(t) = trace::calibrate(raw) {
                             clock.push(1.0 / t.ns_per_cycle);
@@ -769,6 +774,9 @@ mod imp {
                         clock.iter().sum::<f64>() / clock.len().max(1) as f64
                     );
                     println!("{}", trace::table(&rows));
+                    if !steps.is_empty() {
+                        println!("  {}", trace::step_line(&steps));
+                    }
                 }
             }
         }

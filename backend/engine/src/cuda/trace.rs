@@ -193,6 +193,62 @@ pub fn event_figures(raw: &RawTrace) -> Result<Vec<EventFigures>, String> {
     Ok(out)
 }
 
+/// The traced step end to end, ns: what the per-phase medians leave out (layer 0's
+/// q/k/v, whose producer is the untraced previous step, and the spread of layers around
+/// the median).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepFigures {
+    /// Layer 0's first q/k/v wake → the next step's last wake: the token's critical path.
+    /// Kernels whose layer-0 q/k/v does not wait (one GPU's tagged kernel acquires the
+    /// step chain at the step start, unstamped) start it at layer 0's first arrival instead.
+    pub token_path: f64,
+    /// Layer 0's q/k/v, first wake → last arrival (None where it does not wait).
+    pub layer0_qkv: Option<f64>,
+    /// Mean of the layers' own critical paths (Σ of their phases' spans; layer 0 counted
+    /// where its q/k/v waits, otherwise left out of the mean).
+    pub layer_mean: f64,
+    /// Σ of the tail events' spans (LM head, sampler, next step's wake).
+    pub tail: f64,
+}
+
+/// The step figures of one run (an error as `event_figures`, or when layer 0's q/k/v or
+/// the next step's wake was not stamped).
+pub fn step_figures(raw: &RawTrace) -> Result<StepFigures, String> {
+    let t = calibrate(raw)?;
+    let figs = event_figures(raw)?;
+    let t = &t;
+    let stamps = |e: usize, k: usize| (0..t.blocks).filter_map(move |b| t.at(b, e, k));
+    let qkv0_end = stamps(0, ARRIVE).reduce(f64::max).ok_or("layer 0's q/k/v has no arrival stamp")?;
+    let first_wake = stamps(0, WAIT_END).reduce(f64::min);
+    let start = match first_wake {
+        Some(w) => w,
+        None => stamps(0, ARRIVE).reduce(f64::min).ok_or("layer 0's q/k/v has no arrival stamp")?,
+    };
+    let next_wake = stamps(raw.layers * PHASES + 2, WAIT_END).reduce(f64::max).ok_or("the next step's wake was not stamped")?;
+    let layer0_qkv = first_wake.map(|w| qkv0_end - w);
+    let spans: f64 = figs.iter().filter(|f| f.layer.is_some()).map(|f| f.span).sum::<f64>() + layer0_qkv.unwrap_or(0.0);
+    let counted = if layer0_qkv.is_some() { raw.layers } else { raw.layers.saturating_sub(1).max(1) };
+    let tail = figs.iter().filter(|f| f.layer.is_none()).map(|f| f.span).sum();
+    Ok(StepFigures { token_path: next_wake - start, layer0_qkv, layer_mean: spans / counted as f64, tail })
+}
+
+/// One line for `gpu_check trace`: medians over runs of the step figures, µs.
+pub fn step_line(runs: &[StepFigures]) -> String {
+    let med = |f: &dyn Fn(&StepFigures) -> f64| median(&mut runs.iter().map(f).collect::<Vec<_>>()) / 1e3;
+    let layer0 = if runs.iter().all(|r| r.layer0_qkv.is_some()) {
+        format!("layer 0's q/k/v {:.2}", med(&|r| r.layer0_qkv.unwrap_or(0.0)))
+    } else {
+        "layer 0's q/k/v unstamped, left out".into()
+    };
+    format!(
+        "traced step, medians of {} runs: token critical path {:.2} µs; layers {:.2} µs each on average ({layer0}); LM head, sampler and next wake {:.2} µs",
+        runs.len(),
+        med(&|r| r.token_path),
+        med(&|r| r.layer_mean),
+        med(&|r| r.tail)
+    )
+}
+
 /// Medians over the instances (layers × runs) of one phase kind, µs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PhaseRow {
@@ -353,6 +409,35 @@ mod tests {
                 assert!(table(&rows).contains("| GATE_UP |"));
             }
         }
+    }
+
+    #[test]
+    fn the_step_figures_add_up_to_the_token() {
+        let (raw, _) = synthetic(6, 8, false, 700.0, 1);
+        let st = step_figures(&raw).expect("step figures");
+        // The chain is contiguous in the synthetic step: the parts sum to the whole path.
+        let parts = st.layer_mean * 6.0 + st.tail;
+        assert!((parts - st.token_path).abs() < 5.0, "parts {parts} vs path {}", st.token_path);
+        // Layer 0's q/k/v: first wake (no producer: it starts the chain) to the arrival of its
+        // last waiter, which woke 50–250 ns after the first and works 1,500 ns.
+        let l0 = st.layer0_qkv.expect("layer 0 waits in the synthetic step");
+        assert!((1_545.0..1_755.0).contains(&l0), "layer 0 q/k/v {l0}");
+        assert!(step_line(&[st.clone(), st]).contains("token critical path"));
+        // A kernel whose layer-0 q/k/v does not wait (no wake stamps): the path starts at
+        // layer 0's first arrival and layer 0 leaves the mean.
+        let (mut raw, _) = synthetic(6, 8, false, 700.0, 1);
+        let events = events_for(6);
+        for b in 0..8 {
+            for k in [WAIT_START, WAIT_END] {
+                let at = (b * events) * WORDS_PER_EVENT + 2 * k;
+                raw.words[at] = 0;
+                raw.words[at + 1] = 0;
+            }
+        }
+        let st = step_figures(&raw).expect("step figures without layer 0's wait");
+        assert_eq!(st.layer0_qkv, None);
+        assert!(st.token_path > st.tail && st.layer_mean > 0.0);
+        assert!(step_line(&[st]).contains("unstamped"));
     }
 
     #[test]
