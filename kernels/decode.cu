@@ -524,13 +524,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
                  trace_event(trace_record(trace, TRACE_EVENTS, s == trace_step + 1), EV_STEP));
       if (ld_shared_u32(step_ctr(ctr, CTR_HALT)) != 0) return;
     }
-    if (TAGGED && s > start && (score || s < n_prompt)) {
-      // tagged: every block acquires the step chain itself (its polls of tagged words
-      // are relaxed, so they order nothing): the KV-cache rows earlier steps wrote are
-      // then visible to it, and layer 0's q/k/v phase needs no wait of its own. A
-      // generated step's token wait above does the same.
-      if (score || s >= n_prompt) block_wait(step_ctr(ctr, CTR_LM), lm_runs * G);
-      else block_wait(layer_ctr(ctr, L - 1, PH_DOWN), (s - start) * G);
+    if (s > start && (score || s < n_prompt)) {
+      // Every block acquires the step chain at the start of a step, here for prompt and
+      // score steps (a generated step's token wait above does the same): the previous
+      // step's writes (KV-cache rows, residuals, the receive slots' last reads) are then
+      // visible to it and layer 0's q/k/v phase needs no wait of its own. Tagged kernels
+      // need it because their polls of tagged words are relaxed and order nothing;
+      // counter kernels because a block with no work in a step (attn_own's blocks past
+      // attend_own's reach under tensor parallelism) would otherwise arrive on the step's
+      // counters without waiting and run ahead, completing later steps' counts early.
+      u64* ev = TAGGED ? nullptr : trace_event(tr, PH_QKV);
+      if (score || s >= n_prompt) block_wait(step_ctr(ctr, CTR_LM), lm_runs * G, ev);
+      else block_wait(layer_ctr(ctr, L - 1, PH_DOWN), (s - start) * G, ev);
     }
     const u32 tok = ld_shared_u32(tokens + s);
     const bf16_t* emb_row = embed + (size_t)tok * D;
@@ -561,10 +566,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           if (!TAGGED && l > 0) {
             block_wait(layer_ctr(ctr, l - 1, PH_DOWN), done, ev);
           } else if (!TAGGED && s > start) {
-            const bool lm_prev = score || s >= n_prompt;
-            if (lm_prev) block_wait(step_ctr(ctr, CTR_LM), lm_runs * G, ev);
-            else block_wait(layer_ctr(ctr, L - 1, PH_DOWN), (s - start) * G, ev);
-            // Every block of this rank is done with the previous step's receive slots:
+            // (The step chain was acquired at the step start.) Every block of this rank is
+            // done with the previous step's receive slots:
             // refill their peer slots, which peers write again next step. A slot a
             // peer sent into but nobody read (the last layer's down partials after a
             // prompt step without LM head) may still be in flight: wait for every
@@ -608,14 +611,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
               },
               o_ahead);
           (void)bias;
-        } else if (!TAGGED && l == 0 && s > start && !(score || s >= n_prompt)) {
-          // A block without q/k/v rows (attn_own's under tensor parallelism) still waits for
-          // the previous prompt step here: otherwise, when it has no attention item either
-          // (past attend_own's reach), it would arrive on this step's counters with no wait
-          // at all and run ahead into later steps, completing their counts early. (Generated
-          // steps wait on the token, score steps on the LM head's counter; tagged blocks
-          // acquire the step chain at the step start.)
-          block_wait(layer_ctr(ctr, L - 1, PH_DOWN), (s - start) * G, trace_event(tr, l * PHASES + PH_QKV));
         }
         phase_end(layer_ctr(ctr, l, PH_QKV), trace_event(tr, l * PHASES + PH_QKV));
       }
