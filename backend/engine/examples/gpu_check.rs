@@ -783,6 +783,16 @@ mod imp {
         Ok(())
     }
 
+    /// The devices of a `tp`-rank run: 0..tp, or the list in PEREGRINE_TP_GPUS
+    /// (`0,0` with PEREGRINE_TP_SHARE_GPU=1 runs both ranks on one GPU, a share of its SMs
+    /// each: the exchange logic and the race checks on a one-GPU machine, not speed).
+    fn tp_gpus(tp: usize) -> Vec<usize> {
+        match std::env::var("PEREGRINE_TP_GPUS") {
+            Ok(list) => list.split(',').filter_map(|t| t.trim().parse().ok()).collect(),
+            Err(_) => (0..tp).collect(),
+        }
+    }
+
     /// Tensor parallelism over GPUs 0..tp against one GPU on the same weights: scored
     /// logits (‖Δ‖/‖one GPU‖, top-1), greedy tokens, seeded sampling with top
     /// log-probs (the all-vocabulary gather), stop token and cancellation, then the
@@ -803,11 +813,7 @@ mod imp {
             let (smp, _) = collect(&mut rt, &prompt, 64, &sp, &[], 5)?;
             (s, g, smp)
         };
-        // PEREGRINE_TP_GPUS=0,0 (with PEREGRINE_TP_SHARE_GPU=1) runs both ranks on one GPU.
-        let gpus: Vec<usize> = match std::env::var("PEREGRINE_TP_GPUS") {
-            Ok(list) => list.split(',').filter_map(|t| t.trim().parse().ok()).collect(),
-            Err(_) => (0..tp).collect(),
-        };
+        let gpus = tp_gpus(tp);
         let tp = gpus.len();
         let mut rt = CudaRuntime::with_devices(config, weights, &gpus, opts.clone())?;
         println!("  {} (loaded in {:.1}s)", rt.describe(), t0.elapsed().as_secs_f64());
@@ -1138,7 +1144,7 @@ mod imp {
                 let refs = prompts.iter().map(|p| first_logits(&mut one, p)).collect::<Result<Vec<_>>>()?;
                 drop(one);
                 let opts = variant(&args.kernel);
-                let mut rt = CudaRuntime::with_devices(&config, &w, &(0..tp).collect::<Vec<_>>(), opts.clone())?;
+                let mut rt = CudaRuntime::with_devices(&config, &w, &tp_gpus(tp), opts.clone())?;
                 println!("  {}", rt.describe());
                 for batched in [true, false] {
                     rt.set_options(KernelOptions { batched_prefill: batched, ..opts.clone() })?;
