@@ -6,6 +6,10 @@
 # transformers float32 / bf16). Build here first (BIN holds peregrine, gpu_check and
 # hf_score; scripts/gpu/build_tp.sh fills .carry/tp). Every step runs under
 # `timeout -s KILL`; logs go to $OUT.
+# A CHECK_SHAPES entry with a DTP preset (dtp-2b) also runs the DTP kernel's checks in
+# `tp_check` (scored logits vs the CPU DTP reference, chaos race check on each rank).
+# On a one-GPU machine, PEREGRINE_TP_GPUS=0,0 PEREGRINE_TP_SHARE_GPU=1 runs both ranks
+# there (`tp_check` only: a share of the SMs each, for the exchange logic, not speed).
 #   env: BIN (default .carry/tp), SHAPES (bench), CHECK_SHAPES (gpu_check / transformers),
 #        RACE_TOKENS (default 2000), RUNS (default 5), STEPS (default: tp_check bench transformers),
 #        PREV_KERNEL (default v7) for the `bench_prev` step (`peregrine bench --tp 2` with

@@ -76,8 +76,9 @@ mod imp {
         no_tiny: bool,
         /// `--no-chaos`: `precompile` / `precompile-tp` skip the chaos-delay kernels.
         no_chaos: bool,
-        /// `--dtp SPEC` (`precompile-tp`): also the DTP kernels of these configs
-        /// (`;`-separated `delay=D[,early=…]` specs, as `peregrine bench --dtp` takes them).
+        /// `--dtp SPEC` (`precompile-tp`, `tp`): also the DTP kernels of these configs
+        /// (`;`-separated `delay=D[,early=…]` specs, as `peregrine bench --dtp` takes them);
+        /// without it `tp` checks the shape's own DTP preset, if it has one.
         dtp: Vec<String>,
     }
 
@@ -800,6 +801,8 @@ mod imp {
     /// `opts`: the TP kernel's options (`--kernel`, the default kernel by default).
     fn tp_check(config: &ModelConfig, weights: &Weights, tp: usize, n: usize, opts: &KernelOptions, v: &mut Verdict) -> Result<()> {
         let name = &config.name;
+        let gpus = tp_gpus(tp);
+        let tp = gpus.len();
         println!("== tensor parallelism: {name}, tp {tp} vs one GPU ({n} tokens for the race check)");
         let t0 = Instant::now();
         let seq = Rng(77).tokens(128, config.vocab_size);
@@ -813,8 +816,6 @@ mod imp {
             let (smp, _) = collect(&mut rt, &prompt, 64, &sp, &[], 5)?;
             (s, g, smp)
         };
-        let gpus = tp_gpus(tp);
-        let tp = gpus.len();
         let mut rt = CudaRuntime::with_devices(config, weights, &gpus, opts.clone())?;
         println!("  {} (loaded in {:.1}s)", rt.describe(), t0.elapsed().as_secs_f64());
         let scores = rt.score(&seq)?;
@@ -881,6 +882,62 @@ mod imp {
         let (again, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
         v.check(ids(&again) == ids(&base), format!("{name} tp {tp}: {n} tokens identical after the chaos runs"));
         println!("  tp check done in {:.1}s", t0.elapsed().as_secs_f64());
+        Ok(())
+    }
+
+    /// Positions of the DTP kernel's scored logits checked against the CPU float32 DTP reference.
+    const DTP_REFERENCE_POSITIONS: usize = 8;
+
+    /// The DTP kernel of `sched` over `tp` ranks: scored logits against the CPU float32
+    /// DTP reference of the same lanes, greedy tokens reproducible, then the race check
+    /// with chaos delays on one rank at a time (`n` greedy + 64 sampled tokens identical).
+    fn dtp_check(
+        config: &ModelConfig,
+        weights: &Weights,
+        tp: usize,
+        n: usize,
+        opts: &KernelOptions,
+        sched: &peregrine_engine::dtp::DtpSchedule,
+        v: &mut Verdict,
+    ) -> Result<()> {
+        use peregrine_engine::dtp::reference::{Execution, ShardedModel};
+        let name = format!("{} DTP d={} early={}", config.name, sched.delay, sched.early_layers.name());
+        let gpus = tp_gpus(tp);
+        println!("== {name}: tp {} vs the CPU DTP reference ({n} tokens for the race check)", gpus.len());
+        let t0 = Instant::now();
+        let seq = Rng(77).tokens(DTP_REFERENCE_POSITIONS, config.vocab_size);
+        let prompt = Rng(99).tokens(16, config.vocab_size);
+        let greedy = SamplingParams::default();
+        let sp = SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, repetition_penalty: 1.1, seed: 5, ..Default::default() };
+        let mut rt = CudaRuntime::with_dtp(config, weights, &gpus, opts.clone(), Some(sched.clone()))?;
+        println!("  {} (loaded in {:.1}s)", rt.describe(), t0.elapsed().as_secs_f64());
+        let gpu = rt.score(&seq)?;
+        let cpu = ShardedModel::new(config, weights, sched.lanes)?.session(Execution::Delayed(sched.clone()))?.forward(&seq)?;
+        let worst = gpu.iter().zip(&cpu).map(|(a, b)| rel_err(a, b)).fold(0.0, f64::max);
+        let top1 = gpu.iter().zip(&cpu).filter(|(a, b)| argmax(a) == argmax(b)).count();
+        v.check(
+            gpu.len() == seq.len() && cpu.len() == seq.len() && worst < MAX_REL_ERR,
+            format!(
+                "{name}: scored logits vs the CPU f32 DTP reference over {} positions: worst rel err {worst:.2e}, top-1 {top1}/{}",
+                seq.len(),
+                seq.len()
+            ),
+        );
+        let (base, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
+        let (s1, _) = collect(&mut rt, &prompt, 64, &sp, &[], 5)?;
+        for rank in 0..gpus.len() as u32 {
+            rt.set_options(KernelOptions { chaos: true, chaos_rank: rank, ..opts.clone() })?;
+            let (c, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
+            let (cs, _) = collect(&mut rt, &prompt, 64, &sp, &[], 5)?;
+            v.check(
+                ids(&c) == ids(&base) && c.len() == n && ids(&cs) == ids(&s1),
+                format!("{name}: {n} greedy tokens and 64 sampled identical with chaos delays on rank {rank}"),
+            );
+        }
+        rt.set_options(opts.clone())?;
+        let (again, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
+        v.check(ids(&again) == ids(&base), format!("{name}: {n} tokens identical after the chaos runs"));
+        println!("  DTP check done in {:.1}s", t0.elapsed().as_secs_f64());
         Ok(())
     }
 
@@ -1039,15 +1096,18 @@ mod imp {
                 if !args.no_chaos {
                     cuda::compile_only_tp(&c, &KernelOptions { chaos: true, ..KernelOptions::default() }, 2, None, "sm_90a")?;
                 }
-                if let Some(d) = peregrine_engine::synthetic::dtp_preset(shape) {
-                    let sched = peregrine_engine::dtp::DtpSchedule::new(&d, &c, 2)?;
-                    cuda::compile_only_tp(&c, &KernelOptions::default(), 2, Some(&sched), "sm_90a")?;
-                }
-                // --dtp: the configs a `peregrine bench --dtp SPEC` run on this shape loads.
+                // DTP: the shape's preset and the --dtp configs (those a `peregrine bench --dtp SPEC`
+                // or `gpu_check tp --dtp SPEC` run on this shape loads), with chaos too.
+                let mut dtps: Vec<peregrine_engine::dtp::DtpConfig> = peregrine_engine::synthetic::dtp_preset(shape).into_iter().collect();
                 for spec in &args.dtp {
-                    let d: peregrine_engine::dtp::DtpConfig = spec.parse()?;
-                    let sched = peregrine_engine::dtp::DtpSchedule::new(&d, &c, 2)?;
+                    dtps.push(spec.parse()?);
+                }
+                for d in &dtps {
+                    let sched = peregrine_engine::dtp::DtpSchedule::new(d, &c, 2)?;
                     cuda::compile_only_tp(&c, &KernelOptions::default(), 2, Some(&sched), "sm_90a")?;
+                    if !args.no_chaos {
+                        cuda::compile_only_tp(&c, &KernelOptions { chaos: true, ..KernelOptions::default() }, 2, Some(&sched), "sm_90a")?;
+                    }
                 }
                 // --variants: those too, standard TP and DTP (e.g. the traced kernels of `trace --tp 2`).
                 for name in args.variants.iter().filter(|_| args.variants_given) {
@@ -1171,7 +1231,18 @@ mod imp {
             for shape in &args.shapes {
                 let config = preset(shape).unwrap_or_else(|| panic!("unknown shape {shape}"));
                 let w = synthetic_weights(&config, WEIGHT_SEED);
-                tp_check(&config, &w, tp, if args.quick { 256 } else { 2000 }, &variant(&args.kernel), &mut v)?;
+                let n = if args.quick { 256 } else { 2000 };
+                tp_check(&config, &w, tp, n, &variant(&args.kernel), &mut v)?;
+                // DTP too: the --dtp configs, or the shape's own preset (dtp-2b).
+                let specs: Vec<peregrine_engine::dtp::DtpConfig> = if args.dtp.is_empty() {
+                    peregrine_engine::synthetic::dtp_preset(shape).into_iter().collect()
+                } else {
+                    args.dtp.iter().map(|s| s.parse()).collect::<Result<_>>()?
+                };
+                for d in specs {
+                    let sched = peregrine_engine::dtp::DtpSchedule::new(&d, &config, tp_gpus(tp).len())?;
+                    dtp_check(&config, &w, tp, n, &variant(&args.kernel), &sched, &mut v)?;
+                }
             }
             v.summarise_and_exit();
             return Ok(());
