@@ -76,9 +76,10 @@ mod imp {
         no_tiny: bool,
         /// `--no-chaos`: `precompile` / `precompile-tp` skip the chaos-delay kernels.
         no_chaos: bool,
-        /// `--dtp SPEC` (`precompile-tp`, `tp`): also the DTP kernels of these configs
-        /// (`;`-separated `delay=D[,early=…]` specs, as `peregrine bench --dtp` takes them);
-        /// without it `tp` checks the shape's own DTP preset, if it has one.
+        /// `--dtp SPEC` (`precompile-tp`, `tp`, `bench --tp N`): also the DTP kernels of these
+        /// configs (`;`-separated `delay=D[,early=…]` specs, as `peregrine bench --dtp` takes
+        /// them); without it `tp` checks the shape's own DTP preset, if it has one, and
+        /// `bench --tp N` runs standard TP (with it: DTP of the first config).
         dtp: Vec<String>,
     }
 
@@ -961,12 +962,28 @@ mod imp {
             let t0 = Instant::now();
             let w = synthetic_weights(&config, WEIGHT_SEED);
             println!("== bench {shape}: {} params, weights built in {:.1}s", config.parameter_count(), t0.elapsed().as_secs_f64());
-            // --tp N: the variants as tensor-parallel runs over GPUs 0..N (standard TP).
+            // --tp N: the variants as tensor-parallel runs over tp_gpus(N): standard TP, or DTP
+            // with the first --dtp config.
+            let sched = match (args.tp, args.dtp.first()) {
+                (Some(tp), Some(spec)) if tp > 1 => {
+                    let d: peregrine_engine::dtp::DtpConfig = spec.parse()?;
+                    Some(peregrine_engine::dtp::DtpSchedule::new(&d, &config, tp_gpus(tp).len())?)
+                }
+                _ => None,
+            };
             let mut rt = match args.tp {
-                Some(tp) if tp > 1 => CudaRuntime::with_devices(&config, &w, &(0..tp).collect::<Vec<_>>(), variant(&args.variants[0]))?,
+                Some(tp) if tp > 1 => CudaRuntime::with_dtp(&config, &w, &tp_gpus(tp), variant(&args.variants[0]), sched.clone())?,
                 _ => CudaRuntime::with_options(&config, &w, 0, variant(&args.variants[0]))?,
             };
-            {
+            if let Some(sched) = &sched {
+                // DTP is another function: a few positions against the f32 DTP reference.
+                use peregrine_engine::dtp::reference::{Execution, ShardedModel};
+                let toks = Rng(3).tokens(4, config.vocab_size);
+                let gpu = rt.score(&toks)?;
+                let cpu = ShardedModel::new(&config, &w, sched.lanes)?.session(Execution::Delayed(sched.clone()))?.forward(&toks)?;
+                let err = gpu.iter().zip(&cpu).map(|(g, c)| rel_err(g, c)).fold(0.0, f64::max);
+                v.check(err < MAX_REL_ERR && gpu.len() == 4, format!("{shape}: score 4 positions vs the f32 DTP reference: rel err max {err:.2e}"));
+            } else {
                 // A few teacher-forced positions against the f32 reference at full size.
                 let reference = ReferenceModel::new(&config, &w)?;
                 let toks = Rng(3).tokens(4, config.vocab_size);
@@ -1112,8 +1129,8 @@ mod imp {
                 // --variants: those too, standard TP and DTP (e.g. the traced kernels of `trace --tp 2`).
                 for name in args.variants.iter().filter(|_| args.variants_given) {
                     cuda::compile_only_tp(&c, &variant(name), 2, None, "sm_90a")?;
-                    if let Some(d) = peregrine_engine::synthetic::dtp_preset(shape) {
-                        let sched = peregrine_engine::dtp::DtpSchedule::new(&d, &c, 2)?;
+                    for d in &dtps {
+                        let sched = peregrine_engine::dtp::DtpSchedule::new(d, &c, 2)?;
                         cuda::compile_only_tp(&c, &variant(name), 2, Some(&sched), "sm_90a")?;
                     }
                 }
