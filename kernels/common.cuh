@@ -104,13 +104,31 @@ __device__ __forceinline__ float dot8(uint4 w, float4 a, float4 b) {
 
 // ---- loads ---------------------------------------------------------------------
 
+#ifndef PG_WEIGHT_EVICT_FIRST
+#define PG_WEIGHT_EVICT_FIRST 0
+#endif
+/// weights_evict_first (PG_WEIGHT_EVICT_FIRST): the L2 policy weight loads carry,
+/// evict-first, so a token's weight stream (larger than L2, read once) does not push out
+/// what is reused across phases and steps (KV cache, partials, norms). Not volatile: the
+/// compiler may hoist it out of the loops.
+__device__ __forceinline__ u64 weight_l2_policy() {
+  u64 p;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+
 /// 16 bytes of weights: read-only for the whole launch, streamed once per token, so
 /// the non-coherent path without L1 allocation.
 __device__ __forceinline__ uint4 ld_weight16(const void* p) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
+  if (PG_WEIGHT_EVICT_FIRST)
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p), "l"(weight_l2_policy()));
+  else
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
   return v;
 }
 
@@ -121,6 +139,15 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
 }
 
+/// cp_async16 for weights (the L2 policy of ld_weight16).
+__device__ __forceinline__ void cp_async16_weight(void* smem, const void* gmem) {
+  if (PG_WEIGHT_EVICT_FIRST) {
+    const u32 s = (u32)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "l"(weight_l2_policy()) : "memory");
+  } else {
+    cp_async16(smem, gmem);
+  }
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
 /// Waits until at most N of this thread's most recent cp.async commit groups are pending.

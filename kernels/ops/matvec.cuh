@@ -97,7 +97,7 @@ __device__ __forceinline__ void stage_iter(const bf16_t* __restrict__ W, int row
   if (it < S::ITERS && (S::CHUNKS % WARP_SIZE == 0 || c < S::CHUNKS)) {
 #pragma unroll
     for (int r = 0; r < NR; ++r)
-      cp_async16(slot + ((it % S::N) * NR + r) * WARP_SIZE + lane_id(), W + (size_t)min(row0 + r, rows - 1) * K + c * 8);
+      cp_async16_weight(slot + ((it % S::N) * NR + r) * WARP_SIZE + lane_id(), W + (size_t)min(row0 + r, rows - 1) * K + c * 8);
   }
   cp_async_commit();
 }

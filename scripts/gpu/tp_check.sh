@@ -12,13 +12,13 @@
 # there (`tp_check` only: a share of the SMs each, for the exchange logic, not speed).
 #   env: BIN (default .carry/tp), SHAPES (bench), CHECK_SHAPES (gpu_check / transformers),
 #        RACE_TOKENS (default 2000), RUNS (default 5), STEPS (default: tp_check bench transformers),
-#        PREV_KERNEL (default v7) for the `bench_prev` step (`peregrine bench --tp 2` with
-#        PEREGRINE_KERNEL=$PREV_KERNEL), TRACE_SHAPES / TRACE_VARIANTS (default v7,v8) for the
+#        PREV_KERNEL (default v8) for the `bench_prev` step (`peregrine bench --tp 2` with
+#        PEREGRINE_KERNEL=$PREV_KERNEL), TRACE_SHAPES / TRACE_VARIANTS (default v8,v9) for the
 #        `trace` step (`gpu_check trace --tp 2`, rank 0's phase spans and per-layer sum);
 #        build_tp.sh's VARIANTS must hold those kernels and their `+trace` twins
-#        (e.g. VARIANTS=v7,v7+trace,v8+trace). `variants`: `gpu_check bench --tp 2` of
-#        BENCH_VARIANTS (default v8) on VARIANT_SHAPES (default qwen2.5-coder-1.5b), every
-#        variant's tokens checked against the first's. CHECK_KERNEL (default v8, the
+#        (e.g. VARIANTS=v8,v8+trace,v9+trace). `variants`: `gpu_check bench --tp 2` of
+#        BENCH_VARIANTS (default v9) on VARIANT_SHAPES (default qwen2.5-coder-1.5b), every
+#        variant's tokens checked against the first's. CHECK_KERNEL (default v9, the
 #        default kernel): the kernel `tp_check` checks (a variant's race check).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -45,12 +45,12 @@ step() { # name timeout cmd...: runs one step, keeps its log, prints its tail
 quick=(); [ "${RACE_TOKENS:-2000}" -lt 1000 ] && quick=(--quick)
 for s in $steps; do
   case $s in
-    tp_check) step tp_check "${TP_CHECK_TIMEOUT:-200}" "$bin/gpu_check" tp --shapes "$check_shapes" --kernel "${CHECK_KERNEL:-v8}" "${quick[@]}" ;;
+    tp_check) step tp_check "${TP_CHECK_TIMEOUT:-200}" "$bin/gpu_check" tp --shapes "$check_shapes" --kernel "${CHECK_KERNEL:-v9}" "${quick[@]}" ;;
     # Standard TP at 1 and 2; dtp-2b also as DTP at 2 (its preset, checked against the DTP CPU reference).
     bench) step bench "${BENCH_TIMEOUT:-300}" "$bin/peregrine" bench --device cuda --shape "$shapes" --tp 1,2 --runs "${RUNS:-5}" ;;
-    bench_prev) PEREGRINE_KERNEL=${PREV_KERNEL:-v7} step bench_prev "${BENCH_TIMEOUT:-300}" "$bin/peregrine" bench --device cuda --shape "$shapes" --tp 2 --runs "${RUNS:-5}" ;;
-    trace) step trace "${TRACE_TIMEOUT:-150}" "$bin/gpu_check" trace --tp 2 --shapes "${TRACE_SHAPES:-qwen2.5-coder-1.5b}" --variants "${TRACE_VARIANTS:-v7,v8}" --runs 3 ;;
-    variants) step variants "${BENCH_TIMEOUT:-300}" "$bin/gpu_check" bench --tp 2 --shapes "${VARIANT_SHAPES:-qwen2.5-coder-1.5b}" --variants "${BENCH_VARIANTS:-v8}" --runs "${RUNS:-5}" ;;
+    bench_prev) PEREGRINE_KERNEL=${PREV_KERNEL:-v8} step bench_prev "${BENCH_TIMEOUT:-300}" "$bin/peregrine" bench --device cuda --shape "$shapes" --tp 2 --runs "${RUNS:-5}" ;;
+    trace) step trace "${TRACE_TIMEOUT:-150}" "$bin/gpu_check" trace --tp 2 --shapes "${TRACE_SHAPES:-qwen2.5-coder-1.5b}" --variants "${TRACE_VARIANTS:-v8,v9}" --runs 3 ;;
+    variants) step variants "${BENCH_TIMEOUT:-300}" "$bin/gpu_check" bench --tp 2 --shapes "${VARIANT_SHAPES:-qwen2.5-coder-1.5b}" --variants "${BENCH_VARIANTS:-v9}" --runs "${RUNS:-5}" ;;
     transformers) step transformers "${CHECK_TIMEOUT:-180}" python3 "$here/transformers_check.py" --bin "$bin/hf_score" --shapes "$check_shapes" --tp 1,2 --out "$out" ;;
     *) echo "unknown step $s"; rc=1 ;;
   esac

@@ -70,7 +70,7 @@ mod imp {
         tp: Option<usize>,
         /// `--variants` was given (`trace` then traces those instead of v3 and fuse-o).
         variants_given: bool,
-        /// `--kernel`: the variant `correctness` and `kernel-check` run (default v8, the default kernel).
+        /// `--kernel`: the variant `correctness` and `kernel-check` run (default v9, the default kernel).
         kernel: String,
         /// `--no-tiny`: `precompile` and `kernel-check` skip the tiny check shapes.
         no_tiny: bool,
@@ -95,7 +95,7 @@ mod imp {
             variants: vec!["v3".into(), "v1".into(), "v3-nosplit".into()],
             tp: None,
             variants_given: false,
-            kernel: "v8".into(),
+            kernel: "v9".into(),
             no_tiny: false,
             no_chaos: false,
             dtp: Vec::new(),
@@ -144,6 +144,8 @@ mod imp {
                     "ahead" => o.stage_ahead = true,
                     "tp-ahead" => o.tp_ahead = true,
                     "tp-own" => o.tp_attn_own = true,
+                    "evict" => o.weights_evict_first = true,
+                    "tp-evict" => o.tp_weights_evict_first = true,
                     "late" => o.ahead_late = peregrine_engine::cuda::layout::AHEAD_LATE_DEFAULT,
                     "trace" => o.trace = true,
                     "chaos" => o.chaos = true,
@@ -165,7 +167,7 @@ mod imp {
             }
             return o;
         }
-        // Named variants build on v3 (session 2's default); "v4" is session 3's, "v5" session 4's, "v6" session 5's, "v7" session 6's, "v8" today's default (v7 + tp_attn_own; the same kernel on one GPU).
+        // Named variants build on v3 (session 2's default); "v4" is session 3's, "v5" session 4's, "v6" session 5's, "v7" session 6's, "v8" sessions 7–8's (v7 + tp_attn_own; the same kernel on one GPU), "v9" today's default (v8 + evict-first weights on one GPU; the same kernel as v8 under TP).
         let base = KernelOptions::v3();
         let v1 = KernelOptions { light_fences: false, attn_max_splits: 1, ..base.clone() };
         match name {
@@ -174,7 +176,8 @@ mod imp {
             "v5" => KernelOptions::v5(),
             "v6" => KernelOptions::v6(),
             "v7" => KernelOptions::v7(),
-            "v8" => KernelOptions::default(),
+            "v8" => KernelOptions::v8(),
+            "v9" => KernelOptions::default(),
             // v1's scheduling (full fences, one block per head) with v3's attention loop.
             "v1" => v1,
             "v2" => KernelOptions { prefetch: true, ..v1 },
@@ -982,7 +985,10 @@ mod imp {
                 let gpu = rt.score(&toks)?;
                 let cpu = ShardedModel::new(&config, &w, sched.lanes)?.session(Execution::Delayed(sched.clone()))?.forward(&toks)?;
                 let err = gpu.iter().zip(&cpu).map(|(g, c)| rel_err(g, c)).fold(0.0, f64::max);
-                v.check(err < MAX_REL_ERR && gpu.len() == 4, format!("{shape}: score 4 positions vs the f32 DTP reference: rel err max {err:.2e}"));
+                v.check(
+                    err < MAX_REL_ERR && gpu.len() == 4,
+                    format!("{shape}: score 4 positions vs the f32 DTP reference: rel err max {err:.2e}"),
+                );
             } else {
                 // A few teacher-forced positions against the f32 reference at full size.
                 let reference = ReferenceModel::new(&config, &w)?;
@@ -1045,7 +1051,7 @@ mod imp {
         Ok(rows)
     }
 
-    /// Fills the cubin cache for `--variants`, the default kernel, plus the `--kernel` base (v8 by default)
+    /// Fills the cubin cache for `--variants`, the default kernel, plus the `--kernel` base (v9 by default)
     /// with and without its chaos delays (not with `--no-chaos`), on the tiny shapes (unless `--no-tiny`) and the
     /// `--shapes` given (default: the four benchmark shapes). `--variants ''` adds none.
     fn precompile(args: &Args) -> Result<()> {

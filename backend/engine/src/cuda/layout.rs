@@ -288,14 +288,24 @@ pub struct KernelOptions {
     /// TP 2 (6 heads per rank) 1,163 → 1,214 tok/s; SmolLM2-1.7B (16) lost 3.3 % with it,
     /// so it stays off there (perf-notes "tp_attn_own").
     pub tp_attn_own: bool,
+    /// One GPU: weight loads and copies carry an L2 evict-first policy
+    /// (PG_WEIGHT_EVICT_FIRST, common.cuh `ld_weight16`), so the token's weight stream
+    /// (larger than L2, read once) does not push what is reused (KV cache, residuals,
+    /// norms) out of L2. Bit-identical. On by default (v9): SmolLM2-135M +1.4 %,
+    /// Llama-3.2-1B +2.4 %, Qwen2.5-Coder-1.5B +2.3 % (perf-notes "Session 9: weights
+    /// evict first").
+    pub weights_evict_first: bool,
+    /// The same under tensor parallelism. Off by default until it is measured on two
+    /// GPUs (the 2×H200 host was not lent when it was found); gpu_check modifier `tp-evict`.
+    pub tp_weights_evict_first: bool,
 }
 
 /// `tp_attn_own` reserves one block per query head of a rank: measured a gain with 6 heads
 /// per rank (Qwen2.5-Coder-1.5B at TP 2, 4.5 % of the blocks), a loss with 16 (12 %).
 pub const TP_OWN_MAX_HEADS: usize = 8;
 
-/// Environment switch for benchmarking against the previous kernels: `v7` turns off the
-/// session-7 default (attention on blocks of its own under tensor parallelism), `v6` also the session-6 default (the next phase's weight copy after the wake), `v5` also the
+/// Environment switch for benchmarking against the previous kernels: `v8` turns off the
+/// session-9 default (weights loaded evict-first on one GPU), `v7` also the session-7 default (attention on blocks of its own under tensor parallelism), `v6` also the session-6 default (the next phase's weight copy after the wake), `v5` also the
 /// session-5 one (attention on blocks of its own), `v4` also the session-4 ones
 /// (tagged phase outputs, staging ahead), `v3` also the session-3 ones (staging,
 /// residual in shared memory, 4-row LM head).
@@ -334,7 +344,14 @@ impl KernelOptions {
     /// parallelism attention runs on every block. Kept for comparisons
     /// (`PEREGRINE_KERNEL=v7`, `gpu_check ... v7`); on one GPU the same kernel as v8.
     pub fn v7() -> Self {
-        KernelOptions { tp_attn_own: false, ..Self::current() }
+        KernelOptions { tp_attn_own: false, ..Self::v8() }
+    }
+
+    /// v8's settings (sessions 7–8's default kernel): weights loaded with the default L2
+    /// policy. Kept for comparisons (`PEREGRINE_KERNEL=v8`, `gpu_check ... v8`); under
+    /// tensor parallelism the same kernel as v9.
+    pub fn v8() -> Self {
+        KernelOptions { weights_evict_first: false, ..Self::current() }
     }
 
     /// v5's settings (session 4's default kernel): attention spread over every block.
@@ -370,12 +387,14 @@ impl KernelOptions {
             attn_own: 1,
             tp_ahead: false,
             tp_attn_own: true,
+            weights_evict_first: true,
+            tp_weights_evict_first: false,
         }
     }
 }
 
 impl Default for KernelOptions {
-    /// The current kernel (v7, measured fastest, docs/perf-notes.md), or an earlier one with `PEREGRINE_KERNEL=v3` … `v6`.
+    /// The current kernel (v9, measured fastest, docs/perf-notes.md), or an earlier one with `PEREGRINE_KERNEL=v3` … `v8`.
     fn default() -> Self {
         match std::env::var(KERNEL_ENV).as_deref() {
             Ok("v3") => Self::v3(),
@@ -383,6 +402,7 @@ impl Default for KernelOptions {
             Ok("v5") => Self::v5(),
             Ok("v6") => Self::v6(),
             Ok("v7") => Self::v7(),
+            Ok("v8") => Self::v8(),
             _ => Self::current(),
         }
     }
@@ -576,6 +596,8 @@ pub fn defines_tp(
     put("TAGGED", u8::from(tagged_for(options, tp)).to_string());
     put("STAGE_AHEAD", u8::from(options.stage_ahead).to_string());
     put("TP_AHEAD", u8::from(options.tp_ahead).to_string());
+    let evict_first = if tp == 1 { options.weights_evict_first } else { options.tp_weights_evict_first };
+    put("WEIGHT_EVICT_FIRST", u8::from(evict_first).to_string());
     put("AHEAD_LATE", options.ahead_late.to_string());
     let own = tagged_for(options, tp) || (tp > 1 && options.tp_attn_own && options.stage_iters > 0 && config.num_heads <= TP_OWN_MAX_HEADS);
     put("ATTN_OWN", if own { options.attn_own } else { 0 }.to_string());
@@ -831,7 +853,22 @@ mod tests {
         let v6 = KernelOptions { attn_own: 1, ..v5 };
         assert_eq!(KernelOptions::v6(), v6, "v6 = v5 + attn_own");
         assert_eq!(KernelOptions::v7(), KernelOptions { ahead_late: AHEAD_LATE_DEFAULT, ..v6.clone() }, "v7 = v6 + ahead_late");
-        assert_eq!(KernelOptions::current(), KernelOptions { tp_attn_own: true, ..KernelOptions::v7() }, "v8 = v7 + tp_attn_own");
+        assert_eq!(KernelOptions::v8(), KernelOptions { tp_attn_own: true, ..KernelOptions::v7() }, "v8 = v7 + tp_attn_own");
+        assert_eq!(
+            KernelOptions::current(),
+            KernelOptions { weights_evict_first: true, ..KernelOptions::v8() },
+            "v9 = v8 + evict-first weights"
+        );
+        // Evict-first weights: one GPU by default, under tensor parallelism only when asked.
+        let evict = |o: &KernelOptions, tp: usize| {
+            let config = crate::synthetic::preset("qwen2.5-coder-1.5b").expect("preset");
+            let shard = shard(&config, tp).expect("shard");
+            defines_tp(&shard, o, tp, config.vocab_size, None).into_iter().find(|(k, _)| k == "PG_WEIGHT_EVICT_FIRST").map(|(_, v)| v)
+        };
+        assert_eq!(evict(&KernelOptions::current(), 1).as_deref(), Some("1"));
+        assert_eq!(evict(&KernelOptions::v8(), 1).as_deref(), Some("0"));
+        assert_eq!(evict(&KernelOptions::current(), 2).as_deref(), Some("0"));
+        assert_eq!(evict(&KernelOptions { tp_weights_evict_first: true, ..KernelOptions::current() }, 2).as_deref(), Some("1"));
         assert_eq!(get(&KernelOptions::current(), "PG_TP_AHEAD").as_deref(), Some("0"));
         assert_eq!(get(&KernelOptions { tp_ahead: true, ..KernelOptions::current() }, "PG_TP_AHEAD").as_deref(), Some("1"));
         // attn_own under tensor parallelism only with tp_attn_own, staging and few heads per rank.
@@ -840,11 +877,11 @@ mod tests {
             let shard = shard(&config, tp).expect("shard");
             defines_tp(&shard, o, tp, config.vocab_size, None).into_iter().find(|(k, _)| k == "PG_ATTN_OWN").map(|(_, v)| v)
         };
-        let v8 = KernelOptions::current();
-        assert_eq!(own_at("qwen2.5-coder-1.5b", &v8, 2).as_deref(), Some("1"), "6 heads per rank");
-        assert_eq!(own_at("smollm2-1.7b", &v8, 2).as_deref(), Some("0"), "16 heads per rank");
+        let v9 = KernelOptions::current();
+        assert_eq!(own_at("qwen2.5-coder-1.5b", &v9, 2).as_deref(), Some("1"), "6 heads per rank");
+        assert_eq!(own_at("smollm2-1.7b", &v9, 2).as_deref(), Some("0"), "16 heads per rank");
         assert_eq!(own_at("qwen2.5-coder-1.5b", &KernelOptions::v7(), 2).as_deref(), Some("0"));
-        assert_eq!(own_at("qwen2.5-coder-1.5b", &KernelOptions { stage_iters: 0, ..v8 }, 2).as_deref(), Some("0"));
+        assert_eq!(own_at("qwen2.5-coder-1.5b", &KernelOptions { stage_iters: 0, ..v9 }, 2).as_deref(), Some("0"));
         assert_eq!(get(&KernelOptions::current(), "PG_AHEAD_LATE").as_deref(), Some("3"));
         assert_eq!(get(&KernelOptions::current(), "PG_ATTN_OWN").as_deref(), Some("1"));
         assert_eq!(get(&staged, "PG_STAGE_ITERS").as_deref(), Some("8"));
