@@ -227,30 +227,7 @@ __global__ void __launch_bounds__(THREADS, 1) sim_kernel(const Args a) {
           if (threadIdx.x == 0 && traced(step, l)) a.trace[(blockIdx.x * NPH + p) * 2 + 1] = now_ns();
           if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr(l, p)) : "memory");
         }
-  } else if ((a.mode == MODE_MMA || a.mode == MODE_MMA_LOCAL) && w == 0) {
-    // ring+mma producer: this block's units of every phase in order, INFLIGHT at most in flight.
-    if (lane == 0) {
-      int i = 0;
-      for (int step = 0; step < STEPS; ++step)
-        for (int l = 0; l < LAYERS; ++l)
-          for (int pi = 0; pi < 4; ++pi) {
-            const Phase ph = phases[pi];
-            const int ub = 16 * mma_ks(ph.k);  // bytes per unit
-            int u0, u1;
-            block_range((ph.rows / 8) * (ph.k / mma_ks(ph.k)), u0, u1);
-            const unsigned char* W = reinterpret_cast<const unsigned char*>(a.w + (size_t)l * LAYER_ELEMS + phase_off(pi));
-            for (int u = u0; u < u1; ++u, ++i) {
-              const int s = i % S6;
-              if (i >= S6) mbar_wait(&empty[s], (u32)((i / S6 - 1) & 1));
-              if (i >= a.inflight) mbar_wait(&full[(i - a.inflight) % S6], (u32)(((i - a.inflight) / S6) & 1));
-              if (traced(step, l) && u == u0) a.ptrace[(blockIdx.x * 4 + pi) * 2] = now_ns();
-              if (traced(step, l) && u == u1 - 1) a.ptrace[(blockIdx.x * 4 + pi) * 2 + 1] = now_ns();
-              mbar_expect(&full[s], ub);
-              bulk_copy(ring + (size_t)s * SLOT6, W + (size_t)u * ub, ub, &full[s]);
-            }
-          }
-    }
-  } else if ((a.mode == MODE_MMA || a.mode == MODE_MMA_LOCAL) && w <= CONSUMERS) {
+  } else if ((a.mode == MODE_MMA || a.mode == MODE_MMA_LOCAL) && w >= 1 && w <= CONSUMERS) {
     // ring+mma consumers: wait for the input, x's fragments into shared memory, then units
     // j = me, me + CONSUMERS, … of the block's range, each into part[j]; after the phase,
     // each row's partials summed in slice order.
@@ -318,26 +295,33 @@ __global__ void __launch_bounds__(THREADS, 1) sim_kernel(const Args a) {
           if (me == 0 && lane == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr(l, p)) : "memory");
         }
   } else if (w == 0) {
-    // ring producer: this block's chunks of every phase in order, INFLIGHT at most in flight.
+    // ring producer (every ring mode): this block's pieces of every phase in order, INFLIGHT
+    // at most in flight. A piece is a chunk of whole rows (ring) or a unit of 8 rows × a K
+    // slice in fragment order (ring+mma); either is contiguous in memory.
     if (lane == 0) {
+      const bool mma = a.mode == MODE_MMA || a.mode == MODE_MMA_LOCAL;
+      const int slots = mma ? S6 : S, slot_bytes = mma ? SLOT6 : SLOT;
       int i = 0;
       for (int step = 0; step < STEPS; ++step)
         for (int l = 0; l < LAYERS; ++l)
           for (int pi = 0; pi < 4; ++pi) {
             const Phase ph = phases[pi];
-            const int cr = chunk_rows(ph.k);
+            // Pieces of this phase: count, bytes of a whole one (the last chunk may be short).
+            const int piece_bytes = mma ? 16 * mma_ks(ph.k) : chunk_rows(ph.k) * ph.k * 2;
+            const int phase_bytes = ph.rows * ph.k * 2;
             int c0, c1;
-            block_chunks(ph.rows, ph.k, c0, c1);
-            const bf16_t* W = a.w + (size_t)l * LAYER_ELEMS + phase_off(pi);
+            block_range((phase_bytes + piece_bytes - 1) / piece_bytes, c0, c1);
+            const unsigned char* W = reinterpret_cast<const unsigned char*>(a.w + (size_t)l * LAYER_ELEMS + phase_off(pi));
             for (int c = c0; c < c1; ++c, ++i) {
-              const int s = i % S;
-              const int rows = min(cr, ph.rows - c * cr);
-              if (i >= S) ring_wait(&empty[s], (u32)((i / S - 1) & 1), a.mode == 5);
+              const int s = i % slots;
+              const int bytes = min(piece_bytes, phase_bytes - c * piece_bytes);
+              if (i >= slots) ring_wait(&empty[s], (u32)((i / slots - 1) & 1), a.mode == 5);
               const int cap = a.mode == 3 && waiting ? 1 : a.inflight;
-              if (i >= cap) ring_wait(&full[(i - cap) % S], (u32)(((i - cap) / S) & 1), a.mode == 5);
-              if (traced(step, l) && (c == c0 || c == c1 - 1)) a.ptrace[(blockIdx.x * 4 + pi) * 2 + (c == c0 ? 0 : 1)] = now_ns();
-              mbar_expect(&full[s], rows * ph.k * 2);
-              bulk_copy(ring + (size_t)s * SLOT, W + (size_t)c * cr * ph.k, rows * ph.k * 2, &full[s]);
+              if (i >= cap) ring_wait(&full[(i - cap) % slots], (u32)(((i - cap) / slots) & 1), a.mode == 5);
+              if (traced(step, l) && c == c0) a.ptrace[(blockIdx.x * 4 + pi) * 2] = now_ns();
+              if (traced(step, l) && c == c1 - 1) a.ptrace[(blockIdx.x * 4 + pi) * 2 + 1] = now_ns();
+              mbar_expect(&full[s], bytes);
+              bulk_copy(ring + (size_t)s * slot_bytes, W + (size_t)c * piece_bytes, bytes, &full[s]);
             }
           }
     }

@@ -872,20 +872,40 @@ mod imp {
             }
         })?;
         v.check(c_end == RunEnd::Stopped && count <= 4, format!("{name} tp {tp}: cancellation after 3 tokens ({count} seen)"));
-        let (base, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
-        for rank in 0..tp as u32 {
+        race_each_rank(&mut rt, tp, &prompt, n, &sp, &s1, opts, &format!("{name} tp {tp}"), v)?;
+        println!("  tp check done in {:.1}s", t0.elapsed().as_secs_f64());
+        Ok(())
+    }
+
+    /// The race check of a multi-rank runtime: `n` greedy tokens and 64 tokens sampled with
+    /// `sp` (`sampled`: those without chaos) identical with chaos delays on each rank in turn,
+    /// then again without. Leaves `rt` on `opts`.
+    #[allow(clippy::too_many_arguments)]
+    fn race_each_rank(
+        rt: &mut CudaRuntime,
+        ranks: usize,
+        prompt: &[u32],
+        n: usize,
+        sp: &SamplingParams,
+        sampled: &[Sampled],
+        opts: &KernelOptions,
+        name: &str,
+        v: &mut Verdict,
+    ) -> Result<()> {
+        let greedy = SamplingParams::default();
+        let (base, _) = collect(rt, prompt, n, &greedy, &[], 0)?;
+        for rank in 0..ranks as u32 {
             rt.set_options(KernelOptions { chaos: true, chaos_rank: rank, ..opts.clone() })?;
-            let (c, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
-            let (cs, _) = collect(&mut rt, &prompt, 64, &sp, &[], 5)?;
+            let (c, _) = collect(rt, prompt, n, &greedy, &[], 0)?;
+            let (cs, _) = collect(rt, prompt, 64, sp, &[], 5)?;
             v.check(
-                ids(&c) == ids(&base) && c.len() == n && ids(&cs) == ids(&s1),
-                format!("{name} tp {tp}: {n} greedy tokens and 64 sampled identical with chaos delays on rank {rank}"),
+                ids(&c) == ids(&base) && c.len() == n && ids(&cs) == ids(sampled),
+                format!("{name}: {n} greedy tokens and 64 sampled identical with chaos delays on rank {rank}"),
             );
         }
         rt.set_options(opts.clone())?;
-        let (again, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
-        v.check(ids(&again) == ids(&base), format!("{name} tp {tp}: {n} tokens identical after the chaos runs"));
-        println!("  tp check done in {:.1}s", t0.elapsed().as_secs_f64());
+        let (again, _) = collect(rt, prompt, n, &greedy, &[], 0)?;
+        v.check(ids(&again) == ids(&base), format!("{name}: {n} tokens identical after the chaos runs"));
         Ok(())
     }
 
@@ -911,7 +931,6 @@ mod imp {
         let t0 = Instant::now();
         let seq = Rng(77).tokens(DTP_REFERENCE_POSITIONS, config.vocab_size);
         let prompt = Rng(99).tokens(16, config.vocab_size);
-        let greedy = SamplingParams::default();
         let sp = SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, repetition_penalty: 1.1, seed: 5, ..Default::default() };
         let mut rt = CudaRuntime::with_dtp(config, weights, &gpus, opts.clone(), Some(sched.clone()))?;
         println!("  {} (loaded in {:.1}s)", rt.describe(), t0.elapsed().as_secs_f64());
@@ -927,20 +946,8 @@ mod imp {
                 seq.len()
             ),
         );
-        let (base, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
         let (s1, _) = collect(&mut rt, &prompt, 64, &sp, &[], 5)?;
-        for rank in 0..gpus.len() as u32 {
-            rt.set_options(KernelOptions { chaos: true, chaos_rank: rank, ..opts.clone() })?;
-            let (c, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
-            let (cs, _) = collect(&mut rt, &prompt, 64, &sp, &[], 5)?;
-            v.check(
-                ids(&c) == ids(&base) && c.len() == n && ids(&cs) == ids(&s1),
-                format!("{name}: {n} greedy tokens and 64 sampled identical with chaos delays on rank {rank}"),
-            );
-        }
-        rt.set_options(opts.clone())?;
-        let (again, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
-        v.check(ids(&again) == ids(&base), format!("{name}: {n} tokens identical after the chaos runs"));
+        race_each_rank(&mut rt, gpus.len(), &prompt, n, &sp, &s1, opts, &name, v)?;
         println!("  DTP check done in {:.1}s", t0.elapsed().as_secs_f64());
         Ok(())
     }
