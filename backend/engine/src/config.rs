@@ -85,10 +85,10 @@ impl ModelConfig {
         if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} is 0"));
         }
-        if self.num_heads % self.num_kv_heads != 0 {
+        if !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return Err(format!("num_heads {} is not a multiple of num_kv_heads {}", self.num_heads, self.num_kv_heads));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return Err(format!("head_dim {} is odd; RoPE needs pairs", self.head_dim));
         }
         if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0) {

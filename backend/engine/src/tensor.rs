@@ -58,7 +58,7 @@ impl DType {
 
     /// Bytes needed for `numel` elements; `None` unless `numel` is a whole number of blocks.
     pub fn bytes_for(self, numel: usize) -> Option<usize> {
-        if numel % self.block_size() != 0 {
+        if !numel.is_multiple_of(self.block_size()) {
             return None;
         }
         (numel / self.block_size()).checked_mul(self.block_bytes())

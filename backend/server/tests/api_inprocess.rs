@@ -135,7 +135,7 @@ async fn playground_generate_streams_events_in_process() {
     assert_eq!(names.first(), Some(&"started"), "{}", a.text);
     assert_eq!(names.last(), Some(&"done"), "{}", a.text);
     assert_eq!(names.iter().filter(|n| **n == "token").count(), 3, "{}", a.text);
-    let done = a.text.lines().filter_map(|l| l.strip_prefix("data: ")).last().unwrap();
+    let done = a.text.lines().filter_map(|l| l.strip_prefix("data: ")).next_back().unwrap();
     let done: Value = serde_json::from_str(done).unwrap();
     assert_eq!(done["type"], "done");
     assert_eq!(done["finish_reason"], "length");

@@ -431,7 +431,7 @@ pub struct PrefillShape {
 pub fn prefill_shape(config: &ModelConfig) -> std::result::Result<PrefillShape, String> {
     let hd = config.head_dim as u32;
     // Each dim lane holds ≤ 64 floats of q and of the accumulator in registers.
-    let dim_lanes = [1u32, 2, 4].into_iter().find(|&t| hd % (4 * t) == 0 && hd / t <= 64);
+    let dim_lanes = [1u32, 2, 4].into_iter().find(|&t| hd.is_multiple_of(4 * t) && hd / t <= 64);
     let Some(dim_lanes) = dim_lanes else {
         return Err(format!("head_dim {hd} does not split into ≤ 4 lanes of ≤ 64 dims in 4-float chunks"));
     };
@@ -443,7 +443,7 @@ pub fn prefill_shape(config: &ModelConfig) -> std::result::Result<PrefillShape, 
         key_lanes,
         key_tile,
         queries_per_block: PREFILL_ATTN_THREADS / (dim_lanes * key_lanes),
-        mma: hd % 16 == 0 && hd <= 128,
+        mma: hd.is_multiple_of(16) && hd <= 128,
         mma_queries_per_block: PREFILL_ATTN_THREADS / 32 * PREFILL_MMA_WARP_QUERIES,
     })
 }
@@ -477,15 +477,15 @@ pub fn shard(config: &ModelConfig, tp: usize) -> std::result::Result<ModelConfig
     }
     let plan = ShardPlan::new(c, tp).map_err(|e| e.to_string())?;
     let name = &c.name;
-    if c.intermediate_size % (8 * tp) != 0 {
+    if !c.intermediate_size.is_multiple_of(8 * tp) {
         return Err(format!("{name}: FFN size {} does not split over {tp} GPUs in multiples of 8", c.intermediate_size));
     }
-    if c.vocab_size % tp != 0 {
+    if !c.vocab_size.is_multiple_of(tp) {
         return Err(format!("{name}: vocabulary {} does not split evenly over {tp} GPUs (the kernel needs equal shards)", c.vocab_size));
     }
     let lane = &plan.lanes[0];
     let (heads, kv) = (lane.q_heads.len(), lane.kv_heads.len());
-    if (heads * c.head_dim) % 8 != 0 {
+    if !(heads * c.head_dim).is_multiple_of(8) {
         return Err(format!("{name}: {heads} query heads of {} per GPU are not whole 16-byte rows", c.head_dim));
     }
     Ok(ModelConfig { num_heads: heads, num_kv_heads: kv, intermediate_size: lane.ffn.len(), vocab_size: lane.vocab.len(), ..c.clone() })
@@ -665,20 +665,21 @@ pub fn unsupported_tp(options: &KernelOptions, tp: usize) -> Option<String> {
 pub fn unsupported(config: &ModelConfig, options: &KernelOptions) -> Option<String> {
     let c = config;
     let checks = [
-        (c.hidden_size % 8 != 0, "hidden_size must be a multiple of 8".to_string()),
-        (c.intermediate_size % 8 != 0, "intermediate_size must be a multiple of 8".to_string()),
-        (c.head_dim % 8 != 0 || c.head_dim > 256, "head_dim must be a multiple of 8, at most 256".to_string()),
-        (c.num_kv_heads == 0 || c.num_heads % c.num_kv_heads != 0, "num_heads must be a multiple of num_kv_heads".to_string()),
-        ((c.num_heads * c.head_dim) % 8 != 0, "num_heads × head_dim must be a multiple of 8".to_string()),
+        (!c.hidden_size.is_multiple_of(8), "hidden_size must be a multiple of 8".to_string()),
+        (!c.intermediate_size.is_multiple_of(8), "intermediate_size must be a multiple of 8".to_string()),
+        (!c.head_dim.is_multiple_of(8) || c.head_dim > 256, "head_dim must be a multiple of 8, at most 256".to_string()),
+        (c.num_kv_heads == 0 || !c.num_heads.is_multiple_of(c.num_kv_heads), "num_heads must be a multiple of num_kv_heads".to_string()),
+        (!(c.num_heads * c.head_dim).is_multiple_of(8), "num_heads × head_dim must be a multiple of 8".to_string()),
         (c.vocab_size >= u32::MAX as usize, "vocab_size too large".to_string()),
-        (options.threads % 32 != 0 || (options.threads as usize) < c.head_dim, format!("threads {} invalid", options.threads)),
-        (options.rows_per_warp == 0 || options.rows_per_warp % 2 != 0, "rows_per_warp must be even".to_string()),
+        (!options.threads.is_multiple_of(32) || (options.threads as usize) < c.head_dim, format!("threads {} invalid", options.threads)),
+        (options.rows_per_warp == 0 || !options.rows_per_warp.is_multiple_of(2), "rows_per_warp must be even".to_string()),
         (options.lm_rows_per_warp == 0 || options.lm_rows_per_warp > 16, "lm_rows_per_warp must be 1 to 16".to_string()),
         (options.stage_iters > 16, "stage_iters must be at most 16".to_string()),
         (options.fuse_down && options.fuse_o, "fuse_down and fuse_o do not combine".to_string()),
         (options.tagged && (options.fuse_o || options.fuse_down), "tagged does not combine with fuse_o or fuse_down".to_string()),
         (
-            options.fuse_down && (options.threads % 256 != 0 || c.intermediate_size % (options.threads as usize / 32) != 0),
+            options.fuse_down
+                && (!options.threads.is_multiple_of(256) || !c.intermediate_size.is_multiple_of(options.threads as usize / 32)),
             "fuse_down needs a multiple of 256 threads and intermediate_size divisible by the warps per block".to_string(),
         ),
         (options.ring == 0, "ring must hold at least one record".to_string()),
@@ -775,7 +776,7 @@ mod tests {
             let config = crate::synthetic::preset(name).expect("preset");
             let pf = prefill_shape(&config).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(pf.queries_per_block * pf.dim_lanes * pf.key_lanes, PREFILL_ATTN_THREADS, "{name}");
-            assert!(config.head_dim as u32 / pf.dim_lanes <= 64 && pf.key_tile % pf.key_lanes == 0, "{name}: {pf:?}");
+            assert!(config.head_dim as u32 / pf.dim_lanes <= 64 && pf.key_tile.is_multiple_of(pf.key_lanes), "{name}: {pf:?}");
             let d = defines(&config, &KernelOptions::default());
             assert!(d.iter().any(|(k, v)| k == "PG_PF_TPQ" && *v == pf.dim_lanes.to_string()), "{name}");
         }

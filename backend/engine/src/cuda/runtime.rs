@@ -1280,7 +1280,7 @@ impl Runtime for CudaRuntime {
             if done && next >= published {
                 break;
             }
-            if spins % STATUS_EVERY_SPINS == 0 && !done {
+            if spins.is_multiple_of(STATUS_EVERY_SPINS) && !done {
                 // A kernel that faulted or returned without ending the run never sets DONE.
                 let status = self.kernel_status();
                 if let Some(status) = status.filter(|_| self.host_word(ctl::DONE) == 0) {
@@ -1298,7 +1298,7 @@ impl Runtime for CudaRuntime {
                 return Err(self.stalled(format!("the decode kernel published nothing for {DEFAULT_STALL_TIMEOUT:?} (token {next})")));
             }
             spins += 1;
-            if spins % SPINS_PER_YIELD == 0 {
+            if spins.is_multiple_of(SPINS_PER_YIELD) {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();

@@ -40,21 +40,21 @@ impl ShardPlan {
         if degree == 0 {
             return fail("needs at least one GPU".into());
         }
-        if c.num_heads % degree != 0 {
+        if !c.num_heads.is_multiple_of(degree) {
             return fail(format!("has {} query heads, not a multiple of {degree}", c.num_heads));
         }
-        if c.intermediate_size % degree != 0 {
+        if !c.intermediate_size.is_multiple_of(degree) {
             return fail(format!("has an FFN of {} columns, not a multiple of {degree}", c.intermediate_size));
         }
         if c.vocab_size < degree {
             return fail(format!("has a vocabulary of {}, fewer rows than GPUs", c.vocab_size));
         }
         let kv = c.num_kv_heads;
-        if degree <= kv && kv % degree != 0 {
+        if degree <= kv && !kv.is_multiple_of(degree) {
             return fail(format!("has {kv} KV heads, not a multiple of {degree}"));
         }
         // Each lane's query heads must all read one KV head: degree a multiple of the KV heads.
-        if degree > kv && degree % kv != 0 {
+        if degree > kv && !degree.is_multiple_of(kv) {
             return fail(format!("has {kv} KV heads; {degree} GPUs must be a multiple of them to replicate each"));
         }
         let (q_per, f_per) = (c.num_heads / degree, c.intermediate_size / degree);

@@ -165,6 +165,10 @@ fn is_quant_label(s: &str) -> bool {
             && u.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
 }
 
+fn bad(g: &GgufFile, reason: String) -> Error {
+    Error::BadConfig { path: g.path.display().to_string(), reason }
+}
+
 #[cfg(test)]
 mod name_tests {
     use super::is_quant_label;
@@ -178,8 +182,4 @@ mod name_tests {
             assert!(!is_quant_label(s), "{s}");
         }
     }
-}
-
-fn bad(g: &GgufFile, reason: String) -> Error {
-    Error::BadConfig { path: g.path.display().to_string(), reason }
 }

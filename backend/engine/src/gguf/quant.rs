@@ -13,7 +13,7 @@ const QK_K: usize = 256;
 /// exactly the number of elements `src` encodes.
 pub fn dequantize(dtype: DType, src: &[u8], dst: &mut [f32]) -> std::result::Result<(), String> {
     let (bs, bb) = (dtype.block_size(), dtype.block_bytes());
-    if src.len() % bb != 0 || src.len() / bb * bs != dst.len() {
+    if !src.len().is_multiple_of(bb) || src.len() / bb * bs != dst.len() {
         return Err(format!("{} bytes of {dtype:?} do not decode to {} values ({bb}-byte blocks of {bs})", src.len(), dst.len()));
     }
     let blocks = src.chunks_exact(bb).zip(dst.chunks_exact_mut(bs));

@@ -77,7 +77,7 @@ impl HfConfig {
         let rope = self.rope_parameters.as_ref().or(self.rope_scaling.as_ref());
         let head_dim = match self.head_dim {
             Some(h) => h,
-            None if self.num_attention_heads > 0 && self.hidden_size % self.num_attention_heads == 0 => {
+            None if self.num_attention_heads > 0 && self.hidden_size.is_multiple_of(self.num_attention_heads) => {
                 self.hidden_size / self.num_attention_heads
             }
             None => return Err(bad(path, "hidden_size is not divisible by num_attention_heads".into())),
