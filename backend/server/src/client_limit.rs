@@ -13,6 +13,10 @@ pub struct ClientLimiter {
     counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
 }
 
+/// The client already has the limit's number of requests in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtLimit;
+
 /// One request's slot; dropping it frees the slot.
 pub struct ClientGuard {
     counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
@@ -30,14 +34,16 @@ impl ClientLimiter {
         self.max
     }
 
-    /// Takes a slot for `ip`; `Err(())` when it already has `max` in flight. Requests
-    /// without a known peer (in-process tests) are not limited.
-    pub fn acquire(&self, ip: Option<IpAddr>) -> Result<Option<ClientGuard>, ()> {
+    /// Takes a slot for `ip`; `Err(AtLimit)` when it already has `max` in flight.
+    /// Requests without a known peer (in-process tests) are not limited.
+    pub fn acquire(&self, ip: Option<IpAddr>) -> Result<Option<ClientGuard>, AtLimit> {
         let (Some(ip), true) = (ip, self.max > 0) else { return Ok(None) };
-        let mut counts = self.counts.lock().map_err(|_| ())?;
+        // (A poisoned lock still holds consistent counts: every critical section is one
+        // increment or decrement.)
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         let n = counts.entry(ip).or_insert(0);
         if *n >= self.max {
-            return Err(());
+            return Err(AtLimit);
         }
         *n += 1;
         Ok(Some(ClientGuard { counts: self.counts.clone(), ip }))
@@ -46,12 +52,11 @@ impl ClientLimiter {
 
 impl Drop for ClientGuard {
     fn drop(&mut self) {
-        if let Ok(mut counts) = self.counts.lock() {
-            if let Some(n) = counts.get_mut(&self.ip) {
-                *n -= 1;
-                if *n == 0 {
-                    counts.remove(&self.ip);
-                }
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = counts.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.ip);
             }
         }
     }
@@ -67,7 +72,7 @@ mod tests {
         let a: IpAddr = "10.0.0.1".parse().unwrap();
         let b: IpAddr = "10.0.0.2".parse().unwrap();
         let g = l.acquire(Some(a)).unwrap();
-        assert!(l.acquire(Some(a)).is_err());
+        assert_eq!(l.acquire(Some(a)).err(), Some(AtLimit));
         assert!(l.acquire(Some(b)).unwrap().is_some());
         drop(g);
         assert!(l.acquire(Some(a)).unwrap().is_some());
