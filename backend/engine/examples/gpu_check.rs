@@ -909,6 +909,17 @@ mod imp {
         Ok(())
     }
 
+    /// Logits of every position of `toks` from the CPU float32 DTP reference of `sched`'s lanes.
+    fn dtp_reference_logits(
+        config: &ModelConfig,
+        weights: &Weights,
+        sched: &peregrine_engine::dtp::DtpSchedule,
+        toks: &[u32],
+    ) -> Result<Vec<Vec<f32>>> {
+        use peregrine_engine::dtp::reference::{Execution, ShardedModel};
+        ShardedModel::new(config, weights, sched.lanes)?.session(Execution::Delayed(sched.clone()))?.forward(toks)
+    }
+
     /// Positions of the DTP kernel's scored logits checked against the CPU float32 DTP reference.
     const DTP_REFERENCE_POSITIONS: usize = 8;
 
@@ -924,7 +935,6 @@ mod imp {
         sched: &peregrine_engine::dtp::DtpSchedule,
         v: &mut Verdict,
     ) -> Result<()> {
-        use peregrine_engine::dtp::reference::{Execution, ShardedModel};
         let name = format!("{} DTP d={} early={}", config.name, sched.delay, sched.early_layers.name());
         let gpus = tp_gpus(tp);
         println!("== {name}: tp {} vs the CPU DTP reference ({n} tokens for the race check)", gpus.len());
@@ -935,7 +945,7 @@ mod imp {
         let mut rt = CudaRuntime::with_dtp(config, weights, &gpus, opts.clone(), Some(sched.clone()))?;
         println!("  {} (loaded in {:.1}s)", rt.describe(), t0.elapsed().as_secs_f64());
         let gpu = rt.score(&seq)?;
-        let cpu = ShardedModel::new(config, weights, sched.lanes)?.session(Execution::Delayed(sched.clone()))?.forward(&seq)?;
+        let cpu = dtp_reference_logits(config, weights, sched, &seq)?;
         let worst = gpu.iter().zip(&cpu).map(|(a, b)| rel_err(a, b)).fold(0.0, f64::max);
         let top1 = gpu.iter().zip(&cpu).filter(|(a, b)| argmax(a) == argmax(b)).count();
         v.check(
@@ -987,10 +997,9 @@ mod imp {
             };
             if let Some(sched) = &sched {
                 // DTP is another function: a few positions against the f32 DTP reference.
-                use peregrine_engine::dtp::reference::{Execution, ShardedModel};
                 let toks = Rng(3).tokens(4, config.vocab_size);
                 let gpu = rt.score(&toks)?;
-                let cpu = ShardedModel::new(&config, &w, sched.lanes)?.session(Execution::Delayed(sched.clone()))?.forward(&toks)?;
+                let cpu = dtp_reference_logits(&config, &w, sched, &toks)?;
                 let err = gpu.iter().zip(&cpu).map(|(g, c)| rel_err(g, c)).fold(0.0, f64::max);
                 v.check(
                     err < MAX_REL_ERR && gpu.len() == 4,

@@ -163,7 +163,11 @@ pub struct EventFigures {
 
 /// Figures of every event with a recorded producer and waiters.
 pub fn event_figures(raw: &RawTrace) -> Result<Vec<EventFigures>, String> {
-    let t = calibrate(raw)?;
+    Ok(figures_on(raw, &calibrate(raw)?))
+}
+
+/// `event_figures` on stamps already mapped onto one axis.
+fn figures_on(raw: &RawTrace, t: &Timeline) -> Vec<EventFigures> {
     let mut out = Vec::new();
     for e in 0..t.events {
         let Some(p) = raw.producer(e) else { continue };
@@ -190,7 +194,7 @@ pub fn event_figures(raw: &RawTrace) -> Result<Vec<EventFigures>, String> {
             span: end - last,
         });
     }
-    Ok(out)
+    out
 }
 
 /// The traced step end to end, ns: what the per-phase medians leave out (layer 0's
@@ -214,9 +218,8 @@ pub struct StepFigures {
 /// The step figures of one run (an error as `event_figures`, or when layer 0's q/k/v or
 /// the next step's wake was not stamped).
 pub fn step_figures(raw: &RawTrace) -> Result<StepFigures, String> {
-    let t = calibrate(raw)?;
-    let figs = event_figures(raw)?;
-    let t = &t;
+    let t = &calibrate(raw)?;
+    let figs = figures_on(raw, t);
     let stamps = |e: usize, k: usize| (0..t.blocks).filter_map(move |b| t.at(b, e, k));
     let qkv0_end = stamps(0, ARRIVE).reduce(f64::max).ok_or("layer 0's q/k/v has no arrival stamp")?;
     let first_wake = stamps(0, WAIT_END).reduce(f64::min);
