@@ -129,6 +129,24 @@ constexpr int FD_RPT = (D + THREADS - 1) / THREADS;
 /// its counters, which also order the KV-cache rows written in earlier steps.
 constexpr bool TAGGED = PG_TAGGED != 0;
 static_assert(!(TAGGED && (IS_TP || FUSE_O || FUSE_DOWN)), "tagged runs on one GPU, without fuse_o or fuse_down");
+/// down_waves (one GPU, tagged): the down phase reads its input in segments of
+/// DW_SEG_ITERS row iterations (DW_SEG_ITERS · 256 activations). The block's warps
+/// without a down row group poll each segment's tagged words into shared memory and
+/// arrive on the segment's named barrier (1 + segment); the row warps stream their rows
+/// and sync on that barrier before the segment's first iteration. Gate/up completes the
+/// activations in grid-wide rounds of ascending index, so most of a down row is summed
+/// while the last round's words are still on their way: the dependency wait overlaps
+/// the stream. Same summation order, so the same bits.
+#ifndef PG_DOWN_WAVES
+#define PG_DOWN_WAVES 0
+#endif
+constexpr bool DOWN_WAVES = PG_DOWN_WAVES != 0 && TAGGED;
+constexpr int DW_ITERS = (F / 8 + WARP_SIZE - 1) / WARP_SIZE;
+/// At most 15 segments (named barriers 1..15; 0 is __syncthreads).
+constexpr int DW_SEG_ITERS = DW_ITERS <= 15 * 4 ? 4 : (DW_ITERS + 14) / 15;
+constexpr int DW_SEGS = (DW_ITERS + DW_SEG_ITERS - 1) / DW_SEG_ITERS;
+constexpr int DW_SEG = DW_SEG_ITERS * WARP_SIZE * 8;
+static_assert(!DOWN_WAVES || (DW_SEGS <= 15 && F % 2 == 0), "down_waves: at most 15 segments of whole pairs");
 /// Word offsets inside one layer's tagged buffer.
 constexpr int T_QKV = 0;
 constexpr int T_ATTN = T_QKV + QKV;
@@ -301,9 +319,33 @@ __device__ __forceinline__ void maybe_stage(const bf16_t* w, uint4* slot) {
 
 /// grid_rows of a matrix phase, reading what maybe_stage copied (PG_STAGE_ITERS).
 /// `ahead`: the next phase's stage (PENDING commit groups) was started after this one's.
-template <int K, int PENDING = 0, class Epi>
-__device__ __forceinline__ void phase_rows(const bf16_t* w, int rows, const float* xs, const uint4* slot, Epi epi, bool ahead = false) {
-  grid_rows<K, NR, WARPS, STAGE_CAP, PENDING>(w, rows, xs, epi, stage_fits(rows) ? slot : nullptr, ahead, row_grid());
+template <int K, int PENDING = 0, class Epi, class Wait = NoWait>
+__device__ __forceinline__ void phase_rows(const bf16_t* w, int rows, const float* xs, const uint4* slot, Epi epi, bool ahead = false,
+                                           Wait wait = {}) {
+  grid_rows<K, NR, WARPS, STAGE_CAP, PENDING>(w, rows, xs, epi, stage_fits(rows) ? slot : nullptr, ahead, row_grid(), wait);
+}
+
+/// down_waves: whether this block runs the down phase in segments: every warp has at
+/// most one row group and at least its last warp has none (a loader).
+__device__ __forceinline__ bool down_waves_here() {
+  constexpr int GROUPS = (D + NR - 1) / NR;
+  return DOWN_WAVES && GROUPS <= WARPS * row_grid() && (WARPS - 1) * row_grid() + (int)blockIdx.x >= GROUPS;
+}
+
+/// down_waves, a warp without a down row group: polls every segment of the tagged
+/// activations into `vec` with the block's other loader warps (the top warps, from
+/// `first_loader` on) and arrives on each segment's barrier as soon as its words are in.
+__device__ __forceinline__ void load_down_segments(float* vec, const u64* act, u32 tag, int first_loader) {
+  const int t = (int)threadIdx.x - first_loader * WARP_SIZE, n = THREADS - first_loader * WARP_SIZE;
+  for (int seg = 0; seg < DW_SEGS; ++seg) {
+#ifdef PG_CHAOS
+    if (lane_id() == 0) chaos_delay(tag ^ (u32)seg ^ ((u32)warp_id() << 8));
+    __syncwarp();
+#endif
+    const int begin = seg * DW_SEG, end = begin + DW_SEG < F ? begin + DW_SEG : F;
+    load_tagged_part(vec, act, tag, begin, end, t, n);
+    named_bar_arrive(1 + seg, THREADS);
+  }
 }
 
 /// stage_ahead: whether this block stages a `rows`-row phase (it owns rows and the phase stages).
@@ -868,20 +910,38 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         if (has_rows(D)) {
           maybe_prefetch<F, D>(w, row_grid());
           if (!AHEAD) maybe_stage<F, D>(w, slot);
-          load_phase_input<F>(vec, tl + T_ACT, tag, layer_ctr(ctr, l, PH_GATE_UP), done, act, trace_event(tr, l * PHASES + PH_DOWN));
-          if (LATE_DOWN) qkv_ahead = start_qkv();
+          u64* ev = trace_event(tr, l * PHASES + PH_DOWN);
+          const bool waves = down_waves_here();
+          // down_waves: the row warps are the low ones (grid_rows hands out groups warp-major).
+          const int row_warps = waves ? ((D + NR - 1) / NR - (int)blockIdx.x + row_grid() - 1) / row_grid() : WARPS;
+          if (waves) {
+            if (LATE_DOWN) qkv_ahead = start_qkv();
+            if (warp_id() >= row_warps) load_down_segments(vec, tl + T_ACT, tag, row_warps);
+            else trace_wait_start(ev);
+          } else {
+            load_phase_input<F>(vec, tl + T_ACT, tag, layer_ctr(ctr, l, PH_GATE_UP), done, act, ev);
+            if (LATE_DOWN) qkv_ahead = start_qkv();
+          }
           float* pd[TP];
           const bool send = slots_of(pd, s, l, 1);
           // resid_smem: this block loaded the residual in its gate/up phase.
           const bool res_here = RESID_SMEM && has_rows(2 * F);
-          phase_rows<F, N_QKV>(
-              w, D, vec, slot_b,
-              [&](int r, float v) {
-                if (IS_TP) push_partial<TP, D>(pd, rank, r, v, send);
-                else if (TAGGED) st_tagged(tl + T_XD + r, (res_here ? resid_s[r] : wait_tagged(tl + T_XO + r, tag)) + v, tag);
-                else x[r] = (res_here ? resid_s[r] : ld_shared_f32((FUSE_O ? xb : x) + r)) + v;
-              },
-              qkv_ahead);
+          auto down_epi = [&](int r, float v) {
+            if (IS_TP) push_partial<TP, D>(pd, rank, r, v, send);
+            else if (TAGGED) st_tagged(tl + T_XD + r, (res_here ? resid_s[r] : wait_tagged(tl + T_XO + r, tag)) + v, tag);
+            else x[r] = (res_here ? resid_s[r] : ld_shared_f32((FUSE_O ? xb : x) + r)) + v;
+          };
+          if (!waves) {
+            phase_rows<F, N_QKV>(w, D, vec, slot_b, down_epi, qkv_ahead);
+          } else if (warp_id() < row_warps) {
+            // Sync on each segment's barrier before its first iteration reads it.
+            auto seg_wait = [&](int it) {
+              if (it % DW_SEG_ITERS != 0) return;
+              named_bar_sync(1 + it / DW_SEG_ITERS, THREADS);
+              if (it / DW_SEG_ITERS == DW_SEGS - 1) trace_wait_end(ev);
+            };
+            phase_rows<F, N_QKV>(w, D, vec, slot_b, down_epi, qkv_ahead, seg_wait);
+          }
         }
         phase_end(layer_ctr(ctr, l, PH_DOWN), trace_event(tr, l * PHASES + PH_DOWN));
       }

@@ -44,6 +44,12 @@ __device__ __forceinline__ void chaos_delay(u32 salt) {
 __device__ __forceinline__ void chaos_delay(u32) {}
 #endif
 
+/// Named barrier `id` (1..15; 0 is __syncthreads) of `n` threads, whole warps: the
+/// caller waits for the others (bar.sync) or only counts itself in (bar.arrive, a
+/// producer). Shared-memory writes before the arrival are visible after the sync.
+__device__ __forceinline__ void named_bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void named_bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory"); }
+
 /// Phase trace (PG_TRACE, off by default): the global timer and this SM's cycle
 /// counter at one moment, into st[0] and st[1] (thread 0 only; ops/trace.cuh says
 /// where). With PG_TRACE=0 every call below compiles away.

@@ -7,12 +7,19 @@
 /// 16-byte loads in flight per lane per row while streaming a row (PG_UNROLL).
 constexpr int ROW_UNROLL = PG_UNROLL;
 
+/// The default hook of the row loops: called with each iteration's index before that
+/// iteration reads the input vector (down_waves waits there for the next segment of
+/// its input); this one does nothing and compiles away.
+struct NoWait {
+  __device__ __forceinline__ void operator()(int) const {}
+};
+
 /// acc[r] = W[row0 + r, :] · xs for r < NR (rows past `rows` are clamped and must be
 /// ignored by the caller). Rows are K wide and STRIDE elements apart (a column slice of a
 /// wider matrix when STRIDE > K). Every lane returns the full sums.
-template <int K, int NR, int STRIDE = K>
+template <int K, int NR, int STRIDE = K, class Wait = NoWait>
 __device__ __forceinline__ void warp_rows_dot(const bf16_t* __restrict__ W, int row0, int rows, const float* xs,
-                                              float (&acc)[NR]) {
+                                              float (&acc)[NR], Wait wait = {}) {
   static_assert(K % 8 == 0, "rows must be whole 16-byte words");
   constexpr int CHUNKS = K / 8;
   constexpr int ITERS = (CHUNKS + WARP_SIZE - 1) / WARP_SIZE;
@@ -27,6 +34,7 @@ __device__ __forceinline__ void warp_rows_dot(const bf16_t* __restrict__ W, int 
 #pragma unroll ROW_UNROLL
   for (int it = 0; it < ITERS; ++it) {
     const int c = it * WARP_SIZE + lane;
+    wait(it);
     if (CHUNKS % WARP_SIZE == 0 || c < CHUNKS) {
       uint4 w[NR];
 #pragma unroll
@@ -128,9 +136,9 @@ __device__ __forceinline__ void stage_rows(const bf16_t* __restrict__ W, int row
 /// `ahead`, the PENDING commit groups issued after this group's (the next phase's stage,
 /// stage_ahead) may stay in flight until the ring reads its first refill, which was
 /// committed after them.
-template <int K, int NR, int CAP, int PENDING = 0>
+template <int K, int NR, int CAP, int PENDING = 0, class Wait = NoWait>
 __device__ __forceinline__ void warp_rows_dot_staged(const bf16_t* __restrict__ W, int row0, int rows, const float* xs, const uint4* slot,
-                                                     float (&acc)[NR], bool ahead = false) {
+                                                     float (&acc)[NR], bool ahead = false, Wait wait = {}) {
   using S = RowStage<K, NR, CAP>;
   constexpr int CHUNKS = S::CHUNKS;
   const int lane = lane_id();
@@ -155,6 +163,7 @@ __device__ __forceinline__ void warp_rows_dot_staged(const bf16_t* __restrict__ 
       else cp_async_wait_group<S::N - 1>();
     }
     const int c = it * WARP_SIZE + lane;
+    wait(it);
     if (CHUNKS % WARP_SIZE == 0 || c < CHUNKS) {
       const float4 xa = *reinterpret_cast<const float4*>(xs + c * 8);
       const float4 xb = *reinterpret_cast<const float4*>(xs + c * 8 + 4);
@@ -175,19 +184,19 @@ __device__ __forceinline__ void warp_rows_dot_staged(const bf16_t* __restrict__ 
 /// stage_rows copied there. Group loop bounds depend only on the warp's index:
 /// warp-uniform. Returns nothing; `epi` stores the results. `ahead`, PENDING: see
 /// warp_rows_dot_staged. `grid`: the groups go to the first `grid` blocks only.
-template <int K, int NR, int WARPS, int CAP = 0, int PENDING = 0, class Epi>
+template <int K, int NR, int WARPS, int CAP = 0, int PENDING = 0, class Epi, class Wait = NoWait>
 __device__ __forceinline__ void grid_rows(const bf16_t* __restrict__ W, int rows, const float* xs, Epi epi, const uint4* slot = nullptr,
-                                          bool ahead = false, int grid = gridDim.x) {
+                                          bool ahead = false, int grid = gridDim.x, Wait wait = {}) {
   const int gw = warp_id() * grid + blockIdx.x;  // callers are blocks of the row grid
   const int nw = WARPS * grid;
   const int groups = (rows + NR - 1) / NR;
   for (int g = gw; g < groups; g += nw) {
     float acc[NR];
     if constexpr (CAP > 0) {
-      if (slot && g == gw) warp_rows_dot_staged<K, NR, CAP, PENDING>(W, g * NR, rows, xs, slot, acc, ahead);
-      else warp_rows_dot<K, NR>(W, g * NR, rows, xs, acc);
+      if (slot && g == gw) warp_rows_dot_staged<K, NR, CAP, PENDING>(W, g * NR, rows, xs, slot, acc, ahead, wait);
+      else warp_rows_dot<K, NR, K>(W, g * NR, rows, xs, acc, wait);
     } else {
-      warp_rows_dot<K, NR>(W, g * NR, rows, xs, acc);
+      warp_rows_dot<K, NR, K>(W, g * NR, rows, xs, acc, wait);
     }
     if (lane_id() == 0) {
 #pragma unroll

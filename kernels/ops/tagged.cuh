@@ -47,3 +47,21 @@ __device__ __forceinline__ void load_tagged(float* s, const u64* src, u32 tag, f
   __syncthreads();
   trace_wait_end(stamp);
 }
+
+/// Polls the tagged words [begin, end) (both even) into shared `s` on `n` threads, this
+/// one being thread `t`, two pairs in flight per thread; no barrier (down_waves' loader
+/// warps arrive on a named barrier after it).
+__device__ __forceinline__ void load_tagged_part(float* s, const u64* src, u32 tag, int begin, int end, int t, int n) {
+  for (int i = begin + 2 * t; i < end; i += 4 * n) {
+    const int j = i + 2 * n;
+    u64 a0, b0, a1 = 0, b1 = 0;
+    ld_tagged2(src + i, a0, b0);
+    if (j < end) ld_tagged2(src + j, a1, b1);
+    spin_pair(src + i, tag, a0, b0);
+    *reinterpret_cast<float2*>(s + i) = make_float2(value_of(a0), value_of(b0));
+    if (j < end) {
+      spin_pair(src + j, tag, a1, b1);
+      *reinterpret_cast<float2*>(s + j) = make_float2(value_of(a1), value_of(b1));
+    }
+  }
+}

@@ -129,7 +129,7 @@ mod imp {
 
     /// Kernel variants by name (see docs/perf-notes.md). "v3" is the default; names with
     /// `+` compose: a named variant first, then modifiers (`stage`, `stageN`, `resid`,
-    /// `lmN`, `prefetch`, `fuse-o`, `fuse-down`, `tagged`, `ahead`, `late` / `lateN` (next phase's copy after the wake; N a mask: 1 q/k/v, 2 gate/up, 4 down, 8 o), `ownN` (attention on N blocks per head of its own), `tp-ahead` (staging ahead under tensor parallelism), `tp-own` (attn_own under tensor parallelism), `trace`, `chaos`, `nosplit`).
+    /// `lmN`, `prefetch`, `fuse-o`, `fuse-down`, `tagged`, `ahead`, `late` / `lateN` (next phase's copy after the wake; N a mask: 1 q/k/v, 2 gate/up, 4 down, 8 o), `ownN` (attention on N blocks per head of its own), `tp-ahead` (staging ahead under tensor parallelism), `tp-own` (attn_own under tensor parallelism), `waves` (down_waves), `trace`, `chaos`, `nosplit`).
     fn variant(name: &str) -> KernelOptions {
         if let Some((first, mods)) = name.split_once('+') {
             let mut o = variant(first);
@@ -146,6 +146,7 @@ mod imp {
                     "tp-own" => o.tp_attn_own = true,
                     "evict" => o.weights_evict_first = true,
                     "tp-evict" => o.tp_weights_evict_first = true,
+                    "waves" => o.down_waves = true,
                     "late" => o.ahead_late = peregrine_engine::cuda::layout::AHEAD_LATE_DEFAULT,
                     "trace" => o.trace = true,
                     "chaos" => o.chaos = true,

@@ -298,6 +298,12 @@ pub struct KernelOptions {
     /// The same under tensor parallelism. Off by default until it is measured on two
     /// GPUs (the 2×H200 host was not lent when it was found); gpu_check modifier `tp-evict`.
     pub tp_weights_evict_first: bool,
+    /// One GPU, with `tagged`: the down phase sums its rows segment by segment of the
+    /// activations as they land (PG_DOWN_WAVES, decode.cu `DOWN_WAVES`): the block's warps
+    /// without a down row poll each segment into shared memory and release it to the row
+    /// warps on a named barrier, so the wait for gate/up's last round overlaps the
+    /// stream of the earlier segments. Bit-identical. gpu_check modifier `waves`.
+    pub down_waves: bool,
 }
 
 /// `tp_attn_own` reserves one block per query head of a rank: measured a gain with 6 heads
@@ -389,6 +395,7 @@ impl KernelOptions {
             tp_attn_own: true,
             weights_evict_first: true,
             tp_weights_evict_first: false,
+            down_waves: false,
         }
     }
 }
@@ -599,6 +606,7 @@ pub fn defines_tp(
     let evict_first = if tp == 1 { options.weights_evict_first } else { options.tp_weights_evict_first };
     put("WEIGHT_EVICT_FIRST", u8::from(evict_first).to_string());
     put("AHEAD_LATE", options.ahead_late.to_string());
+    put("DOWN_WAVES", u8::from(options.down_waves && tp == 1).to_string());
     let own = tagged_for(options, tp) || (tp > 1 && options.tp_attn_own && options.stage_iters > 0 && config.num_heads <= TP_OWN_MAX_HEADS);
     put("ATTN_OWN", if own { options.attn_own } else { 0 }.to_string());
     if options.chaos {

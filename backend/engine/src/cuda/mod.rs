@@ -129,6 +129,8 @@ mod tests {
             ("v5+chaos", KernelOptions { chaos: true, ..KernelOptions::v5() }),
             ("fuse_down", KernelOptions { fuse_down: true, ..v4.clone() }),
             ("fuse_down+chaos", KernelOptions { fuse_down: true, chaos: true, ..v4.clone() }),
+            ("down_waves", KernelOptions { down_waves: true, ..base.clone() }),
+            ("down_waves+chaos+trace", KernelOptions { down_waves: true, chaos: true, trace: true, ..base.clone() }),
         ];
         let configs = presets_and_head_dims();
         for config in &configs {
