@@ -129,18 +129,22 @@ constexpr int FD_RPT = (D + THREADS - 1) / THREADS;
 /// its counters, which also order the KV-cache rows written in earlier steps.
 constexpr bool TAGGED = PG_TAGGED != 0;
 static_assert(!(TAGGED && (IS_TP || FUSE_O || FUSE_DOWN)), "tagged runs on one GPU, without fuse_o or fuse_down");
-/// down_waves (one GPU, tagged): the down phase reads its input in segments of
+/// down_waves: the down phase reads its input in segments of
 /// DW_SEG_ITERS row iterations (DW_SEG_ITERS · 256 activations). The block's warps
 /// without a down row group poll each segment's tagged words into shared memory and
 /// arrive on the segment's named barrier (1 + segment); the row warps stream their rows
 /// and sync on that barrier before the segment's first iteration. Gate/up completes the
 /// activations in grid-wide rounds of ascending index, so most of a down row is summed
 /// while the last round's words are still on their way: the dependency wait overlaps
-/// the stream. Same summation order, so the same bits.
+/// the stream. Same summation order, so the same bits. Under tensor parallelism the
+/// activations are rank-local: gate/up publishes them as tagged words there too (the
+/// other phases keep their counters), and every down block reads them tagged.
 #ifndef PG_DOWN_WAVES
 #define PG_DOWN_WAVES 0
 #endif
-constexpr bool DOWN_WAVES = PG_DOWN_WAVES != 0 && TAGGED;
+constexpr bool DOWN_WAVES = PG_DOWN_WAVES != 0 && (TAGGED || IS_TP);
+/// The activations go out as tagged words (tagged, or down_waves under TP).
+constexpr bool ACT_TAGGED = TAGGED || DOWN_WAVES;
 constexpr int DW_ITERS = (F / 8 + WARP_SIZE - 1) / WARP_SIZE;
 /// At most 15 segments (named barriers 1..15; 0 is __syncthreads).
 constexpr int DW_SEG_ITERS = DW_ITERS <= 15 * 4 ? 4 : (DW_ITERS + 14) / 15;
@@ -891,7 +895,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
               for (int r = 0; r < NR; r += 2) {
                 const int j = (grp * NR + r) / 2;
                 if (j >= F) continue;
-                if (TAGGED) st_tagged(tl + T_ACT + j, swiglu(acc[r], acc[r + 1]), tag);
+                if (ACT_TAGGED) st_tagged(tl + T_ACT + j, swiglu(acc[r], acc[r + 1]), tag);
                 else act[j] = swiglu(acc[r], acc[r + 1]);
               }
             }
@@ -919,7 +923,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
             if (warp_id() >= row_warps) load_down_segments(vec, tl + T_ACT, tag, row_warps);
             else trace_wait_start(ev);
           } else {
-            load_phase_input<F>(vec, tl + T_ACT, tag, layer_ctr(ctr, l, PH_GATE_UP), done, act, ev);
+            if (ACT_TAGGED) load_tagged<THREADS, F>(vec, tl + T_ACT, tag, nullptr, ev);
+            else load_phase_input<F>(vec, tl + T_ACT, tag, layer_ctr(ctr, l, PH_GATE_UP), done, act, ev);
             if (LATE_DOWN) qkv_ahead = start_qkv();
           }
           float* pd[TP];

@@ -13,12 +13,12 @@
 #   env: BIN (default .carry/tp), SHAPES (bench), CHECK_SHAPES (gpu_check / transformers),
 #        RACE_TOKENS (default 2000), RUNS (default 5), STEPS (default: tp_check bench transformers),
 #        PREV_KERNEL (default v7, the last TP kernel that differs) for the `bench_prev` step (`peregrine bench --tp 2` with
-#        PEREGRINE_KERNEL=$PREV_KERNEL), TRACE_SHAPES / TRACE_VARIANTS (default v9,v9+tp-evict: under TP v8 and v9 are one kernel) for the
+#        PEREGRINE_KERNEL=$PREV_KERNEL), TRACE_SHAPES / TRACE_VARIANTS (default v10,v10+tp-evict,v10+tp-waves: under TP v8, v9 and v10 are one kernel) for the
 #        `trace` step (`gpu_check trace --tp 2`, rank 0's phase spans and per-layer sum);
 #        build_tp.sh's VARIANTS must hold those kernels and their `+trace` twins
-#        (e.g. VARIANTS=v9+tp-evict,v9+trace,v9+tp-evict+trace). `variants`: `gpu_check bench --tp 2` of
-#        BENCH_VARIANTS (default v9,v9+tp-evict) on VARIANT_SHAPES (default qwen2.5-coder-1.5b), every
-#        variant's tokens checked against the first's. CHECK_KERNEL (default v9, the
+#        (e.g. VARIANTS=v10+tp-evict,v10+trace,v10+tp-evict+trace). `variants`: `gpu_check bench --tp 2` of
+#        BENCH_VARIANTS (default v10,v10+tp-evict,v10+tp-waves,v10+tp-evict+tp-waves) on VARIANT_SHAPES (default qwen2.5-coder-1.5b), every
+#        variant's tokens checked against the first's. CHECK_KERNEL (default v10, the
 #        default kernel): the kernel `tp_check` checks (a variant's race check).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -45,12 +45,12 @@ step() { # name timeout cmd...: runs one step, keeps its log, prints its tail
 quick=(); [ "${RACE_TOKENS:-2000}" -lt 1000 ] && quick=(--quick)
 for s in $steps; do
   case $s in
-    tp_check) step tp_check "${TP_CHECK_TIMEOUT:-200}" "$bin/gpu_check" tp --shapes "$check_shapes" --kernel "${CHECK_KERNEL:-v9}" "${quick[@]}" ;;
+    tp_check) step tp_check "${TP_CHECK_TIMEOUT:-200}" "$bin/gpu_check" tp --shapes "$check_shapes" --kernel "${CHECK_KERNEL:-v10}" "${quick[@]}" ;;
     # Standard TP at 1 and 2; dtp-2b also as DTP at 2 (its preset, checked against the DTP CPU reference).
     bench) step bench "${BENCH_TIMEOUT:-300}" "$bin/peregrine" bench --device cuda --shape "$shapes" --tp 1,2 --runs "${RUNS:-5}" ;;
     bench_prev) PEREGRINE_KERNEL=${PREV_KERNEL:-v7} step bench_prev "${BENCH_TIMEOUT:-300}" "$bin/peregrine" bench --device cuda --shape "$shapes" --tp 2 --runs "${RUNS:-5}" ;;
-    trace) step trace "${TRACE_TIMEOUT:-150}" "$bin/gpu_check" trace --tp 2 --shapes "${TRACE_SHAPES:-qwen2.5-coder-1.5b}" --variants "${TRACE_VARIANTS:-v9,v9+tp-evict}" --runs 3 ;;
-    variants) step variants "${BENCH_TIMEOUT:-300}" "$bin/gpu_check" bench --tp 2 --shapes "${VARIANT_SHAPES:-qwen2.5-coder-1.5b}" --variants "${BENCH_VARIANTS:-v9,v9+tp-evict}" --runs "${RUNS:-5}" ;;
+    trace) step trace "${TRACE_TIMEOUT:-150}" "$bin/gpu_check" trace --tp 2 --shapes "${TRACE_SHAPES:-qwen2.5-coder-1.5b}" --variants "${TRACE_VARIANTS:-v10,v10+tp-evict,v10+tp-waves}" --runs 3 ;;
+    variants) step variants "${BENCH_TIMEOUT:-300}" "$bin/gpu_check" bench --tp 2 --shapes "${VARIANT_SHAPES:-qwen2.5-coder-1.5b}" --variants "${BENCH_VARIANTS:-v10,v10+tp-evict,v10+tp-waves,v10+tp-evict+tp-waves}" --runs "${RUNS:-5}" ;;
     transformers) step transformers "${CHECK_TIMEOUT:-180}" python3 "$here/transformers_check.py" --bin "$bin/hf_score" --shapes "$check_shapes" --tp 1,2 --out "$out" ;;
     *) echo "unknown step $s"; rc=1 ;;
   esac

@@ -95,7 +95,7 @@ mod imp {
             variants: vec!["v3".into(), "v1".into(), "v3-nosplit".into()],
             tp: None,
             variants_given: false,
-            kernel: "v9".into(),
+            kernel: "v10".into(),
             no_tiny: false,
             no_chaos: false,
             dtp: Vec::new(),
@@ -129,7 +129,7 @@ mod imp {
 
     /// Kernel variants by name (see docs/perf-notes.md). "v3" is the default; names with
     /// `+` compose: a named variant first, then modifiers (`stage`, `stageN`, `resid`,
-    /// `lmN`, `prefetch`, `fuse-o`, `fuse-down`, `tagged`, `ahead`, `late` / `lateN` (next phase's copy after the wake; N a mask: 1 q/k/v, 2 gate/up, 4 down, 8 o), `ownN` (attention on N blocks per head of its own), `tp-ahead` (staging ahead under tensor parallelism), `tp-own` (attn_own under tensor parallelism), `waves` (down_waves), `trace`, `chaos`, `nosplit`).
+    /// `lmN`, `prefetch`, `fuse-o`, `fuse-down`, `tagged`, `ahead`, `late` / `lateN` (next phase's copy after the wake; N a mask: 1 q/k/v, 2 gate/up, 4 down, 8 o), `ownN` (attention on N blocks per head of its own), `tp-ahead` (staging ahead under tensor parallelism), `tp-own` (attn_own under tensor parallelism), `waves` (down_waves), `tp-waves` (down_waves under tensor parallelism), `trace`, `chaos`, `nosplit`).
     fn variant(name: &str) -> KernelOptions {
         if let Some((first, mods)) = name.split_once('+') {
             let mut o = variant(first);
@@ -147,6 +147,7 @@ mod imp {
                     "evict" => o.weights_evict_first = true,
                     "tp-evict" => o.tp_weights_evict_first = true,
                     "waves" => o.down_waves = true,
+                    "tp-waves" => o.tp_down_waves = true,
                     "late" => o.ahead_late = peregrine_engine::cuda::layout::AHEAD_LATE_DEFAULT,
                     "trace" => o.trace = true,
                     "chaos" => o.chaos = true,
@@ -168,7 +169,7 @@ mod imp {
             }
             return o;
         }
-        // Named variants build on v3 (session 2's default); "v4" is session 3's, "v5" session 4's, "v6" session 5's, "v7" session 6's, "v8" sessions 7–8's (v7 + tp_attn_own; the same kernel on one GPU), "v9" today's default (v8 + evict-first weights on one GPU; the same kernel as v8 under TP).
+        // Named variants build on v3 (session 2's default); "v4" is session 3's, "v5" session 4's, "v6" session 5's, "v7" session 6's, "v8" sessions 7–8's (v7 + tp_attn_own; the same kernel on one GPU), "v9" session 9's (v8 + evict-first weights on one GPU; the same kernel as v8 under TP), "v10" today's default (v9 + down_waves on one GPU; the same kernel as v9 under TP).
         let base = KernelOptions::v3();
         let v1 = KernelOptions { light_fences: false, attn_max_splits: 1, ..base.clone() };
         match name {
@@ -178,7 +179,8 @@ mod imp {
             "v6" => KernelOptions::v6(),
             "v7" => KernelOptions::v7(),
             "v8" => KernelOptions::v8(),
-            "v9" => KernelOptions::default(),
+            "v9" => KernelOptions::v9(),
+            "v10" => KernelOptions::default(),
             // v1's scheduling (full fences, one block per head) with v3's attention loop.
             "v1" => v1,
             "v2" => KernelOptions { prefetch: true, ..v1 },

@@ -298,12 +298,17 @@ pub struct KernelOptions {
     /// The same under tensor parallelism. Off by default until it is measured on two
     /// GPUs (the 2×H200 host was not lent when it was found); gpu_check modifier `tp-evict`.
     pub tp_weights_evict_first: bool,
-    /// One GPU, with `tagged`: the down phase sums its rows segment by segment of the
-    /// activations as they land (PG_DOWN_WAVES, decode.cu `DOWN_WAVES`): the block's warps
-    /// without a down row poll each segment into shared memory and release it to the row
-    /// warps on a named barrier, so the wait for gate/up's last round overlaps the
-    /// stream of the earlier segments. Bit-identical. gpu_check modifier `waves`.
+    /// The down phase sums its rows segment by segment of the activations as they land
+    /// (PG_DOWN_WAVES, decode.cu `DOWN_WAVES`; one GPU with `tagged`, and under tensor
+    /// parallelism, where gate/up then publishes the rank-local activations as tagged
+    /// words): the block's warps without a down row poll each segment into shared memory
+    /// and release it to the row warps on a named barrier, so the wait for gate/up's
+    /// last round overlaps the stream of the earlier segments. Bit-identical. On by
+    /// default on one GPU (v10; gpu_check modifier `waves`).
     pub down_waves: bool,
+    /// The same under tensor parallelism. Off by default until it is measured on two
+    /// GPUs; gpu_check modifier `tp-waves`.
+    pub tp_down_waves: bool,
 }
 
 /// `tp_attn_own` reserves one block per query head of a rank: measured a gain with 6 heads
@@ -357,13 +362,20 @@ impl KernelOptions {
     /// policy. Kept for comparisons (`PEREGRINE_KERNEL=v8`, `gpu_check ... v8`); under
     /// tensor parallelism the same kernel as v9.
     pub fn v8() -> Self {
-        KernelOptions { weights_evict_first: false, ..Self::current() }
+        KernelOptions { weights_evict_first: false, ..Self::v9() }
     }
 
     /// v5's settings (session 4's default kernel): attention spread over every block.
     /// Kept for comparisons (`PEREGRINE_KERNEL=v5`, `gpu_check ... v5`).
     pub fn v5() -> Self {
         KernelOptions { attn_own: 0, ..Self::v6() }
+    }
+
+    /// v9's settings (session 9's default kernel): the down phase waits for all of its
+    /// input before it streams. Kept for comparisons (`PEREGRINE_KERNEL=v9`,
+    /// `gpu_check ... v9`); under tensor parallelism the same kernel as v10.
+    pub fn v9() -> Self {
+        KernelOptions { down_waves: false, ..Self::current() }
     }
 
     fn current() -> Self {
@@ -395,13 +407,14 @@ impl KernelOptions {
             tp_attn_own: true,
             weights_evict_first: true,
             tp_weights_evict_first: false,
-            down_waves: false,
+            down_waves: true,
+            tp_down_waves: false,
         }
     }
 }
 
 impl Default for KernelOptions {
-    /// The current kernel (v9, measured fastest, docs/perf-notes.md), or an earlier one with `PEREGRINE_KERNEL=v3` … `v8`.
+    /// The current kernel (v10, measured fastest, docs/perf-notes.md), or an earlier one with `PEREGRINE_KERNEL=v3` … `v9`.
     fn default() -> Self {
         match std::env::var(KERNEL_ENV).as_deref() {
             Ok("v3") => Self::v3(),
@@ -410,6 +423,7 @@ impl Default for KernelOptions {
             Ok("v6") => Self::v6(),
             Ok("v7") => Self::v7(),
             Ok("v8") => Self::v8(),
+            Ok("v9") => Self::v9(),
             _ => Self::current(),
         }
     }
@@ -515,6 +529,18 @@ pub fn tagged_for(options: &KernelOptions, tp: usize) -> bool {
     options.tagged && tp == 1
 }
 
+/// Whether the kernel writes the tagged buffer (so the host zeroes it per run): the
+/// tagged kernel, or down_waves' activations under tensor parallelism.
+pub fn tagged_words_used(options: &KernelOptions, tp: usize) -> bool {
+    tagged_for(options, tp) || down_waves_for(options, tp)
+}
+
+/// Whether the kernel runs down_waves: `down_waves` on one GPU, `tp_down_waves` under
+/// tensor parallelism.
+pub fn down_waves_for(options: &KernelOptions, tp: usize) -> bool {
+    if tp == 1 { options.down_waves } else { options.tp_down_waves }
+}
+
 /// KV positions actually allocated for `config` under `options`.
 pub fn kv_positions(config: &ModelConfig, options: &KernelOptions) -> usize {
     config.max_context.min(options.kv_positions).max(1)
@@ -606,7 +632,7 @@ pub fn defines_tp(
     let evict_first = if tp == 1 { options.weights_evict_first } else { options.tp_weights_evict_first };
     put("WEIGHT_EVICT_FIRST", u8::from(evict_first).to_string());
     put("AHEAD_LATE", options.ahead_late.to_string());
-    put("DOWN_WAVES", u8::from(options.down_waves && tp == 1).to_string());
+    put("DOWN_WAVES", u8::from(down_waves_for(options, tp)).to_string());
     let own = tagged_for(options, tp) || (tp > 1 && options.tp_attn_own && options.stage_iters > 0 && config.num_heads <= TP_OWN_MAX_HEADS);
     put("ATTN_OWN", if own { options.attn_own } else { 0 }.to_string());
     if options.chaos {
@@ -863,11 +889,20 @@ mod tests {
         assert_eq!(KernelOptions::v6(), v6, "v6 = v5 + attn_own");
         assert_eq!(KernelOptions::v7(), KernelOptions { ahead_late: AHEAD_LATE_DEFAULT, ..v6.clone() }, "v7 = v6 + ahead_late");
         assert_eq!(KernelOptions::v8(), KernelOptions { tp_attn_own: true, ..KernelOptions::v7() }, "v8 = v7 + tp_attn_own");
-        assert_eq!(
-            KernelOptions::current(),
-            KernelOptions { weights_evict_first: true, ..KernelOptions::v8() },
-            "v9 = v8 + evict-first weights"
-        );
+        assert_eq!(KernelOptions::v9(), KernelOptions { weights_evict_first: true, ..KernelOptions::v8() }, "v9 = v8 + evict-first weights");
+        assert_eq!(KernelOptions::current(), KernelOptions { down_waves: true, ..KernelOptions::v9() }, "v10 = v9 + down_waves");
+        // down_waves: one GPU by default, under tensor parallelism only when asked.
+        let waves = |o: &KernelOptions, tp: usize| {
+            let config = crate::synthetic::preset("qwen2.5-coder-1.5b").expect("preset");
+            let shard = shard(&config, tp).expect("shard");
+            defines_tp(&shard, o, tp, config.vocab_size, None).into_iter().find(|(k, _)| k == "PG_DOWN_WAVES").map(|(_, v)| v)
+        };
+        assert_eq!(waves(&KernelOptions::current(), 1).as_deref(), Some("1"));
+        assert_eq!(waves(&KernelOptions::v9(), 1).as_deref(), Some("0"));
+        assert_eq!(waves(&KernelOptions::current(), 2).as_deref(), Some("0"));
+        assert_eq!(waves(&KernelOptions { tp_down_waves: true, ..KernelOptions::current() }, 2).as_deref(), Some("1"));
+        assert!(!tagged_words_used(&KernelOptions::current(), 2) && tagged_words_used(&KernelOptions::current(), 1));
+        assert!(tagged_words_used(&KernelOptions { tp_down_waves: true, ..KernelOptions::current() }, 2));
         // Evict-first weights: one GPU by default, under tensor parallelism only when asked.
         let evict = |o: &KernelOptions, tp: usize| {
             let config = crate::synthetic::preset("qwen2.5-coder-1.5b").expect("preset");

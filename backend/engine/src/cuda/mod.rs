@@ -129,8 +129,8 @@ mod tests {
             ("v5+chaos", KernelOptions { chaos: true, ..KernelOptions::v5() }),
             ("fuse_down", KernelOptions { fuse_down: true, ..v4.clone() }),
             ("fuse_down+chaos", KernelOptions { fuse_down: true, chaos: true, ..v4.clone() }),
-            ("down_waves", KernelOptions { down_waves: true, ..base.clone() }),
-            ("down_waves+chaos+trace", KernelOptions { down_waves: true, chaos: true, trace: true, ..base.clone() }),
+            ("v9", KernelOptions::v9()),
+            ("down_waves+chaos+trace", KernelOptions { chaos: true, trace: true, ..base.clone() }),
         ];
         let configs = presets_and_head_dims();
         for config in &configs {
@@ -147,6 +147,9 @@ mod tests {
         assert!(err.to_string().contains("one GPU"), "{err}");
         // The default (tagged) under TP: the ranks compile with their counters.
         compile_only_tp(&llama, &base, 2, None, "sm_90a").unwrap_or_else(|e| panic!("default tp 2: {e}"));
+        // down_waves under TP (tagged activations, counters elsewhere), with chaos.
+        let tp_waves = KernelOptions { tp_down_waves: true, chaos: true, ..base.clone() };
+        compile_only_tp(&llama, &tp_waves, 2, None, "sm_90a").unwrap_or_else(|e| panic!("tp_down_waves tp 2: {e}"));
         // stage (+ resid_smem, ignored there) composes with tensor parallelism (rank-local weights) and DTP.
         let staged = KernelOptions { stage_iters: 8, resid_smem: true, lm_rows_per_warp: 4, ..base.clone() };
         compile_only_tp(&llama, &staged, 2, None, "sm_90a").unwrap_or_else(|e| panic!("stage tp 2: {e}"));

@@ -873,7 +873,7 @@ impl CudaRuntime {
             stream.memset_zeros(&mut st.exchange).map_err(cuda_err("zero exchange"))?;
             stream.memset_zeros(&mut st.down_acc).map_err(cuda_err("zero down sums"))?;
             // Tag 0 is never a step's: last run's words must not pass for this run's.
-            if layout::tagged_for(&self.options, tp) {
+            if layout::tagged_words_used(&self.options, tp) {
                 stream.memset_zeros(&mut st.tagged).map_err(cuda_err("zero tagged words"))?;
             }
             // The receive slots start as the sentinel the kernel's peer loads wait past.
