@@ -15,6 +15,8 @@
 //   7 split-K 2 with each half streamed through a 4-iteration cp.async ring per warp;
 //   split S/B (split_rows.cuh, next to this file): block-contiguous rows, each row cut into S
 //     K-segments, equal runs of segments per warp, B loads per lane in flight.
+// Modes: (none) every op on the slow shapes; `lm` LM heads; `split` split segments; `tail`
+// grid_rows on whole rounds of row groups against the gate/up shapes' partial last rounds.
 // Built by scripts/gpu/stream_micro.sh; prints one line per (shape, op).
 #include "common.cuh"
 #include "ops/matvec.cuh"
@@ -236,6 +238,15 @@ int main(int argc, char** argv) {
     run<1536, 2>("qwen TP2 LM head", 75968, sms, 0x41);
     run<1536, 4>("qwen TP2 LM head", 75968, sms, 0x41);
     run<1536, 8>("qwen TP2 LM head", 75968, sms, 0x41);
+    return 0;
+  }
+  // `tail`: grid_rows on whole rounds of row groups (every warp of the grid one group
+  // per round) against the gate/up shapes' partial last rounds: what the tail costs.
+  if (argc > 1 && std::string(argv[1]) == "tail") {
+    const int round = 2 * WARPS * sms;  // rows of one round at NR 2
+    for (int rows : {2 * round, 8960, 3 * round}) run<1536, 2>("K 1536 rounds", rows, sms, 0x1);
+    for (int rows : {4 * round, 17920, 5 * round}) run<1536, 2>("K 1536 rounds", rows, sms, 0x1);
+    for (int rows : {3 * round, 12288, 4 * round}) run<3072, 2>("K 3072 rounds", rows, sms, 0x1);
     return 0;
   }
   // `split`: only the split-segment variants against grid_rows on the TP shapes.
