@@ -70,7 +70,7 @@ mod imp {
         tp: Option<usize>,
         /// `--variants` was given (`trace` then traces those instead of v3 and fuse-o).
         variants_given: bool,
-        /// `--kernel`: the variant `correctness` and `kernel-check` run (default v9, the default kernel).
+        /// `--kernel`: the variant `correctness` and `kernel-check` run (default v10, the default kernel).
         kernel: String,
         /// `--no-tiny`: `precompile` and `kernel-check` skip the tiny check shapes.
         no_tiny: bool,
@@ -1070,7 +1070,7 @@ mod imp {
         Ok(rows)
     }
 
-    /// Fills the cubin cache for `--variants`, the default kernel, plus the `--kernel` base (v9 by default)
+    /// Fills the cubin cache for `--variants`, the default kernel, plus the `--kernel` base (v10 by default)
     /// with and without its chaos delays (not with `--no-chaos`), on the tiny shapes (unless `--no-tiny`) and the
     /// `--shapes` given (default: the four benchmark shapes). `--variants ''` adds none.
     fn precompile(args: &Args) -> Result<()> {
