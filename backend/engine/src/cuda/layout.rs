@@ -892,12 +892,14 @@ mod tests {
         assert_eq!(KernelOptions::v8(), KernelOptions { tp_attn_own: true, ..KernelOptions::v7() }, "v8 = v7 + tp_attn_own");
         assert_eq!(KernelOptions::v9(), KernelOptions { weights_evict_first: true, ..KernelOptions::v8() }, "v9 = v8 + evict-first weights");
         assert_eq!(KernelOptions::current(), KernelOptions { down_waves: true, ..KernelOptions::v9() }, "v10 = v9 + down_waves");
-        // down_waves: one GPU by default, under tensor parallelism only when asked.
-        let waves = |o: &KernelOptions, tp: usize| {
+        // A define of Qwen2.5-Coder-1.5B's rank-0 kernel at degree `tp`.
+        let qwen_define = |name: &str, o: &KernelOptions, tp: usize| {
             let config = crate::synthetic::preset("qwen2.5-coder-1.5b").expect("preset");
             let shard = shard(&config, tp).expect("shard");
-            defines_tp(&shard, o, tp, config.vocab_size, None).into_iter().find(|(k, _)| k == "PG_DOWN_WAVES").map(|(_, v)| v)
+            defines_tp(&shard, o, tp, config.vocab_size, None).into_iter().find(|(k, _)| k == name).map(|(_, v)| v)
         };
+        // down_waves: one GPU by default, under tensor parallelism only when asked.
+        let waves = |o: &KernelOptions, tp: usize| qwen_define("PG_DOWN_WAVES", o, tp);
         assert_eq!(waves(&KernelOptions::current(), 1).as_deref(), Some("1"));
         assert_eq!(waves(&KernelOptions::v9(), 1).as_deref(), Some("0"));
         assert_eq!(waves(&KernelOptions::current(), 2).as_deref(), Some("0"));
@@ -905,11 +907,7 @@ mod tests {
         assert!(!tagged_words_used(&KernelOptions::current(), 2) && tagged_words_used(&KernelOptions::current(), 1));
         assert!(tagged_words_used(&KernelOptions { tp_down_waves: true, ..KernelOptions::current() }, 2));
         // Evict-first weights: one GPU by default, under tensor parallelism only when asked.
-        let evict = |o: &KernelOptions, tp: usize| {
-            let config = crate::synthetic::preset("qwen2.5-coder-1.5b").expect("preset");
-            let shard = shard(&config, tp).expect("shard");
-            defines_tp(&shard, o, tp, config.vocab_size, None).into_iter().find(|(k, _)| k == "PG_WEIGHT_EVICT_FIRST").map(|(_, v)| v)
-        };
+        let evict = |o: &KernelOptions, tp: usize| qwen_define("PG_WEIGHT_EVICT_FIRST", o, tp);
         assert_eq!(evict(&KernelOptions::current(), 1).as_deref(), Some("1"));
         assert_eq!(evict(&KernelOptions::v8(), 1).as_deref(), Some("0"));
         assert_eq!(evict(&KernelOptions::current(), 2).as_deref(), Some("0"));
