@@ -129,7 +129,7 @@ mod imp {
 
     /// Kernel variants by name (see docs/perf-notes.md). "v3" is the default; names with
     /// `+` compose: a named variant first, then modifiers (`stage`, `stageN`, `resid`,
-    /// `lmN`, `prefetch`, `fuse-o`, `fuse-down`, `tagged`, `ahead`, `late` / `lateN` (next phase's copy after the wake; N a mask: 1 q/k/v, 2 gate/up, 4 down, 8 o), `ownN` (attention on N blocks per head of its own), `tp-ahead` (staging ahead under tensor parallelism), `tp-own` (attn_own under tensor parallelism), `waves` (down_waves), `tp-waves` (down_waves under tensor parallelism), `trace`, `chaos`, `nosplit`).
+    /// `lmN`, `threadsN` (threads per block), `prefetch`, `fuse-o`, `fuse-down`, `tagged`, `ahead`, `late` / `lateN` (next phase's copy after the wake; N a mask: 1 q/k/v, 2 gate/up, 4 down, 8 o), `ownN` (attention on N blocks per head of its own), `tp-ahead` (staging ahead under tensor parallelism), `tp-own` (attn_own under tensor parallelism), `waves` (down_waves), `tp-waves` (down_waves under tensor parallelism), `trace`, `chaos`, `nosplit`).
     fn variant(name: &str) -> KernelOptions {
         if let Some((first, mods)) = name.split_once('+') {
             let mut o = variant(first);
@@ -159,6 +159,8 @@ mod imp {
                             o.ahead_late = n;
                         } else if let Some(n) = m.strip_prefix("own").and_then(|n| n.parse().ok()) {
                             o.attn_own = n;
+                        } else if let Some(n) = m.strip_prefix("threads").and_then(|n| n.parse().ok()) {
+                            o.threads = n;
                         } else if let Some(n) = m.strip_prefix("lm").and_then(|n| n.parse().ok()) {
                             o.lm_rows_per_warp = n;
                         } else {
@@ -695,6 +697,11 @@ mod imp {
         let seq = Rng(0x5C0E ^ config.hidden_size as u64).tokens(positions, config.vocab_size);
         let mut rt = CudaRuntime::new(config, &w, 0)?;
         let want = rt.score(&seq)?;
+        // Threads size the runtime's buffers: a variant with other threads gets a runtime of its own.
+        if base.threads != rt.options().threads {
+            drop(rt);
+            rt = CudaRuntime::with_options(config, &w, 0, base.clone())?;
+        }
         rt.set_options(base.clone())?;
         println!("  {}", rt.describe());
         let got = rt.score(&seq)?;
@@ -1022,14 +1029,22 @@ mod imp {
                     format!("{shape}: score 4 positions vs f32 reference: rel err max {err:.2e}, top-1 {top1}/4"),
                 );
             }
-            drop(w);
             let bytes = rt.streamed_bytes_per_token() as f64;
             let prompt = Rng(7).tokens(args.prompt, config.vocab_size);
             let greedy = SamplingParams::default();
             // The verified reference tokens: first variant, untimed.
             let (verified, _) = collect(&mut rt, &prompt, args.gen, &greedy, &[], 0)?;
             for name in &args.variants {
-                rt.set_options(variant(name))?;
+                let opts = variant(name);
+                // Threads size the runtime's buffers: a variant with other threads gets a runtime of its own.
+                if opts.threads != rt.options().threads {
+                    drop(rt);
+                    rt = match args.tp {
+                        Some(tp) if tp > 1 => CudaRuntime::with_dtp(&config, &w, &tp_gpus(tp), opts.clone(), sched.clone())?,
+                        _ => CudaRuntime::with_options(&config, &w, 0, opts.clone())?,
+                    };
+                }
+                rt.set_options(opts)?;
                 println!("  variant {name}: {}", rt.describe());
                 let _ = collect(&mut rt, &prompt, args.gen, &greedy, &[], 0)?; // warm-up
                 let mut rates = Vec::new();
