@@ -700,7 +700,7 @@ mod imp {
         // Threads size the runtime's buffers: a variant with other threads gets a runtime of its own.
         if base.threads != rt.options().threads {
             drop(rt);
-            rt = CudaRuntime::with_options(config, &w, 0, base.clone())?;
+            rt = runtime_for(config, &w, None, base.clone(), None)?;
         }
         rt.set_options(base.clone())?;
         println!("  {}", rt.describe());
@@ -805,6 +805,21 @@ mod imp {
         match std::env::var("PEREGRINE_TP_GPUS") {
             Ok(list) => list.split(',').filter_map(|t| t.trim().parse().ok()).collect(),
             Err(_) => (0..tp).collect(),
+        }
+    }
+
+    /// A runtime for `opts`: one GPU, or with `tp` > 1 a tensor-parallel run over tp_gpus(tp)
+    /// (DTP with `sched`).
+    fn runtime_for(
+        config: &ModelConfig,
+        w: &Weights,
+        tp: Option<usize>,
+        opts: KernelOptions,
+        sched: Option<peregrine_engine::dtp::DtpSchedule>,
+    ) -> Result<CudaRuntime> {
+        match tp {
+            Some(tp) if tp > 1 => CudaRuntime::with_dtp(config, w, &tp_gpus(tp), opts, sched),
+            _ => CudaRuntime::with_options(config, w, 0, opts),
         }
     }
 
@@ -1001,10 +1016,7 @@ mod imp {
                 }
                 _ => None,
             };
-            let mut rt = match args.tp {
-                Some(tp) if tp > 1 => CudaRuntime::with_dtp(&config, &w, &tp_gpus(tp), variant(&args.variants[0]), sched.clone())?,
-                _ => CudaRuntime::with_options(&config, &w, 0, variant(&args.variants[0]))?,
-            };
+            let mut rt = runtime_for(&config, &w, args.tp, variant(&args.variants[0]), sched.clone())?;
             if let Some(sched) = &sched {
                 // DTP is another function: a few positions against the f32 DTP reference.
                 let toks = Rng(3).tokens(4, config.vocab_size);
@@ -1039,10 +1051,7 @@ mod imp {
                 // Threads size the runtime's buffers: a variant with other threads gets a runtime of its own.
                 if opts.threads != rt.options().threads {
                     drop(rt);
-                    rt = match args.tp {
-                        Some(tp) if tp > 1 => CudaRuntime::with_dtp(&config, &w, &tp_gpus(tp), opts.clone(), sched.clone())?,
-                        _ => CudaRuntime::with_options(&config, &w, 0, opts.clone())?,
-                    };
+                    rt = runtime_for(&config, &w, args.tp, opts.clone(), sched.clone())?;
                 }
                 rt.set_options(opts)?;
                 println!("  variant {name}: {}", rt.describe());
