@@ -2,7 +2,7 @@
 # Builds scripts/gpu/stream_micro.cu here (the NVRTC venv's nvcc, no GPU needed) into
 # .carry/micro/: one streamed matrix phase alone (grid_rows and variants) on the
 # shapes that stream below the copy bandwidth in the kernel. Then, from the repository root:
-#   run(command=".carry/micro/stream_micro", carry=[".carry/micro"])   (or tma_micro, wake_micro, pace_micro, layer_sim, fence_micro)
+#   run(command=".carry/micro/stream_micro", carry=[".carry/micro"])   (or tma_micro, wake_micro, pace_micro, layer_sim, fence_micro, l2pf_micro)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/env.sh
@@ -20,4 +20,6 @@ flags=(-std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ikernels -Iscripts/
 "$cu/bin/nvcc" "${flags[@]}" -o .carry/micro/layer_sim scripts/gpu/layer_sim.cu
 # What a release fence costs with the SM's own copies, loads or stores in flight.
 "$cu/bin/nvcc" "${flags[@]}" -o .carry/micro/fence_micro scripts/gpu/fence_micro.cu
+# Bulk L2 prefetches: flag latency while they stream, and reading a phase after them.
+"$cu/bin/nvcc" "${flags[@]}" -DPG_WEIGHT_EVICT_FIRST=1 -o .carry/micro/l2pf_micro scripts/gpu/l2pf_micro.cu
 echo "built .carry/micro"
