@@ -1250,6 +1250,34 @@ mod imp {
             v.summarise_and_exit();
             return Ok(());
         }
+        if args.mode == "tune" {
+            // The load-time threads-per-block measurement (cuda/tune.rs) on --shapes (--tp N:
+            // tensor parallel), twice: the second load must find the first one's choice.
+            for shape in &args.shapes {
+                let c = preset(shape).unwrap_or_else(|| panic!("unknown shape {shape}"));
+                let w = synthetic_weights(&c, WEIGHT_SEED);
+                let mut choices = Vec::new();
+                for _ in 0..2 {
+                    let mut rt = runtime_for(&c, &w, args.tp, KernelOptions::default(), None)?;
+                    let t = Instant::now();
+                    let choice = cuda::tune::choose_threads(&mut rt, &mut |l| println!("  {l}"))?;
+                    println!("{shape}: {} in {:.1}s; runtime: {}", choice.describe(), t.elapsed().as_secs_f64(), rt.describe());
+                    v.check(
+                        rt.options().threads == choice.threads,
+                        format!("{shape}: the runtime runs the chosen {} threads", choice.threads),
+                    );
+                    choices.push(choice);
+                }
+                v.check(
+                    matches!(choices[0].source, cuda::tune::ThreadsSource::Measured(_))
+                        && choices[1].source == cuda::tune::ThreadsSource::Cached
+                        && choices[0].threads == choices[1].threads,
+                    format!("{shape}: measured on the first load, the same choice from the cache on the second"),
+                );
+            }
+            v.summarise_and_exit();
+            return Ok(());
+        }
         if args.mode == "tp-prefill" {
             // Which path of a tensor-parallel kernel variant (--kernel) goes wrong on long prompts:
             // the first generated step's logits at TP --tp (batched prefill, then token by token)

@@ -150,7 +150,8 @@ fn cuda_runtime(files: &ModelFiles, gpus: &[usize]) -> Result<crate::cuda::CudaR
         None => None,
     };
     let mut runtime = crate::cuda::CudaRuntime::with_dtp(&files.config, &files.weights, gpus, Default::default(), dtp)?;
-    eprintln!("using CUDA: {}", runtime.describe());
+    let threads = crate::cuda::tune::choose_threads(&mut runtime, &mut |line| eprintln!("{line}"))?;
+    eprintln!("using CUDA: {}; {}", runtime.describe(), threads.describe());
     // Without the batched prefill (DTP) prompts run token by token (no cuBLAS): one short run is enough.
     let lengths = if runtime.batched_prefill() { warm_up_lengths(files.config.max_context) } else { vec![2] };
     let took = warm_up(&mut runtime, &lengths)?;

@@ -276,6 +276,8 @@ pub fn bench_shape(
 ) -> Result<ShapeFigures> {
     let options = plan.kernel_options(config)?;
     let mut rt = CudaRuntime::with_dtp(config, weights, ordinals, options, dtp.cloned())?;
+    // The block size serve would run with (measured at load, or cached).
+    let threads = super::tune::choose_threads(&mut rt, &mut |line| eprintln!("{}: {line}", config.name))?;
     let prompt = bench_tokens(plan.prompt_tokens, config.vocab_size, PROMPT_SEED);
     let verification = verify(&mut rt, config, weights, dtp, &prompt, plan.gen_tokens)?;
     greedy(&mut rt, &prompt, plan.gen_tokens)?; // warm-up: clocks, caches, first-touch
@@ -323,7 +325,7 @@ pub fn bench_shape(
         decode_runs,
         tokens_match,
         verification,
-        describe: rt.describe(),
+        describe: format!("{}; {}", rt.describe(), threads.describe()),
     })
 }
 

@@ -9,6 +9,7 @@ pub mod layout;
 mod run_stats;
 pub mod torch_baseline;
 pub mod trace;
+pub mod tune;
 
 #[cfg(feature = "cuda")]
 pub mod cublas;

@@ -116,8 +116,15 @@ pub fn arch_for(major: i32, minor: i32) -> String {
     }
 }
 
+/// A hash of every kernel source compiled into the binary (tune results are only valid
+/// for the kernels they were measured on).
+pub fn sources_hash() -> u64 {
+    let parts: Vec<&[u8]> = KERNEL_SOURCES.iter().map(|(_, text)| text.as_bytes()).collect();
+    fnv1a(&parts)
+}
+
 /// 64-bit FNV-1a: stable across Rust versions, unlike `DefaultHasher`.
-fn fnv1a(parts: &[&[u8]]) -> u64 {
+pub(crate) fn fnv1a(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for part in parts {
         for &b in *part {

@@ -723,25 +723,41 @@ impl CudaRuntime {
     }
 
     /// Recompiles the kernel with other variants, keeping weights and buffers
-    /// (`kv_positions` and `ring` must stay as they are).
+    /// (`kv_positions` and `ring` must stay as they are; other threads per block only
+    /// where the new kernel's buffers fit the ones allocated).
     pub fn set_options(&mut self, options: KernelOptions) -> Result<()> {
         if options.kv_positions != self.options.kv_positions
             || options.ring != self.options.ring
             || options.prefill_chunk != self.options.prefill_chunk
-            || options.threads != self.options.threads
             || options.attn_max_splits > self.alloc_splits
         {
-            return Err(Error::Cuda(
-                "set_options cannot change kv_positions, ring, prefill_chunk or threads, nor raise attn_max_splits".into(),
-            ));
+            return Err(Error::Cuda("set_options cannot change kv_positions, ring or prefill_chunk, nor raise attn_max_splits".into()));
         }
         let tp = self.ranks.len();
         if let Some(why) = layout::unsupported(&self.shard, &options).or_else(|| layout::unsupported_tp(&options, tp)) {
             return Err(Error::Cuda(format!("unsupported shape: {why}")));
         }
-        for (i, r) in self.ranks.iter_mut().enumerate() {
+        // Every rank's kernel first: a failure leaves the runtime as it was.
+        let mut kernels = Vec::with_capacity(tp);
+        for (i, r) in self.ranks.iter().enumerate() {
             let ro = KernelOptions { chaos: options.chaos && (tp == 1 || options.chaos_rank as usize == i), ..options.clone() };
-            r.kernel = Self::load_kernel(&r.ctx, &r.stream, &self.config, &self.shard, &ro, tp, self.dtp.as_ref(), &self.arch)?;
+            let k = Self::load_kernel(&r.ctx, &r.stream, &self.config, &self.shard, &ro, tp, self.dtp.as_ref(), &self.arch)?;
+            // The kernel's per-block buffers depend on its threads per block.
+            let s = &r.state;
+            if k.num_counters > s.counters.len()
+                || k.partial_floats * self.grid as usize > s.partials.len()
+                || k.exchange_words > s.exchange.len()
+                || k.rx_floats > s.rx.len()
+            {
+                return Err(Error::Cuda(format!(
+                    "a kernel with {} threads per block needs larger buffers than the runtime allocated for {}",
+                    options.threads, self.options.threads
+                )));
+            }
+            kernels.push(k);
+        }
+        for (r, k) in self.ranks.iter_mut().zip(kernels) {
+            r.kernel = k;
         }
         if options.batched_prefill && self.prefills.is_empty() {
             *self.prefills = load_prefills(&self.ranks, &self.shard, &options, self.dtp.as_ref(), &self.arch, self.kv_cap)?;
@@ -796,6 +812,28 @@ impl CudaRuntime {
     }
 
     /// Device, architecture, grid and kernel facts for logs and benchmarks.
+    /// What a measurement of this runtime's kernels depends on besides its options:
+    /// the GPUs, the architecture, the kernel sources, the shape and the parallelism.
+    pub fn kernel_identity(&self) -> String {
+        let names: Vec<&str> = self.ranks.iter().map(|r| r.device_name.as_str()).collect();
+        format!(
+            "{}|{}|grid {}|sources {:016x}|{:?}|tp {}|{:?}",
+            names.join("+"),
+            self.arch,
+            self.grid,
+            nvrtc::sources_hash(),
+            self.config,
+            self.ranks.len(),
+            self.dtp
+        )
+    }
+
+    /// Where a load-time measurement keyed by `key` is kept: next to the cubins.
+    pub fn tune_file(&self, key: &str) -> Option<std::path::PathBuf> {
+        let h = nvrtc::fnv1a(&[key.as_bytes()]);
+        nvrtc::cache_dir().map(|d| d.join("tune").join(format!("threads-{h:016x}.txt")))
+    }
+
     pub fn describe(&self) -> String {
         let names: Vec<&str> = self.ranks.iter().map(|r| r.device_name.as_str()).collect();
         let k = &self.ranks[0].kernel;

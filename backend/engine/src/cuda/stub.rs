@@ -90,6 +90,12 @@ impl CudaRuntime {
     pub fn describe(&self) -> String {
         String::new()
     }
+    pub fn kernel_identity(&self) -> String {
+        String::new()
+    }
+    pub fn tune_file(&self, _key: &str) -> Option<std::path::PathBuf> {
+        None
+    }
 }
 
 impl Runtime for CudaRuntime {

@@ -1,0 +1,204 @@
+//! Threads per block chosen by measurement when a model loads. The persistent kernel's
+//! best block size depends on the shape (docs/perf-notes.md, "Threads per block": 448
+//! threads are ~2 % faster than 512 on SmolLM2-135M and Qwen2.5-Coder-1.5B and 7 %
+//! slower on Llama-3.2-1B, with no rule that predicts it), so each candidate decodes a
+//! few short greedy runs and the fastest stays. The choice is kept next to the cubins,
+//! keyed by GPU, kernel sources, shape, parallelism and the other kernel options, so a
+//! model pays the measurement once per machine and kernel.
+
+use super::{CudaRuntime, KernelOptions};
+use crate::error::{Error, Result};
+use crate::runtime::{Cancel, DecodeJob, Flow, Runtime};
+use crate::sampling::SamplingParams;
+
+/// A number forces that many threads per block (no measurement).
+pub const THREADS_ENV: &str = "PEREGRINE_THREADS";
+/// `off` keeps the default block size without measuring.
+pub const TUNE_ENV: &str = "PEREGRINE_TUNE";
+/// Block sizes tried, the default first (more warps per SM than 512 do not fit the
+/// kernel's registers; fewer than 384 were measured far slower).
+pub const CANDIDATES: [u32; 3] = [512, 448, 384];
+/// A candidate replaces the default only when it is at least this much faster: short
+/// runs differ by ~0.3 % between repeats, the gains found are 1.5–2 %.
+pub const MIN_GAIN: f64 = 0.01;
+/// Prompt and generated tokens of one timed run, and runs per candidate (interleaved).
+const PROMPT_TOKENS: usize = 16;
+const GEN_TOKENS: usize = 96;
+const ROUNDS: usize = 3;
+
+/// Where the block size came from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ThreadsSource {
+    /// [`THREADS_ENV`].
+    Forced,
+    /// [`TUNE_ENV`] is `off`, or nothing else was measurable.
+    Default,
+    /// An earlier load's measurement on this machine.
+    Cached,
+    /// Measured now: each candidate's median decode rate (tok/s).
+    Measured(Vec<(u32, f64)>),
+}
+
+/// The block size the runtime now runs with, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThreadsChoice {
+    pub threads: u32,
+    pub source: ThreadsSource,
+}
+
+impl ThreadsChoice {
+    /// One log line: the choice and the figures behind it.
+    pub fn describe(&self) -> String {
+        match &self.source {
+            ThreadsSource::Forced => format!("{} threads per block ({THREADS_ENV})", self.threads),
+            ThreadsSource::Default => format!("{} threads per block (default, not measured)", self.threads),
+            ThreadsSource::Cached => format!("{} threads per block (measured on an earlier load)", self.threads),
+            ThreadsSource::Measured(m) => {
+                let figures: Vec<String> = m.iter().map(|(t, r)| format!("{t}: {r:.0} tok/s")).collect();
+                format!("{} threads per block (measured {})", self.threads, figures.join(", "))
+            }
+        }
+    }
+}
+
+/// The fastest of `measured` (threads, tok/s), or `default` unless one beats it by
+/// [`MIN_GAIN`]. Candidates that could not run are absent.
+pub fn pick(default: u32, measured: &[(u32, f64)]) -> u32 {
+    let base = measured.iter().find(|(t, r)| *t == default && r.is_finite()).map(|m| m.1);
+    let best = measured.iter().filter(|m| m.1.is_finite()).max_by(|a, b| a.1.total_cmp(&b.1));
+    match (base, best) {
+        (Some(b), Some(&(t, r))) if r >= b * (1.0 + MIN_GAIN) => t,
+        (None, Some(&(t, _))) => t,
+        _ => default,
+    }
+}
+
+/// A cached choice: the first line of the file, a block size among the candidates.
+pub fn parse_cached(text: &str) -> Option<u32> {
+    let t: u32 = text.lines().next()?.trim().parse().ok()?;
+    CANDIDATES.contains(&t).then_some(t)
+}
+
+/// [`THREADS_ENV`]'s value, or why it is not a block size.
+fn forced_threads() -> Result<Option<u32>> {
+    match std::env::var(THREADS_ENV) {
+        Err(_) => Ok(None),
+        Ok(v) => match v.trim().parse::<u32>() {
+            Ok(t) if t >= 32 && t % 32 == 0 && t <= 1024 => Ok(Some(t)),
+            _ => Err(Error::InvalidRequest(format!("{THREADS_ENV}={v}: expected a multiple of 32 from 32 to 1024"))),
+        },
+    }
+}
+
+/// Sets `rt`'s threads per block: forced, cached, or measured now (and cached).
+/// `log` receives progress lines (the first load compiles each candidate's kernel).
+pub fn choose_threads(rt: &mut CudaRuntime, log: &mut dyn FnMut(&str)) -> Result<ThreadsChoice> {
+    let base = rt.options().clone();
+    if let Some(t) = forced_threads()? {
+        if t != base.threads {
+            rt.set_options(KernelOptions { threads: t, ..base })?;
+        }
+        return Ok(ThreadsChoice { threads: t, source: ThreadsSource::Forced });
+    }
+    if std::env::var(TUNE_ENV).is_ok_and(|v| v == "off") {
+        return Ok(ThreadsChoice { threads: base.threads, source: ThreadsSource::Default });
+    }
+    let key = format!("{}|{:?}", rt.kernel_identity(), KernelOptions { threads: 0, ..base.clone() });
+    let file = rt.tune_file(&key);
+    if let Some(t) = file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()).and_then(|s| parse_cached(&s)) {
+        if t == base.threads || rt.set_options(KernelOptions { threads: t, ..base.clone() }).is_ok() {
+            return Ok(ThreadsChoice { threads: t, source: ThreadsSource::Cached });
+        }
+    }
+    let measured = measure(rt, &base, log)?;
+    let threads = pick(base.threads, &measured);
+    if threads != rt.options().threads {
+        rt.set_options(KernelOptions { threads, ..base })?;
+    }
+    if let Some(f) = &file {
+        let figures: Vec<String> = measured.iter().map(|(t, r)| format!("{t} {r:.1}")).collect();
+        let text = format!("{threads}\n# tok/s by threads per block: {}\n# {key}\n", figures.join(", "));
+        // A cache that cannot be written only costs the next load a measurement.
+        if let Err(e) = f.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|_| std::fs::write(f, text)) {
+            log(&format!("could not keep the threads-per-block choice in {}: {e}", f.display()));
+        }
+    }
+    if measured.len() < 2 {
+        return Ok(ThreadsChoice { threads, source: ThreadsSource::Default });
+    }
+    Ok(ThreadsChoice { threads, source: ThreadsSource::Measured(measured) })
+}
+
+/// Each runnable candidate's median decode rate over [`ROUNDS`] interleaved greedy runs.
+fn measure(rt: &mut CudaRuntime, base: &KernelOptions, log: &mut dyn FnMut(&str)) -> Result<Vec<(u32, f64)>> {
+    let vocab = rt.config().vocab_size as u32;
+    let prompt: Vec<u32> = (0..PROMPT_TOKENS as u32).map(|i| (i * 7919 + 13) % vocab).collect();
+    let sampling = SamplingParams::default();
+    let job = DecodeJob {
+        prompt: &prompt,
+        max_tokens: GEN_TOKENS,
+        sampling: &sampling,
+        stop_tokens: &[],
+        top_logprobs: 0,
+        cancel: Cancel::NEVER,
+    };
+    let mut runnable = Vec::new();
+    for t in CANDIDATES {
+        log(&format!("threads per block: preparing the {t}-thread kernel"));
+        match rt.set_options(KernelOptions { threads: t, ..base.clone() }) {
+            Ok(()) => runnable.push(t),
+            Err(e) => log(&format!("threads per block: {t} skipped ({e})")),
+        }
+    }
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); runnable.len()];
+    for round in 0..=ROUNDS {
+        for (i, &t) in runnable.iter().enumerate() {
+            rt.set_options(KernelOptions { threads: t, ..base.clone() })?;
+            rt.generate(&job, &mut |_| Flow::Continue)?;
+            // Round 0 warms each kernel (module load, clocks) and is not counted.
+            if round > 0 {
+                rates[i].push(rt.last_run().decode_tokens_per_s().unwrap_or(f64::NAN));
+            }
+        }
+    }
+    Ok(runnable
+        .iter()
+        .zip(rates)
+        .map(|(&t, mut r)| {
+            r.sort_by(f64::total_cmp);
+            (t, r[r.len() / 2])
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_stays_unless_beaten_by_the_margin() {
+        assert_eq!(pick(512, &[(512, 920.0), (448, 936.0), (384, 931.0)]), 448);
+        assert_eq!(pick(512, &[(512, 1335.0), (448, 1238.0), (384, 1305.0)]), 512);
+        // 0.5 % faster is within the noise: keep the default.
+        assert_eq!(pick(512, &[(512, 1000.0), (448, 1005.0)]), 512);
+        assert_eq!(pick(512, &[(512, f64::NAN), (448, 900.0)]), 448);
+        assert_eq!(pick(512, &[(448, 900.0), (384, 950.0)]), 384);
+        assert_eq!(pick(512, &[]), 512);
+    }
+
+    #[test]
+    fn cached_choices_are_candidates_only() {
+        assert_eq!(parse_cached("448\n# tok/s ...\n"), Some(448));
+        assert_eq!(parse_cached(" 384 "), Some(384));
+        assert_eq!(parse_cached("500\n"), None);
+        assert_eq!(parse_cached("fast\n"), None);
+        assert_eq!(parse_cached(""), None);
+    }
+
+    #[test]
+    fn descriptions_carry_the_figures() {
+        let m = ThreadsChoice { threads: 448, source: ThreadsSource::Measured(vec![(512, 920.4), (448, 936.0)]) };
+        assert_eq!(m.describe(), "448 threads per block (measured 512: 920 tok/s, 448: 936 tok/s)");
+        assert!(ThreadsChoice { threads: 512, source: ThreadsSource::Cached }.describe().contains("earlier load"));
+    }
+}
