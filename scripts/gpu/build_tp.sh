@@ -14,6 +14,8 @@ cp "$CARGO_TARGET_DIR/release/peregrine" "$CARGO_TARGET_DIR/release/examples/hf_
 cp scripts/gpu/tp_check.sh scripts/gpu/transformers_check.py "$dest/scripts/gpu/"
 nvrtc_dir=$(ls -d "$PEREGRINE_CUDA_VENV"/lib/python3*/site-packages/nvidia/cu13/lib | head -n1)
 # VARIANTS (gpu_check names, comma-separated): more kernels, e.g. the previous default
-# for tp_check.sh's `bench_prev` step and `+trace` ones for its `trace` step.
-PEREGRINE_NVRTC_DIR=$nvrtc_dir PEREGRINE_CUBIN_CACHE=$dest/cubins "$dest/gpu_check" precompile-tp --shapes "${SHAPES:-qwen2.5-coder-1.5b,smollm2-1.7b,dtp-2b}" ${VARIANTS:+--variants "$VARIANTS"}
+# for tp_check.sh's `bench_prev` step and `+trace` ones for its `trace` step. The
+# default holds the block sizes the runtime times at load (cuda/tune.rs).
+variants=${VARIANTS-v10+threads448,v10+threads384}
+PEREGRINE_NVRTC_DIR=$nvrtc_dir PEREGRINE_CUBIN_CACHE=$dest/cubins "$dest/gpu_check" precompile-tp --shapes "${SHAPES:-qwen2.5-coder-1.5b,smollm2-1.7b,dtp-2b}" ${variants:+--variants "$variants"}
 du -sh "$dest"

@@ -17,7 +17,7 @@
 #        `trace` step (`gpu_check trace --tp 2`, rank 0's phase spans and per-layer sum);
 #        build_tp.sh's VARIANTS must hold those kernels and their `+trace` twins
 #        (e.g. VARIANTS=v10+tp-evict,v10+trace,v10+tp-evict+trace). `variants`: `gpu_check bench --tp 2` of
-#        BENCH_VARIANTS (default v10,v10+tp-evict,v10+tp-waves,v10+tp-evict+tp-waves,v10+threads384) on VARIANT_SHAPES (default qwen2.5-coder-1.5b), every
+#        BENCH_VARIANTS (default v10,v10+tp-evict,v10+tp-waves,v10+tp-evict+tp-waves,v10+threads448,v10+threads384) on VARIANT_SHAPES (default qwen2.5-coder-1.5b), every
 #        variant's tokens checked against the first's. CHECK_KERNEL (default v10, the
 #        default kernel): the kernel `tp_check` checks (a variant's race check).
 set -uo pipefail
@@ -50,7 +50,7 @@ for s in $steps; do
     bench) step bench "${BENCH_TIMEOUT:-300}" "$bin/peregrine" bench --device cuda --shape "$shapes" --tp 1,2 --runs "${RUNS:-5}" ;;
     bench_prev) PEREGRINE_KERNEL=${PREV_KERNEL:-v7} step bench_prev "${BENCH_TIMEOUT:-300}" "$bin/peregrine" bench --device cuda --shape "$shapes" --tp 2 --runs "${RUNS:-5}" ;;
     trace) step trace "${TRACE_TIMEOUT:-150}" "$bin/gpu_check" trace --tp 2 --shapes "${TRACE_SHAPES:-qwen2.5-coder-1.5b}" --variants "${TRACE_VARIANTS:-v10,v10+tp-evict,v10+tp-waves}" --runs 3 ;;
-    variants) step variants "${BENCH_TIMEOUT:-300}" "$bin/gpu_check" bench --tp 2 --shapes "${VARIANT_SHAPES:-qwen2.5-coder-1.5b}" --variants "${BENCH_VARIANTS:-v10,v10+tp-evict,v10+tp-waves,v10+tp-evict+tp-waves,v10+threads384}" --runs "${RUNS:-5}" ;;
+    variants) step variants "${BENCH_TIMEOUT:-300}" "$bin/gpu_check" bench --tp 2 --shapes "${VARIANT_SHAPES:-qwen2.5-coder-1.5b}" --variants "${BENCH_VARIANTS:-v10,v10+tp-evict,v10+tp-waves,v10+tp-evict+tp-waves,v10+threads448,v10+threads384}" --runs "${RUNS:-5}" ;;
     transformers) step transformers "${CHECK_TIMEOUT:-180}" python3 "$here/transformers_check.py" --bin "$bin/hf_score" --shapes "$check_shapes" --tp 1,2 --out "$out" ;;
     *) echo "unknown step $s"; rc=1 ;;
   esac
