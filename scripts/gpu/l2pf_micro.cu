@@ -26,6 +26,36 @@ __device__ __forceinline__ void st_release_gpu(u32* p, u32 v) {
   asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+/// The block's sum of the words it read into sums[b] (so the loads cannot be dropped) and
+/// its stamps: `start`, then now.
+__device__ __forceinline__ void finish_block(u32 sum, unsigned long long start, u32* sums, unsigned long long* stamps) {
+  __shared__ u32 part[THREADS / 32];
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (lane_id() == 0) part[warp_id()] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    u32 t = 0;
+    for (int w = 0; w < THREADS / 32; ++w) t += part[w];
+    sums[blockIdx.x] = t;
+    stamps[2 * blockIdx.x] = start;
+    stamps[2 * blockIdx.x + 1] = now_ns();
+  }
+}
+
+/// Sum of the 32-bit words of v[0, n), the block's threads striding with U 16-byte loads in flight each.
+template <int U>
+__device__ __forceinline__ u32 read_words(const uint4* v, size_t n) {
+  u32 sum = 0;
+  for (size_t k = threadIdx.x; k < n; k += U * THREADS) {
+    uint4 x[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) x[u] = k + u * THREADS < n ? ld_weight16(v + k + u * THREADS) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < U; ++u) sum += x[u].x + x[u].y + x[u].z + x[u].w;
+  }
+  return sum;
+}
+
 enum Traffic { NONE = 0, LOADS = 1, PREFETCH = 2, PREFETCH_PACED = 3, LOADS_L2 = 4 };
 
 /// Blocks 0 and 1 ping-pong `trips` times starting 3 µs in (probe[0..1]: start, end);
@@ -63,14 +93,7 @@ __global__ void __launch_bounds__(THREADS, 1) ping_kernel(const unsigned char* W
     const uint4* v = reinterpret_cast<const uint4*>(src);
     const size_t n = per_block / 16;
     const size_t m = traffic == LOADS_L2 ? n / 16 : n;
-    for (size_t j = 0; j < n; j += m)
-    for (size_t k = threadIdx.x; k < m; k += 4 * THREADS) {
-      uint4 a[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) a[u] = k + u * THREADS < m ? ld_weight16(v + k + u * THREADS) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-      for (int u = 0; u < 4; ++u) sum += a[u].x + a[u].y + a[u].z + a[u].w;
-    }
+    for (size_t j = 0; j < n; j += m) sum += read_words<4>(v, m);
   } else if ((traffic == PREFETCH || traffic == PREFETCH_PACED) && threadIdx.x == 0) {
     unsigned long long next = now_ns();
     for (size_t off = 0; off + PF_CHUNK <= per_block; off += PF_CHUNK) {
@@ -82,17 +105,7 @@ __global__ void __launch_bounds__(THREADS, 1) ping_kernel(const unsigned char* W
       bulk_prefetch_l2(src + off, PF_CHUNK);
     }
   }
-  __shared__ u32 part[THREADS / 32];
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  if (lane_id() == 0) part[warp_id()] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    u32 t = 0;
-    for (int w = 0; w < THREADS / 32; ++w) t += part[w];
-    sums[blockIdx.x] = t;
-    stamps[2 * blockIdx.x] = t0;
-    stamps[2 * blockIdx.x + 1] = now_ns();
-  }
+  finish_block(sum, t0, sums, stamps);
 }
 
 /// Every block: optionally bulk-prefetch its share of M into L2, spin until `wait_ns`
@@ -113,27 +126,8 @@ __global__ void __launch_bounds__(THREADS, 1) read_kernel(const unsigned char* M
   }
   __syncthreads();
   const unsigned long long a = now_ns();
-  u32 sum = 0;
-  const uint4* v = reinterpret_cast<const uint4*>(src);
-  const size_t n = per_block / 16;
-  for (size_t k = threadIdx.x; k < n; k += U * THREADS) {
-    uint4 x[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) x[u] = k + u * THREADS < n ? ld_weight16(v + k + u * THREADS) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int u = 0; u < U; ++u) sum += x[u].x + x[u].y + x[u].z + x[u].w;
-  }
-  __shared__ u32 part[THREADS / 32];
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  if (lane_id() == 0) part[warp_id()] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    u32 t = 0;
-    for (int w = 0; w < THREADS / 32; ++w) t += part[w];
-    sums[blockIdx.x] = t;
-    stamps[2 * blockIdx.x] = a;
-    stamps[2 * blockIdx.x + 1] = now_ns();
-  }
+  const u32 sum = read_words<U>(reinterpret_cast<const uint4*>(src), per_block / 16);
+  finish_block(sum, a, sums, stamps);
 }
 
 /// Reads `bytes` of `junk` so the next case starts with nothing of M in L2.
