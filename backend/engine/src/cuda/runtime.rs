@@ -811,7 +811,6 @@ impl CudaRuntime {
         self.ranks.iter().map(|r| r.weights.streamed_bytes).max().unwrap_or(0)
     }
 
-    /// Device, architecture, grid and kernel facts for logs and benchmarks.
     /// What a measurement of this runtime's kernels depends on besides its options:
     /// the GPUs, the architecture, the kernel sources, the shape and the parallelism.
     pub fn kernel_identity(&self) -> String {
@@ -834,6 +833,7 @@ impl CudaRuntime {
         nvrtc::cache_dir().map(|d| d.join("tune").join(format!("threads-{h:016x}.txt")))
     }
 
+    /// Device, architecture, grid and kernel facts for logs and benchmarks.
     pub fn describe(&self) -> String {
         let names: Vec<&str> = self.ranks.iter().map(|r| r.device_name.as_str()).collect();
         let k = &self.ranks[0].kernel;
