@@ -24,6 +24,8 @@ pub const MIN_GAIN: f64 = 0.01;
 /// Prompt and generated tokens of one timed run, and runs per candidate (interleaved).
 const PROMPT_TOKENS: usize = 16;
 const GEN_TOKENS: usize = 96;
+/// Fewer generated tokens than this (a KV cache shorter than 48 positions) measure nothing.
+const MIN_GEN_TOKENS: usize = 32;
 const ROUNDS: usize = 3;
 
 /// Where the block size came from.
@@ -31,7 +33,8 @@ const ROUNDS: usize = 3;
 pub enum ThreadsSource {
     /// [`THREADS_ENV`].
     Forced,
-    /// [`TUNE_ENV`] is `off`, or nothing else was measurable.
+    /// [`TUNE_ENV`] is `off`, the KV cache is too short to time runs, or only the default
+    /// could run.
     Default,
     /// An earlier load's measurement on this machine.
     Cached,
@@ -110,7 +113,12 @@ pub fn choose_threads(rt: &mut CudaRuntime, log: &mut dyn FnMut(&str)) -> Result
             return Ok(ThreadsChoice { threads: t, source: ThreadsSource::Cached });
         }
     }
-    let measured = measure(rt, &base, log)?;
+    // A KV cache too short for the timed runs (a tiny --context): nothing to measure with.
+    let positions = super::layout::kv_positions(rt.config(), &base);
+    if positions < PROMPT_TOKENS + MIN_GEN_TOKENS {
+        return Ok(ThreadsChoice { threads: base.threads, source: ThreadsSource::Default });
+    }
+    let measured = measure(rt, &base, GEN_TOKENS.min(positions - PROMPT_TOKENS), log)?;
     let threads = pick(base.threads, &measured);
     if threads != rt.options().threads {
         rt.set_options(KernelOptions { threads, ..base })?;
@@ -129,19 +137,13 @@ pub fn choose_threads(rt: &mut CudaRuntime, log: &mut dyn FnMut(&str)) -> Result
     Ok(ThreadsChoice { threads, source: ThreadsSource::Measured(measured) })
 }
 
-/// Each runnable candidate's median decode rate over [`ROUNDS`] interleaved greedy runs.
-fn measure(rt: &mut CudaRuntime, base: &KernelOptions, log: &mut dyn FnMut(&str)) -> Result<Vec<(u32, f64)>> {
+/// Each runnable candidate's median decode rate over [`ROUNDS`] interleaved greedy runs of
+/// `gen` tokens.
+fn measure(rt: &mut CudaRuntime, base: &KernelOptions, gen: usize, log: &mut dyn FnMut(&str)) -> Result<Vec<(u32, f64)>> {
     let vocab = rt.config().vocab_size as u32;
     let prompt: Vec<u32> = (0..PROMPT_TOKENS as u32).map(|i| (i * 7919 + 13) % vocab).collect();
     let sampling = SamplingParams::default();
-    let job = DecodeJob {
-        prompt: &prompt,
-        max_tokens: GEN_TOKENS,
-        sampling: &sampling,
-        stop_tokens: &[],
-        top_logprobs: 0,
-        cancel: Cancel::NEVER,
-    };
+    let job = DecodeJob { prompt: &prompt, max_tokens: gen, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER };
     let mut runnable = Vec::new();
     for t in CANDIDATES {
         log(&format!("threads per block: preparing the {t}-thread kernel"));
