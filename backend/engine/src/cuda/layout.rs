@@ -542,6 +542,12 @@ pub fn down_waves_for(options: &KernelOptions, tp: usize) -> bool {
     if tp == 1 { options.down_waves } else { options.tp_down_waves }
 }
 
+/// Whether weights load evict-first: `weights_evict_first` on one GPU,
+/// `tp_weights_evict_first` under tensor parallelism.
+pub fn evict_first_for(options: &KernelOptions, tp: usize) -> bool {
+    if tp == 1 { options.weights_evict_first } else { options.tp_weights_evict_first }
+}
+
 /// KV positions actually allocated for `config` under `options`.
 pub fn kv_positions(config: &ModelConfig, options: &KernelOptions) -> usize {
     config.max_context.min(options.kv_positions).max(1)
@@ -630,8 +636,7 @@ pub fn defines_tp(
     put("TAGGED", u8::from(tagged_for(options, tp)).to_string());
     put("STAGE_AHEAD", u8::from(options.stage_ahead).to_string());
     put("TP_AHEAD", u8::from(options.tp_ahead).to_string());
-    let evict_first = if tp == 1 { options.weights_evict_first } else { options.tp_weights_evict_first };
-    put("WEIGHT_EVICT_FIRST", u8::from(evict_first).to_string());
+    put("WEIGHT_EVICT_FIRST", u8::from(evict_first_for(options, tp)).to_string());
     put("AHEAD_LATE", options.ahead_late.to_string());
     put("DOWN_WAVES", u8::from(down_waves_for(options, tp)).to_string());
     let own = tagged_for(options, tp) || (tp > 1 && options.tp_attn_own && options.stage_iters > 0 && config.num_heads <= TP_OWN_MAX_HEADS);
