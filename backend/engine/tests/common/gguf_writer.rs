@@ -146,9 +146,10 @@ fn put_value(out: &mut Vec<u8>, v: &MetaValue) {
     }
 }
 
-/// A fresh empty directory under the system temp dir.
+/// A fresh empty directory under Cargo's scratch folder for integration tests
+/// (`target/tmp`): scratch stays in the build folder (`cargo clean` clears it), not in /tmp.
 pub fn temp_dir(tag: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("peregrine-test-{tag}-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("peregrine-test-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir

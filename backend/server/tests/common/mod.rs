@@ -189,11 +189,12 @@ pub async fn start(state: AppState) -> Server {
     Server { base: format!("http://{addr}"), stop: Some(tx), task }
 }
 
-/// A fresh empty folder under the system temp dir.
+/// A fresh empty folder under Cargo's scratch folder for integration tests
+/// (`target/tmp`): scratch stays in the build folder (`cargo clean` clears it), not in /tmp.
 pub fn temp_dir(name: &str) -> PathBuf {
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("peregrine-test-{name}-{}-{n}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("peregrine-test-{name}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
