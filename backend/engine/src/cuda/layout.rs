@@ -379,6 +379,32 @@ impl KernelOptions {
         KernelOptions { down_waves: false, ..Self::current() }
     }
 
+    /// A short form for logs: the named kernel these options are closest to, then the
+    /// fields that differ from it, e.g. `v10 + threads: 448, kv_positions: 2048` (the
+    /// whole Debug form is ~30 fields, too long for a load line).
+    pub fn summary(&self) -> String {
+        let named = [
+            ("v10", Self::current()),
+            ("v9", Self::v9()),
+            ("v8", Self::v8()),
+            ("v7", Self::v7()),
+            ("v6", Self::v6()),
+            ("v5", Self::v5()),
+            ("v4", Self::v4()),
+            ("v3", Self::v3()),
+        ];
+        // Pretty Debug puts one scalar field per line, in declaration order on both sides.
+        let fields = |o: &Self| format!("{o:#?}").lines().map(|l| l.trim().trim_end_matches(',').to_string()).collect::<Vec<_>>();
+        let mine = fields(self);
+        let differing = |base: &Self| mine.iter().zip(fields(base)).filter(|(a, b)| **a != *b).map(|(a, _)| a.clone()).collect::<Vec<_>>();
+        let (name, diff) = named.iter().map(|(n, o)| (*n, differing(o))).min_by_key(|(_, d)| d.len()).expect("named kernels");
+        if diff.is_empty() {
+            name.to_string()
+        } else {
+            format!("{name} + {}", diff.join(", "))
+        }
+    }
+
     fn current() -> Self {
         KernelOptions {
             threads: DEFAULT_THREADS,
@@ -732,6 +758,17 @@ pub fn unsupported(config: &ModelConfig, options: &KernelOptions) -> Option<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn summary_names_the_closest_kernel_and_what_differs() {
+        assert_eq!(KernelOptions::current().summary(), "v10");
+        assert_eq!(KernelOptions::v8().summary(), "v8");
+        assert_eq!(KernelOptions::v3().summary(), "v3");
+        let tuned = KernelOptions { threads: 448, kv_positions: 2048, ..KernelOptions::current() };
+        assert_eq!(tuned.summary(), "v10 + threads: 448, kv_positions: 2048");
+        let old = KernelOptions { chaos: true, ..KernelOptions::v9() };
+        assert_eq!(old.summary(), "v9 + chaos: true");
+    }
 
     #[test]
     fn names_become_screaming_snake() {

@@ -844,7 +844,7 @@ impl CudaRuntime {
             (None, true) => "prompt token by token (shape unsupported by the batched prefill)".to_string(),
         };
         format!(
-            "{} ({}, tp {}{}), grid {}×{} threads per GPU, {} B shared, kernel {} ({:?}); {prefill}",
+            "{} ({}, tp {}{}), grid {}×{} threads per GPU, {} B shared, kernel {} ({}); {prefill}",
             names.join(" + "),
             self.arch,
             self.ranks.len(),
@@ -853,7 +853,7 @@ impl CudaRuntime {
             self.options.threads,
             k.smem_bytes,
             if k.from_cache { "from cubin cache" } else { "compiled" },
-            self.options
+            self.options.summary()
         )
     }
 
