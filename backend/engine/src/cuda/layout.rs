@@ -565,13 +565,21 @@ pub fn tagged_words_used(options: &KernelOptions, tp: usize) -> bool {
 /// Whether the kernel runs down_waves: `down_waves` on one GPU, `tp_down_waves` under
 /// tensor parallelism.
 pub fn down_waves_for(options: &KernelOptions, tp: usize) -> bool {
-    if tp == 1 { options.down_waves } else { options.tp_down_waves }
+    if tp == 1 {
+        options.down_waves
+    } else {
+        options.tp_down_waves
+    }
 }
 
 /// Whether weights load evict-first: `weights_evict_first` on one GPU,
 /// `tp_weights_evict_first` under tensor parallelism.
 pub fn evict_first_for(options: &KernelOptions, tp: usize) -> bool {
-    if tp == 1 { options.weights_evict_first } else { options.tp_weights_evict_first }
+    if tp == 1 {
+        options.weights_evict_first
+    } else {
+        options.tp_weights_evict_first
+    }
 }
 
 /// KV positions actually allocated for `config` under `options`.
@@ -932,7 +940,11 @@ mod tests {
         assert_eq!(KernelOptions::v6(), v6, "v6 = v5 + attn_own");
         assert_eq!(KernelOptions::v7(), KernelOptions { ahead_late: AHEAD_LATE_DEFAULT, ..v6.clone() }, "v7 = v6 + ahead_late");
         assert_eq!(KernelOptions::v8(), KernelOptions { tp_attn_own: true, ..KernelOptions::v7() }, "v8 = v7 + tp_attn_own");
-        assert_eq!(KernelOptions::v9(), KernelOptions { weights_evict_first: true, ..KernelOptions::v8() }, "v9 = v8 + evict-first weights");
+        assert_eq!(
+            KernelOptions::v9(),
+            KernelOptions { weights_evict_first: true, ..KernelOptions::v8() },
+            "v9 = v8 + evict-first weights"
+        );
         assert_eq!(KernelOptions::current(), KernelOptions { down_waves: true, ..KernelOptions::v9() }, "v10 = v9 + down_waves");
         // A define of Qwen2.5-Coder-1.5B's rank-0 kernel at degree `tp`.
         let qwen_define = |name: &str, o: &KernelOptions, tp: usize| {
