@@ -332,6 +332,9 @@ pub const DEFAULT_STAGE_ITERS: u32 = 8;
 /// LM-head rows per warp group by default.
 pub const DEFAULT_LM_ROWS_PER_WARP: u32 = 4;
 
+/// A kernel version's name and the options that make it.
+type NamedKernel = (&'static str, fn() -> KernelOptions);
+
 impl KernelOptions {
     /// v3's settings (session 2's default kernel): no staging, residual re-read from L2,
     /// 2-row LM head. Kept for comparisons (`PEREGRINE_KERNEL=v3`, `gpu_check ... v3`).
@@ -379,25 +382,28 @@ impl KernelOptions {
         KernelOptions { down_waves: false, ..Self::current() }
     }
 
+    /// The named kernels, newest first: `PEREGRINE_KERNEL` picks among them and
+    /// [`Self::summary`] names options after the closest one.
+    const NAMED: [NamedKernel; 8] = [
+        ("v10", Self::current),
+        ("v9", Self::v9),
+        ("v8", Self::v8),
+        ("v7", Self::v7),
+        ("v6", Self::v6),
+        ("v5", Self::v5),
+        ("v4", Self::v4),
+        ("v3", Self::v3),
+    ];
+
     /// A short form for logs: the named kernel these options are closest to, then the
     /// fields that differ from it, e.g. `v10 + threads: 448, kv_positions: 2048` (the
     /// whole Debug form is ~30 fields, too long for a load line).
     pub fn summary(&self) -> String {
-        let named = [
-            ("v10", Self::current()),
-            ("v9", Self::v9()),
-            ("v8", Self::v8()),
-            ("v7", Self::v7()),
-            ("v6", Self::v6()),
-            ("v5", Self::v5()),
-            ("v4", Self::v4()),
-            ("v3", Self::v3()),
-        ];
         // Pretty Debug puts one scalar field per line, in declaration order on both sides.
         let fields = |o: &Self| format!("{o:#?}").lines().map(|l| l.trim().trim_end_matches(',').to_string()).collect::<Vec<_>>();
         let mine = fields(self);
-        let differing = |base: &Self| mine.iter().zip(fields(base)).filter(|(a, b)| **a != *b).map(|(a, _)| a.clone()).collect::<Vec<_>>();
-        let (name, diff) = named.iter().map(|(n, o)| (*n, differing(o))).min_by_key(|(_, d)| d.len()).expect("named kernels");
+        let differing = |base: Self| mine.iter().zip(fields(&base)).filter(|(a, b)| **a != *b).map(|(a, _)| a.clone()).collect::<Vec<_>>();
+        let (name, diff) = Self::NAMED.iter().map(|(n, make)| (*n, differing(make()))).min_by_key(|(_, d)| d.len()).expect("named kernels");
         if diff.is_empty() {
             name.to_string()
         } else {
@@ -443,16 +449,8 @@ impl KernelOptions {
 impl Default for KernelOptions {
     /// The current kernel (v10, measured fastest, docs/perf-notes.md), or an earlier one with `PEREGRINE_KERNEL=v3` … `v9`.
     fn default() -> Self {
-        match std::env::var(KERNEL_ENV).as_deref() {
-            Ok("v3") => Self::v3(),
-            Ok("v4") => Self::v4(),
-            Ok("v5") => Self::v5(),
-            Ok("v6") => Self::v6(),
-            Ok("v7") => Self::v7(),
-            Ok("v8") => Self::v8(),
-            Ok("v9") => Self::v9(),
-            _ => Self::current(),
-        }
+        let wanted = std::env::var(KERNEL_ENV).unwrap_or_default();
+        Self::NAMED.iter().find(|(name, _)| *name == wanted).map_or_else(Self::current, |(_, make)| make())
     }
 }
 
