@@ -159,18 +159,12 @@ __device__ __forceinline__ void cp_async_wait_group() {
 /// Waits for every cp.async this thread issued.
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
-/// Hint that this block will stream `p` soon (the weights of its next phase).
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));
-}
-
 // Data written by other blocks of this launch: L1 is not coherent across SMs, so
 // these read at L2 ("cache global"). Never use __ldg / const __restrict__ on them.
 __device__ __forceinline__ float ld_shared_f32(const float* p) { return __ldcg(p); }
 __device__ __forceinline__ float4 ld_shared_f32x4(const float* p) { return __ldcg(reinterpret_cast<const float4*>(p)); }
 __device__ __forceinline__ uint4 ld_shared_16(const void* p) { return __ldcg(reinterpret_cast<const uint4*>(p)); }
 __device__ __forceinline__ u32 ld_shared_u32(const u32* p) { return __ldcg(p); }
-__device__ __forceinline__ long long ld_shared_i64(const long long* p) { return __ldcg(p); }
 __device__ __forceinline__ unsigned char ld_shared_u8(const unsigned char* p) {
   return (unsigned char)__ldcg(reinterpret_cast<const char*>(p));
 }

@@ -60,16 +60,13 @@ __device__ __forceinline__ void trace_stamp(u64* st) {
 
 /// This block's results are complete: one arrival on `ctr`. The block barrier
 /// orders every thread's writes before thread 0's release (CUTLASS's barrier does
-/// the same); PG_LIGHT_FENCE=0 adds a full fence.sc.gpu on both sides (v1).
+/// the same): release/acquire only, no full fence on either side.
 /// `stamp` (PG_TRACE): the event's record; its arrive stamp is taken before the release.
 __device__ __forceinline__ void block_arrive(u32* ctr, u64* stamp = nullptr) {
   __syncthreads();
   if (threadIdx.x == 0) {
     chaos_delay(reinterpret_cast<u64>(ctr) >> 2);
     if (PG_TRACE && stamp) trace_stamp(stamp + 4);
-#if !PG_LIGHT_FENCE
-    __threadfence();
-#endif
     red_release_gpu(ctr, 1);
   }
 }
@@ -84,9 +81,6 @@ __device__ __forceinline__ void block_wait(const u32* ctr, u32 target, u64* stam
     while (ld_acquire_gpu(ctr) < target) {
     }
     if (PG_TRACE && stamp) trace_stamp(stamp + 2);
-#if !PG_LIGHT_FENCE
-    __threadfence();
-#endif
   }
   __syncthreads();
 }
@@ -111,9 +105,6 @@ __device__ __forceinline__ void red_release_sys(u32* p, u32 v) {
 /// peers): one arrival on a counter in a peer GPU's memory.
 __device__ __forceinline__ void peer_arrive(u32* ctr) {
   chaos_delay(reinterpret_cast<u64>(ctr) >> 2);
-#if !PG_LIGHT_FENCE
-  __threadfence_system();
-#endif
   red_release_sys(ctr, 1);
 }
 
@@ -122,9 +113,6 @@ __device__ __forceinline__ void wait_peers(const u32* ctr, u32 target) {
   chaos_delay(target ^ 0x5bd1e995u);
   while (ld_acquire_sys(ctr) < target) {
   }
-#if !PG_LIGHT_FENCE
-  __threadfence_system();
-#endif
 }
 
 /// Lamport-style exchange: a value a peer GPU writes into this GPU's memory with plain
@@ -159,7 +147,7 @@ __device__ __forceinline__ bool ticket_is_last(u32* ticket, u32 n) {
   return old == n - 1;
 }
 
-// ---- tagged values within one GPU (PG_TAGGED) -------------------------------------
+// ---- tagged values within one GPU (decode.cu TAGGED) ----------------------------------
 // A float published with the step that wrote it in one 64-bit word (value bits low,
 // tag high). The consumer polls the data itself until every word it needs carries
 // this step's tag: no counter and no release fence sits between producer and

@@ -20,13 +20,10 @@ __device__ __forceinline__ float4 f4_add(float4 a, float4 b) { return make_float
 /// (written by other blocks) or, when `base_bf16` is set, an embedding row. With `out`
 /// set, this block also stores its share of the sum there (float4 chunks c with
 /// c % writers == writer), the residual the next phase starts from.
-/// `local` (LOCAL > 0): [LOCAL][N] partials of this GPU written by other blocks (fuse_o's
-/// per-head o-projection partials), added in index order after the base; TP = 1: no
-/// exchange (`now`, `late` unused). `copy` (if set): shared memory that gets the sum too.
-template <int THREADS, int N, int TP, int LOCAL = 0>
+template <int THREADS, int N, int TP>
 __device__ __forceinline__ void load_combined(float* vec, const float* base, const bf16_t* base_bf16, const float* now,
                                               const float* late, int mode, float scale, int rank, float* out, int writer,
-                                              int writers, const float* local = nullptr, float* copy = nullptr) {
+                                              int writers) {
   static_assert(N % 4 == 0, "vectors are loaded as float4");
   for (int i = threadIdx.x * 4; i < N; i += THREADS * 4) {
     float4 v;
@@ -36,11 +33,7 @@ __device__ __forceinline__ void load_combined(float* vec, const float* base, con
     } else {
       v = ld_shared_f32x4(base + i);
     }
-#pragma unroll
-    for (int j = 0; j < LOCAL; ++j) v = f4_add(v, ld_shared_f32x4(local + (size_t)j * N + i));
-    if (TP == 1) {
-      // one GPU (fuse_o's local partials only): nothing to exchange, `now` unused
-    } else if (mode == XM_ALL) {
+    if (mode == XM_ALL) {
 #pragma unroll
       for (int r = 0; r < TP; ++r)
         v = f4_add(v, r == rank ? ld_shared_f32x4(now + (size_t)r * N + i) : ld_peer_ready(now + (size_t)r * N + i));
@@ -55,7 +48,6 @@ __device__ __forceinline__ void load_combined(float* vec, const float* base, con
       }
     }
     *reinterpret_cast<float4*>(vec + i) = v;
-    if (copy) *reinterpret_cast<float4*>(copy + i) = v;
     if (out && (i / 4) % writers == writer) *reinterpret_cast<float4*>(out + i) = v;
   }
 }

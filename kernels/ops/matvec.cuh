@@ -56,23 +56,7 @@ __device__ __forceinline__ bool block_has_rows(int rows, int grid = gridDim.x) {
   return (int)blockIdx.x < min(grid, (rows + NR - 1) / NR);
 }
 
-/// Prefetches into L2 the first row group this warp will stream in `grid_rows` (one
-/// 128-byte line per lane per step): enough to cover a dependency wait without
-/// pulling a whole large matrix through L2.
-template <int K, int NR, int WARPS>
-__device__ __forceinline__ void prefetch_rows(const bf16_t* __restrict__ W, int rows, int grid = gridDim.x) {
-  constexpr int LINE_ELEMS = 64;  // 128 bytes of bf16
-  constexpr int LINES = (K + LINE_ELEMS - 1) / LINE_ELEMS;
-  const int g = warp_id() * grid + blockIdx.x;
-  if (g * NR >= rows) return;  // callers are blocks of the row grid
-#pragma unroll
-  for (int r = 0; r < NR; ++r) {
-    const int row = min(g * NR + r, rows - 1);
-    for (int l = lane_id(); l < LINES; l += WARP_SIZE) prefetch_l2(W + (size_t)row * K + l * LINE_ELEMS);
-  }
-}
-
-// ---- staging (PG_STAGE_ITERS) ----------------------------------------------------------
+// ---- staging (decode.cu STAGE_CAP) ----------------------------------------------------------
 // Weights never depend on the data, so a warp can start copying its first row group
 // into shared memory (cp.async, no registers held while in flight) before its block
 // waits on the phase's dependency counter, and read it from there after the wait: the

@@ -1,4 +1,4 @@
-//! Loading a vector other blocks publish as tagged words (PG_TAGGED, sync.cuh): each
+//! Loading a vector other blocks publish as tagged words (decode.cu TAGGED, sync.cuh): each
 //! thread polls its own words until they carry this step's tag, so the block waits for
 //! exactly the data it reads, and the wait and the load are one L2 round trip instead of
 //! a counter poll, a fence and a load.

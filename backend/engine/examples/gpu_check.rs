@@ -8,15 +8,12 @@
 //! `gpu_check tp --shapes a,b` checks tensor parallelism on GPUs 0 and 1 against
 //! one GPU, with the chaos race check on each rank.
 //!
-//! `--kernel NAME` runs `correctness` (and `kernel-check`) with that variant instead of
-//! the default; `gpu_check kernel-check --kernel fuse-o --shapes a,b` scores long
-//! prompts with the variant against the default kernel (every position's logits: the
+//! `--kernel NAME` runs `correctness` (and `kernel-check`) with that build instead of
+//! the default; `gpu_check kernel-check --kernel default+threads384 --shapes a,b` scores
+//! long prompts with it against the default kernel (every position's logits: the
 //! split-attention merge path included) and runs the chaos race check with it;
-//! `gpu_check trace --shapes a,b [--variants v3,fuse-o]` prints the phase trace
-//! (docs/perf-notes.md, "Next: phase trace and fused o-projection"). Variants joined
-//! with `+` compose: `v3+stage+resid+lm4` stages each warp's first row group in shared
-//! memory before the phase's wait, reads the residual from shared memory and runs the LM
-//! head with 4 rows per warp (docs/perf-notes.md, "Session 3: staging").
+//! `gpu_check trace --shapes a,b [--variants default,default+threads448]` prints the
+//! phase trace. Builds are named as `variant` below says.
 //!
 //! Usage: gpu_check [all|correctness|bench|sanitize|prefill|precompile|precompile-tp|tp|tp-prefill|trace|kernel-check|defines] [--quick]
 //!        [--tp N] [--shapes a,b] [--runs N] [--prompt N] [--gen N] [--variants v1,v2,...] [--kernel NAME] [--no-tiny] [--no-chaos] [--dtp SPEC;SPEC]
@@ -68,7 +65,7 @@ mod imp {
         variants: Vec<String>,
         /// `tp` mode: tensor-parallel degree (default min(GPUs, 2)).
         tp: Option<usize>,
-        /// `--variants` was given (`trace` then traces those instead of v3 and fuse-o).
+        /// `--variants` was given (`trace` then traces those instead of the default).
         variants_given: bool,
         /// `--kernel`: the variant `correctness` and `kernel-check` run (default v10, the default kernel).
         kernel: String,
@@ -92,7 +89,7 @@ mod imp {
             runs: 5,
             prompt: 32,
             gen: 256,
-            variants: vec!["v3".into(), "v1".into(), "v3-nosplit".into()],
+            variants: vec!["default".into(), "default+nosplit".into()],
             tp: None,
             variants_given: false,
             kernel: "v10".into(),
@@ -127,82 +124,27 @@ mod imp {
         a
     }
 
-    /// Kernel variants by name (see docs/perf-notes.md). "v3" is the default; names with
-    /// `+` compose: a named variant first, then modifiers (`stage`, `stageN`, `resid`,
-    /// `lmN`, `threadsN` (threads per block), `prefetch`, `fuse-o`, `fuse-down`, `tagged`, `ahead`, `late` / `lateN` (next phase's copy after the wake; N a mask: 1 q/k/v, 2 gate/up, 4 down, 8 o), `ownN` (attention on N blocks per head of its own), `tp-ahead` (staging ahead under tensor parallelism), `tp-own` (attn_own under tensor parallelism), `waves` (down_waves), `tp-waves` (down_waves under tensor parallelism), `trace`, `chaos`, `nosplit`).
+    /// Kernel builds by name: `default` (or `v10`), then `+` modifiers: `threadsN`
+    /// (threads per block), `tp-evict` / `tp-waves` (the tensor-parallel switches),
+    /// `trace`, `chaos`, `nosplit` (one block per attention head).
     fn variant(name: &str) -> KernelOptions {
-        if let Some((first, mods)) = name.split_once('+') {
-            let mut o = variant(first);
-            for m in mods.split('+') {
-                match m {
-                    "stage" => o.stage_iters = 8,
-                    "resid" => o.resid_smem = true,
-                    "prefetch" => o.prefetch = true,
-                    "fuse-o" => o.fuse_o = true,
-                    "fuse-down" => o.fuse_down = true,
-                    "tagged" => o.tagged = true,
-                    "ahead" => o.stage_ahead = true,
-                    "tp-ahead" => o.tp_ahead = true,
-                    "tp-own" => o.tp_attn_own = true,
-                    "evict" => o.weights_evict_first = true,
-                    "tp-evict" => o.tp_weights_evict_first = true,
-                    "waves" => o.down_waves = true,
-                    "tp-waves" => o.tp_down_waves = true,
-                    "late" => o.ahead_late = peregrine_engine::cuda::layout::AHEAD_LATE_DEFAULT,
-                    "trace" => o.trace = true,
-                    "chaos" => o.chaos = true,
-                    "nosplit" => o.attn_max_splits = 1,
-                    _ => {
-                        if let Some(n) = m.strip_prefix("stage").and_then(|n| n.parse().ok()) {
-                            o.stage_iters = n;
-                        } else if let Some(n) = m.strip_prefix("late").and_then(|n| n.parse().ok()) {
-                            o.ahead_late = n;
-                        } else if let Some(n) = m.strip_prefix("own").and_then(|n| n.parse().ok()) {
-                            o.attn_own = n;
-                        } else if let Some(n) = m.strip_prefix("threads").and_then(|n| n.parse().ok()) {
-                            o.threads = n;
-                        } else if let Some(n) = m.strip_prefix("lm").and_then(|n| n.parse().ok()) {
-                            o.lm_rows_per_warp = n;
-                        } else {
-                            panic!("unknown variant modifier {m} in {name}");
-                        }
-                    }
-                }
+        let (first, mods) = name.split_once('+').unwrap_or((name, ""));
+        assert!(matches!(first, "default" | "v10"), "unknown kernel {first} (the older ones are gone: docs/history.md)");
+        let mut o = KernelOptions::default();
+        for m in mods.split('+').filter(|m| !m.is_empty()) {
+            match m {
+                "tp-evict" => o.tp_weights_evict_first = true,
+                "tp-waves" => o.tp_down_waves = true,
+                "trace" => o.diagnostics.trace = true,
+                "chaos" => o.diagnostics.chaos = true,
+                "nosplit" => o.attn_max_splits = 1,
+                _ => match m.strip_prefix("threads").and_then(|n| n.parse().ok()) {
+                    Some(n) => o.threads = n,
+                    None => panic!("unknown variant modifier {m} in {name}"),
+                },
             }
-            return o;
         }
-        // Named variants build on v3 (session 2's default); "v4" is session 3's, "v5" session 4's, "v6" session 5's, "v7" session 6's, "v8" sessions 7–8's (v7 + tp_attn_own; the same kernel on one GPU), "v9" session 9's (v8 + evict-first weights on one GPU; the same kernel as v8 under TP), "v10" today's default (v9 + down_waves on one GPU; the same kernel as v9 under TP).
-        let base = KernelOptions::v3();
-        let v1 = KernelOptions { light_fences: false, attn_max_splits: 1, ..base.clone() };
-        match name {
-            "v3" => base,
-            "v4" => KernelOptions::v4(),
-            "v5" => KernelOptions::v5(),
-            "v6" => KernelOptions::v6(),
-            "v7" => KernelOptions::v7(),
-            "v8" => KernelOptions::v8(),
-            "v9" => KernelOptions::v9(),
-            "v10" => KernelOptions::default(),
-            // v1's scheduling (full fences, one block per head) with v3's attention loop.
-            "v1" => v1,
-            "v2" => KernelOptions { prefetch: true, ..v1 },
-            "v3-nosplit" => KernelOptions { attn_max_splits: 1, ..base },
-            "v3-prefetch" => KernelOptions { prefetch: true, ..base },
-            "v3-nr4" => KernelOptions { rows_per_warp: 4, ..base },
-            "v3-u8" => KernelOptions { unroll: 8, ..base },
-            "v3-nr4-u2" => KernelOptions { rows_per_warp: 4, unroll: 2, ..base },
-            "chaos" => KernelOptions { chaos: true, ..base },
-            "chaos-nosplit" => KernelOptions { chaos: true, attn_max_splits: 1, ..base },
-            // Off-by-default variants of "Next: phase trace and fused o-projection".
-            "fuse-o" => KernelOptions { fuse_o: true, ..base },
-            "fuse-o-nosplit" => KernelOptions { fuse_o: true, attn_max_splits: 1, ..base },
-            // fuse_o with PG_PREFETCH: each phase's first weight lines (v2) and, before the
-            // attention wait, the head's W_o slice go into L2 early.
-            "fuse-o-prefetch" => KernelOptions { fuse_o: true, prefetch: true, ..base },
-            "trace" => KernelOptions { trace: true, ..base },
-            "fuse-o-trace" => KernelOptions { fuse_o: true, trace: true, ..base },
-            other => panic!("unknown variant {other}"),
-        }
+        o
     }
 
     /// The CPU sampler's algorithm (sampling.rs `choose`) with f64 sums: over a whole
@@ -639,7 +581,9 @@ mod imp {
     /// `base` with the chaos delays, attention split or not.
     fn chaos_of(base: &KernelOptions, split: bool) -> KernelOptions {
         let splits = if split { base.attn_max_splits } else { 1 };
-        KernelOptions { chaos: true, attn_max_splits: splits, ..base.clone() }
+        let mut o = KernelOptions { attn_max_splits: splits, ..base.clone() };
+        o.diagnostics.chaos = true;
+        o
     }
 
     fn race_check(config: &ModelConfig, weights: &Weights, n: usize, base: &KernelOptions, v: &mut Verdict) -> Result<()> {
@@ -725,7 +669,7 @@ mod imp {
     fn trace_mode(args: &Args, v: &mut Verdict) -> Result<()> {
         use peregrine_engine::cuda::layout::TRACE_AFTER_PROMPT;
         use peregrine_engine::cuda::trace;
-        let names: Vec<String> = if args.variants_given { args.variants.clone() } else { vec!["v3".into(), "fuse-o".into()] };
+        let names: Vec<String> = if args.variants_given { args.variants.clone() } else { vec!["default".into()] };
         let gen = TRACE_AFTER_PROMPT + 8;
         let greedy = SamplingParams::default();
         for shape in &args.shapes {
@@ -752,7 +696,9 @@ mod imp {
                 for name in &names {
                     rt.set_options(variant(name))?;
                     let (plain, _) = collect(&mut rt, &prompt, gen, &greedy, &[], 0)?;
-                    rt.set_options(KernelOptions { trace: true, ..variant(name) })?;
+                    let mut traced = variant(name);
+                    traced.diagnostics.trace = true;
+                    rt.set_options(traced)?;
                     println!(
                         "== trace {shape} {name}: step {} (prompt {} + {TRACE_AFTER_PROMPT}), {} runs pooled",
                         args.prompt + TRACE_AFTER_PROMPT,
@@ -920,7 +866,9 @@ mod imp {
         let greedy = SamplingParams::default();
         let (base, _) = collect(rt, prompt, n, &greedy, &[], 0)?;
         for rank in 0..ranks as u32 {
-            rt.set_options(KernelOptions { chaos: true, chaos_rank: rank, ..opts.clone() })?;
+            let mut o = opts.clone();
+            o.diagnostics = peregrine_engine::cuda::layout::Diagnostics { chaos: true, chaos_rank: rank, trace: false };
+            rt.set_options(o)?;
             let (c, _) = collect(rt, prompt, n, &greedy, &[], 0)?;
             let (cs, _) = collect(rt, prompt, 64, sp, &[], 5)?;
             v.check(
@@ -1160,7 +1108,7 @@ mod imp {
                 cuda::compile_only(&c, &KernelOptions::default(), "sm_90a")?;
                 cuda::compile_only_tp(&c, &KernelOptions::default(), 2, None, "sm_90a")?;
                 if !args.no_chaos {
-                    cuda::compile_only_tp(&c, &KernelOptions { chaos: true, ..KernelOptions::default() }, 2, None, "sm_90a")?;
+                    cuda::compile_only_tp(&c, &variant("default+chaos"), 2, None, "sm_90a")?;
                 }
                 // DTP: the shape's preset and the --dtp configs (those a `peregrine bench --dtp SPEC`
                 // or `gpu_check tp --dtp SPEC` run on this shape loads), with chaos too.
@@ -1172,7 +1120,7 @@ mod imp {
                     let sched = peregrine_engine::dtp::DtpSchedule::new(d, &c, 2)?;
                     cuda::compile_only_tp(&c, &KernelOptions::default(), 2, Some(&sched), "sm_90a")?;
                     if !args.no_chaos {
-                        cuda::compile_only_tp(&c, &KernelOptions { chaos: true, ..KernelOptions::default() }, 2, Some(&sched), "sm_90a")?;
+                        cuda::compile_only_tp(&c, &variant("default+chaos"), 2, Some(&sched), "sm_90a")?;
                     }
                 }
                 // --variants: those too, standard TP and DTP (e.g. the traced kernels of `trace --tp 2`).

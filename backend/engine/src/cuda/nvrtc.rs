@@ -24,8 +24,6 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("ops/emit.cuh", include_str!("../../../../kernels/ops/emit.cuh")),
     ("ops/lm_head.cuh", include_str!("../../../../kernels/ops/lm_head.cuh")),
     ("ops/matvec.cuh", include_str!("../../../../kernels/ops/matvec.cuh")),
-    ("ops/oproj.cuh", include_str!("../../../../kernels/ops/oproj.cuh")),
-    ("ops/fused_down.cuh", include_str!("../../../../kernels/ops/fused_down.cuh")),
     ("ops/rmsnorm.cuh", include_str!("../../../../kernels/ops/rmsnorm.cuh")),
     ("ops/rope.cuh", include_str!("../../../../kernels/ops/rope.cuh")),
     ("ops/sample.cuh", include_str!("../../../../kernels/ops/sample.cuh")),

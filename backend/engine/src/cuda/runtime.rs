@@ -105,13 +105,7 @@ struct State {
     rx: CudaSlice<f32>,
     /// Tensor parallelism: every rank's `PeerSlot` pointers (filled once all ranks exist).
     peers: CudaSlice<u64>,
-    /// `fuse_o`: each local head's o-projection partial, `[heads × hidden]` (allocated
-    /// always: it is small and `set_options` may turn the variant on).
-    opart: CudaSlice<f32>,
-    /// `fuse_down`: fixed-point down-projection sums `[2 × layers × hidden]` i64 (zeroed
-    /// per run; allocated always, like `opart`).
-    down_acc: CudaSlice<i64>,
-    /// `tagged`: the phases' tagged words (zeroed per run).
+    /// The phases' tagged words (zeroed per run; [`layout::tagged_words_used`]).
     tagged: CudaSlice<u64>,
 }
 
@@ -267,7 +261,7 @@ fn load_prefills(
         .map(|(rank, r)| {
             r.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
             Prefill::new(&r.ctx, &r.stream, shard, options, arch, kv_cap, Some((rank, tp, dtp))).map_err(|e| {
-                Error::Cuda(format!("batched prefill: {e} (set {}=tokens to run prompts token by token instead)", layout::PREFILL_ENV))
+                Error::Cuda(format!("batched prefill: {e} (--prefill tokens runs prompts token by token instead)"))
             })
         })
         .collect()
@@ -276,7 +270,7 @@ fn load_prefills(
 /// [`compile_only`] for one rank of tensor parallelism of degree `tp` (DTP with a schedule).
 pub fn compile_only_tp(config: &ModelConfig, options: &KernelOptions, tp: usize, dtp: Option<&DtpSchedule>, arch: &str) -> Result<usize> {
     let shard = layout::shard(config, tp).map_err(|e| Error::Cuda(format!("unsupported tensor parallelism: {e}")))?;
-    if let Some(why) = layout::unsupported(&shard, options).or_else(|| layout::unsupported_tp(options, tp)) {
+    if let Some(why) = layout::unsupported(&shard, options) {
         return Err(Error::Cuda(format!("unsupported shape: {why}")));
     }
     let mut bytes = nvrtc::cubin(arch, &layout::defines_tp(&shard, options, tp, config.vocab_size, dtp))?.0.len();
@@ -395,7 +389,7 @@ impl CudaRuntime {
             }
         }
         let shard = layout::shard(config, tp).map_err(|e| Error::Cuda(format!("unsupported tensor parallelism: {e}")))?;
-        if let Some(why) = layout::unsupported(&shard, &options).or_else(|| layout::unsupported_tp(&options, tp)) {
+        if let Some(why) = layout::unsupported(&shard, &options) {
             return Err(Error::Cuda(format!("unsupported shape: {why}")));
         }
         let names = devices()?;
@@ -429,8 +423,7 @@ impl CudaRuntime {
             let sm_count =
                 ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(cuda_err("SM count"))? as u32;
             grid = grid.min(sm_count);
-            let rank_options =
-                KernelOptions { chaos: options.chaos && (tp == 1 || options.chaos_rank as usize == rank), ..options.clone() };
+            let rank_options = options.for_rank(rank, tp);
             let kernel = Self::load_kernel(&ctx, &stream, config, &shard, &rank_options, tp, dtp.as_ref(), &arch)?;
             let weights = Self::upload_weights(&stream, config, &shard, weights, rank, tp)?;
             let state = Self::alloc_state(&stream, config, &shard, &options, kv_cap, &kernel, sm_count, tp)?;
@@ -542,7 +535,7 @@ impl CudaRuntime {
         let trace_events = read_u32("pg_trace_events")? as usize;
         // The host allocates the tagged buffer from layout::tagged_words; the kernel's own count must agree.
         let tagged_words = read_u32("pg_tagged_words")? as usize;
-        if layout::tagged_for(options, tp) && tagged_words != layout::tagged_words(shard) {
+        if tp == 1 && tagged_words != layout::tagged_words(shard) {
             return Err(Error::Cuda(format!(
                 "kernel and host disagree on the tagged buffer: {tagged_words} words in the kernel, {} on the host",
                 layout::tagged_words(shard)
@@ -715,9 +708,7 @@ impl CudaRuntime {
             exchange: u32s(k.exchange_words)?,
             rx: f32s(k.rx_floats)?,
             peers: stream.alloc_zeros::<u64>(tp * PeerSlot::COUNT).map_err(cuda_err("cuMemAlloc"))?,
-            opart: f32s(c.num_heads * c.hidden_size)?,
-            down_acc: stream.alloc_zeros::<i64>(2 * c.num_layers * c.hidden_size).map_err(cuda_err("cuMemAlloc"))?,
-            // Allocated for every variant (a few MB at most): set_options may switch to `tagged`.
+            // Allocated under TP too (a few MB at most): set_options may turn tp_down_waves on.
             tagged: stream.alloc_zeros::<u64>(layout::tagged_words(c)).map_err(cuda_err("cuMemAlloc"))?,
         })
     }
@@ -734,13 +725,13 @@ impl CudaRuntime {
             return Err(Error::Cuda("set_options cannot change kv_positions, ring or prefill_chunk, nor raise attn_max_splits".into()));
         }
         let tp = self.ranks.len();
-        if let Some(why) = layout::unsupported(&self.shard, &options).or_else(|| layout::unsupported_tp(&options, tp)) {
+        if let Some(why) = layout::unsupported(&self.shard, &options) {
             return Err(Error::Cuda(format!("unsupported shape: {why}")));
         }
         // Every rank's kernel first: a failure leaves the runtime as it was.
         let mut kernels = Vec::with_capacity(tp);
         for (i, r) in self.ranks.iter().enumerate() {
-            let ro = KernelOptions { chaos: options.chaos && (tp == 1 || options.chaos_rank as usize == i), ..options.clone() };
+            let ro = options.for_rank(i, tp);
             let k = Self::load_kernel(&r.ctx, &r.stream, &self.config, &self.shard, &ro, tp, self.dtp.as_ref(), &self.arch)?;
             // The kernel's per-block buffers depend on its threads per block.
             let s = &r.state;
@@ -909,7 +900,6 @@ impl CudaRuntime {
             stream.memcpy_htod(prompt, &mut toks).map_err(cuda_err("upload prompt"))?;
             stream.memset_zeros(&mut st.counters).map_err(cuda_err("zero counters"))?;
             stream.memset_zeros(&mut st.exchange).map_err(cuda_err("zero exchange"))?;
-            stream.memset_zeros(&mut st.down_acc).map_err(cuda_err("zero down sums"))?;
             // Tag 0 is never a step's: last run's words must not pass for this run's.
             if layout::tagged_words_used(&self.options, tp) {
                 stream.memset_zeros(&mut st.tagged).map_err(cuda_err("zero tagged words"))?;
@@ -957,10 +947,8 @@ impl CudaRuntime {
             a.set(Arg::Peers, r.dptr(&st.peers));
             a.set(Arg::Rank, rank as u64);
             a.set(Arg::DebugLogits, dbgs.last().filter(|_| debug_rows > 0).map_or(0, |b| r.dptr(b)));
-            a.set(Arg::OPart, r.dptr(&st.opart));
-            a.set(Arg::DownAcc, r.dptr(&st.down_acc));
             a.set(Arg::Tagged, r.dptr(&st.tagged));
-            if self.options.trace && rank == 0 {
+            if self.options.diagnostics.trace && rank == 0 {
                 let words = self.grid as usize * r.kernel.trace_events * WORDS_PER_EVENT;
                 let buf = stream.alloc_zeros::<u64>(words.max(1)).map_err(cuda_err("trace buffer"))?;
                 a.set(Arg::Trace, r.dptr(&buf));
@@ -1202,7 +1190,7 @@ impl CudaRuntime {
                     r.kernel.trace_events
                 )));
             }
-            self.last_trace = Some(RawTrace { blocks: self.grid as usize, layers, fuse_o: self.options.fuse_o, step, words });
+            self.last_trace = Some(RawTrace { blocks: self.grid as usize, layers, step, words });
         }
         self.last_logits.clear();
         if !dbgs.is_empty() {

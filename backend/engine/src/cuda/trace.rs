@@ -28,8 +28,6 @@ const ARRIVE: usize = 2;
 pub struct RawTrace {
     pub blocks: usize,
     pub layers: usize,
-    /// The kernel ran with `fuse_o` (the gate/up phase then waits on the attention phase).
-    pub fuse_o: bool,
     /// The traced step.
     pub step: usize,
     pub words: Vec<u64>,
@@ -74,7 +72,6 @@ impl RawTrace {
         let (l, p) = (e / PHASES, e % PHASES);
         match LAYER_PHASES[p] {
             "QKV" => (l > 0).then(|| (l - 1) * PHASES + 4),
-            "GATE_UP" if self.fuse_o => Some(l * PHASES + 1),
             _ => Some(e - 1),
         }
     }
@@ -338,7 +335,7 @@ mod tests {
     /// A synthetic step with known latencies: every dependency wakes its first waiter
     /// `sync` ns after the producers' last arrival, and each waiter works `work(b)` ns.
     /// Stamps are written the way the kernel writes them, with a timer of `tick` ns.
-    fn synthetic(layers: usize, blocks: usize, fuse_o: bool, sync: f64, tick: u64) -> (RawTrace, f64) {
+    fn synthetic(layers: usize, blocks: usize, sync: f64, tick: u64) -> (RawTrace, f64) {
         let events = events_for(layers);
         let mut words = vec![0u64; blocks * events * WORDS_PER_EVENT];
         let mut rng = SplitMix64(42);
@@ -354,9 +351,6 @@ mod tests {
         let mut clock = 10_000.0;
         for e in 0..events {
             let (name, _) = event_name(layers, e);
-            if fuse_o && name == "O" {
-                continue;
-            }
             let last = clock;
             let waiters: Vec<usize> = match name {
                 "ATTN" => (0..blocks / 2).collect(),
@@ -380,16 +374,15 @@ mod tests {
             }
             clock = end;
         }
-        (RawTrace { blocks, layers, fuse_o, step: 40, words }, slowest)
+        (RawTrace { blocks, layers, step: 40, words }, slowest)
     }
 
     #[test]
     fn recovers_sync_latency_and_work_from_fine_and_coarse_timers() {
         for (tick, tol) in [(1u64, 2.0), (1_000, 150.0)] {
-            for fuse_o in [false, true] {
-                let (raw, slowest) = synthetic(24, 12, fuse_o, 700.0, tick);
+            {
+                let (raw, slowest) = synthetic(24, 12, 700.0, tick);
                 let figs = event_figures(&raw).expect("figures");
-                assert!(figs.iter().all(|f| f.name != "O" || !fuse_o), "no O phase when fused");
                 for f in &figs {
                     assert!((f.sync - 700.0).abs() < tol, "tick {tick}: {} layer {:?}: sync {}", f.name, f.layer, f.sync);
                     if let Some(w) = f.work_slowest {
@@ -398,12 +391,7 @@ mod tests {
                 }
                 let rows = summarize(&figs);
                 let names: Vec<&str> = rows.iter().map(|r| r.name).collect();
-                let want: Vec<&str> = if fuse_o {
-                    vec!["QKV", "ATTN", "GATE_UP", "DOWN", "LM", "SAMPLER", "STEP"]
-                } else {
-                    vec!["QKV", "ATTN", "O", "GATE_UP", "DOWN", "LM", "SAMPLER", "STEP"]
-                };
-                assert_eq!(names, want);
+                assert_eq!(names, vec!["QKV", "ATTN", "O", "GATE_UP", "DOWN", "LM", "SAMPLER", "STEP"]);
                 let qkv = &rows[0];
                 // Layer 0's QKV waits for the previous step's LM head, which is not traced.
                 assert_eq!(qkv.instances, 23);
@@ -416,7 +404,7 @@ mod tests {
 
     #[test]
     fn the_step_figures_add_up_to_the_token() {
-        let (raw, _) = synthetic(6, 8, false, 700.0, 1);
+        let (raw, _) = synthetic(6, 8, 700.0, 1);
         let st = step_figures(&raw).expect("step figures");
         // The chain is contiguous in the synthetic step: the parts sum to the whole path.
         let parts = st.layer_mean * 6.0 + st.tail;
@@ -428,7 +416,7 @@ mod tests {
         assert!(step_line(&[st.clone(), st]).contains("token critical path"));
         // A kernel whose layer-0 q/k/v does not wait (no wake stamps): the path starts at
         // layer 0's first arrival and layer 0 leaves the mean.
-        let (mut raw, _) = synthetic(6, 8, false, 700.0, 1);
+        let (mut raw, _) = synthetic(6, 8, 700.0, 1);
         let events = events_for(6);
         for b in 0..8 {
             for k in [WAIT_START, WAIT_END] {
@@ -445,7 +433,7 @@ mod tests {
 
     #[test]
     fn an_empty_or_misshapen_trace_is_an_error() {
-        let raw = RawTrace { blocks: 2, layers: 1, fuse_o: false, step: 0, words: vec![0; 2 * events_for(1) * WORDS_PER_EVENT] };
+        let raw = RawTrace { blocks: 2, layers: 1, step: 0, words: vec![0; 2 * events_for(1) * WORDS_PER_EVENT] };
         assert!(event_figures(&raw).unwrap_err().contains("no stamps"));
         let short = RawTrace { words: vec![1; 5], ..raw };
         assert!(calibrate(&short).unwrap_err().contains("expected"));
@@ -453,7 +441,7 @@ mod tests {
 
     #[test]
     fn producers_follow_the_kernel_dependencies() {
-        let raw = RawTrace { blocks: 1, layers: 2, fuse_o: false, step: 0, words: Vec::new() };
+        let raw = RawTrace { blocks: 1, layers: 2, step: 0, words: Vec::new() };
         let ev = |l: usize, p: &str| l * PHASES + LAYER_PHASES.iter().position(|&n| n == p).expect("phase");
         assert_eq!(raw.producer(ev(0, "QKV")), None);
         assert_eq!(raw.producer(ev(1, "QKV")), Some(ev(0, "DOWN")));
@@ -461,7 +449,5 @@ mod tests {
         assert_eq!(raw.producer(10), Some(ev(1, "DOWN")), "LM waits for the last DOWN");
         assert_eq!(raw.producer(11), Some(10));
         assert_eq!(raw.producer(12), Some(11));
-        let fused = RawTrace { fuse_o: true, ..raw };
-        assert_eq!(fused.producer(ev(1, "GATE_UP")), Some(ev(1, "ATTN")));
     }
 }
