@@ -16,7 +16,8 @@ step "Kernel compile check (nvcc, sm_90a)"
 scripts/check-kernels.sh
 scripts/build-frontend.sh
 step "End-to-end tests (Playwright, headless Chromium)"
-cargo build -q -p peregrine-server --bin peregrine
+# The binary `cargo test --workspace` built (the same features: no second engine build).
+cargo build -q --workspace --bins
 export PEREGRINE_BIN="$CARGO_TARGET_DIR/debug/peregrine"
 # A free port, so a server left running elsewhere never blocks the suite.
 PEREGRINE_E2E_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 7's performance and transformers-parity figures in one device call, on the GPU
-# host (no Rust there): `peregrine bench --device cuda --shape … --baseline` on the four
+# host (no Rust there): `peregrine-bench --device cuda --shape … --baseline` on the four
 # benchmark shapes, then scripts/gpu/transformers_check.py. Build here first
 # (scripts/gpu/build_bench.sh: .carry/peregrine, .carry/hf_score, .carry/cubins) and
 # carry those paths. Every step runs under `timeout -s KILL`; logs go to $OUT.
@@ -13,7 +13,7 @@ for f in .carry/peregrine .carry/hf_score; do [ -x "$f" ] || { echo "missing $f:
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
 python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' | tee -a "$out/gpu.txt"
 echo "== peregrine bench --device cuda --shape $shapes --baseline"
-timeout -s KILL "${BENCH_TIMEOUT:-300}" .carry/peregrine bench --device cuda --shape "$shapes" --baseline > "$out/bench.log" 2>&1
+timeout -s KILL "${BENCH_TIMEOUT:-300}" .carry/peregrine-bench --device cuda --shape "$shapes" --baseline > "$out/bench.log" 2>&1
 bench_rc=$?
 grep -vE "^\s*\[torch\].*Writing" "$out/bench.log"
 echo "bench exit: $bench_rc"

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/env.sh
-cargo build --release -p peregrine-engine --example gpu_check
+cargo build --release -p peregrine-server --bin peregrine -p peregrine-bench --bin peregrine-bench --example gpu_check
 mkdir -p .carry/cubins
 cp "$CARGO_TARGET_DIR/release/examples/gpu_check" .carry/
 nvrtc_dir=""

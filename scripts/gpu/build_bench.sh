@@ -6,8 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/env.sh
 cargo build --release -p peregrine-server --bin peregrine
-cargo build --release -p peregrine-engine --example hf_score
+cargo build --release -p peregrine-server --bin peregrine -p peregrine-bench --bin peregrine-bench --example hf_score
 mkdir -p .carry
-cp "$CARGO_TARGET_DIR/release/peregrine" "$CARGO_TARGET_DIR/release/examples/hf_score" .carry/
+cp "$CARGO_TARGET_DIR/release/peregrine" "$CARGO_TARGET_DIR/release/peregrine-bench" "$CARGO_TARGET_DIR/release/examples/hf_score" .carry/
 # gpu_check precompile fills .carry/cubins (the default variant is enough here).
 bash scripts/gpu/build.sh --variants v3

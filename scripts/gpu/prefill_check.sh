@@ -18,7 +18,7 @@ sed -n '/==== summary ====/,$p' "$out/prefill.log"; grep -E "^error|panicked" "$
 san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 step "compute-sanitizer memcheck (tiny shape, 40-token prompt, 16-row chunks)" "${SAN_TIMEOUT:-90}" "$san" --tool memcheck --error-exitcode 9 "$C/gpu_check" sanitize > "$out/sanitize.log" 2>&1
 grep -E "ERROR SUMMARY|sanitize run|Invalid" "$out/sanitize.log" | head -5
-step "peregrine bench (TTFT 512 batched and token by token)" "${BENCH_TIMEOUT:-200}" "$C/peregrine" bench --device cuda --shape "${SHAPES:-smollm2-135m,llama-3.2-1b,qwen2.5-coder-1.5b,smollm2-1.7b}" > "$out/bench.log" 2>&1
+step "peregrine bench (TTFT 512 batched and token by token)" "${BENCH_TIMEOUT:-200}" "$C/peregrine-bench" --device cuda --shape "${SHAPES:-smollm2-135m,llama-3.2-1b,qwen2.5-coder-1.5b,smollm2-1.7b}" > "$out/bench.log" 2>&1
 grep -vE "Writing" "$out/bench.log" | cut -c1-900
 step "gpu_check correctness --quick" "${CHECK_TIMEOUT:-120}" "$C/gpu_check" correctness --quick > "$out/check.log" 2>&1
 sed -n '/==== summary ====/,$p' "$out/check.log" | grep -E "FAIL|checks failed"

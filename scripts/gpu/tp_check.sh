@@ -2,7 +2,7 @@
 # Issue 8 (tensor parallelism) in one device call on the 2-GPU host (no Rust there):
 # `gpu_check tp` (TP=2 vs one GPU: scored logits, greedy, seeded sampling with top
 # log-probs, stop token, cancellation, chaos race check on each rank), then
-# `peregrine bench --tp 1,2`, then transformers_check.py --tp 1,2 (TP=1 and TP=2 vs
+# `peregrine-bench --tp 1,2`, then transformers_check.py --tp 1,2 (TP=1 and TP=2 vs
 # transformers float32 / bf16). Build here first (BIN holds peregrine, gpu_check and
 # hf_score; scripts/gpu/build_tp.sh fills .carry/tp). Every step runs under
 # `timeout -s KILL`; logs go to $OUT.
@@ -12,13 +12,12 @@
 # there (`tp_check` only: a share of the SMs each, for the exchange logic, not speed).
 #   env: BIN (default .carry/tp), SHAPES (bench), CHECK_SHAPES (gpu_check / transformers),
 #        RACE_TOKENS (default 2000), RUNS (default 5), STEPS (default: tp_check bench transformers),
-#        PREV_KERNEL (default v7, the last TP kernel that differs) for the `bench_prev` step (`peregrine bench --tp 2` with
-#        PEREGRINE_KERNEL=$PREV_KERNEL), TRACE_SHAPES / TRACE_VARIANTS (default v10,v10+tp-evict,v10+tp-waves: under TP v8, v9 and v10 are one kernel) for the
+#        TRACE_SHAPES / TRACE_VARIANTS (default default,default+tp-evict,default+tp-waves) for the
 #        `trace` step (`gpu_check trace --tp 2`, rank 0's phase spans and per-layer sum);
 #        build_tp.sh's VARIANTS must hold those kernels and their `+trace` twins
-#        (e.g. VARIANTS=v10+tp-evict,v10+trace,v10+tp-evict+trace). `variants`: `gpu_check bench --tp 2` of
-#        BENCH_VARIANTS (default v10,v10+tp-evict,v10+tp-waves,v10+tp-evict+tp-waves,v10+threads448,v10+threads384) on VARIANT_SHAPES (default qwen2.5-coder-1.5b), every
-#        variant's tokens checked against the first's. CHECK_KERNEL (default v10, the
+#        (e.g. VARIANTS=default+tp-evict,default+trace,default+tp-evict+trace). `variants`: `gpu_check bench --tp 2` of
+#        BENCH_VARIANTS (default default,default+tp-evict,default+tp-waves,default+tp-evict+tp-waves,default+threads448,default+threads384) on VARIANT_SHAPES (default qwen2.5-coder-1.5b), every
+#        variant's tokens checked against the first's. CHECK_KERNEL (default default, the
 #        default kernel): the kernel `tp_check` checks (a variant's race check).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -45,12 +44,11 @@ step() { # name timeout cmd...: runs one step, keeps its log, prints its tail
 quick=(); [ "${RACE_TOKENS:-2000}" -lt 1000 ] && quick=(--quick)
 for s in $steps; do
   case $s in
-    tp_check) step tp_check "${TP_CHECK_TIMEOUT:-200}" "$bin/gpu_check" tp --shapes "$check_shapes" --kernel "${CHECK_KERNEL:-v10}" "${quick[@]}" ;;
+    tp_check) step tp_check "${TP_CHECK_TIMEOUT:-200}" "$bin/gpu_check" tp --shapes "$check_shapes" --kernel "${CHECK_KERNEL:-default}" "${quick[@]}" ;;
     # Standard TP at 1 and 2; dtp-2b also as DTP at 2 (its preset, checked against the DTP CPU reference).
-    bench) step bench "${BENCH_TIMEOUT:-300}" "$bin/peregrine" bench --device cuda --shape "$shapes" --tp 1,2 --runs "${RUNS:-5}" ;;
-    bench_prev) PEREGRINE_KERNEL=${PREV_KERNEL:-v7} step bench_prev "${BENCH_TIMEOUT:-300}" "$bin/peregrine" bench --device cuda --shape "$shapes" --tp 2 --runs "${RUNS:-5}" ;;
-    trace) step trace "${TRACE_TIMEOUT:-150}" "$bin/gpu_check" trace --tp 2 --shapes "${TRACE_SHAPES:-qwen2.5-coder-1.5b}" --variants "${TRACE_VARIANTS:-v10,v10+tp-evict,v10+tp-waves}" --runs 3 ;;
-    variants) step variants "${BENCH_TIMEOUT:-300}" "$bin/gpu_check" bench --tp 2 --shapes "${VARIANT_SHAPES:-qwen2.5-coder-1.5b}" --variants "${BENCH_VARIANTS:-v10,v10+tp-evict,v10+tp-waves,v10+tp-evict+tp-waves,v10+threads448,v10+threads384}" --runs "${RUNS:-5}" ;;
+    bench) step bench "${BENCH_TIMEOUT:-300}" "$bin/peregrine-bench" --device cuda --shape "$shapes" --tp 1,2 --runs "${RUNS:-5}" ;;
+    trace) step trace "${TRACE_TIMEOUT:-150}" "$bin/gpu_check" trace --tp 2 --shapes "${TRACE_SHAPES:-qwen2.5-coder-1.5b}" --variants "${TRACE_VARIANTS:-default,default+tp-evict,default+tp-waves}" --runs 3 ;;
+    variants) step variants "${BENCH_TIMEOUT:-300}" "$bin/gpu_check" bench --tp 2 --shapes "${VARIANT_SHAPES:-qwen2.5-coder-1.5b}" --variants "${BENCH_VARIANTS:-default,default+tp-evict,default+tp-waves,default+tp-evict+tp-waves,default+threads448,default+threads384}" --runs "${RUNS:-5}" ;;
     transformers) step transformers "${CHECK_TIMEOUT:-180}" python3 "$here/transformers_check.py" --bin "$bin/hf_score" --shapes "$check_shapes" --tp 1,2 --out "$out" ;;
     *) echo "unknown step $s"; rc=1 ;;
   esac

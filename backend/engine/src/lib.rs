@@ -1,25 +1,48 @@
 //! Peregrine's engine: model loading, tokenizer, chat templates, sampling and the
 //! runtimes (CPU, CUDA) behind one streaming API.
+//!
+//! The public surface is what a server needs: load a model ([`load_model`]), build a
+//! generator for the device the [`EngineOptions`] name ([`build_generator`]), run it on
+//! its own thread ([`EngineHandle`]) and stream a [`Request`]'s [`Event`]s. Everything
+//! else is crate-internal; the `lab` feature (the measuring apparatus in
+//! backend/bench and the integration tests) makes the internal modules public. A
+//! build without it (the `peregrine` binary) sees the facade alone.
 
-pub mod config;
-pub mod cpu;
-pub mod cuda;
-pub mod dtp;
-pub mod error;
-pub mod generator;
-pub mod gguf;
-pub mod handle;
-pub mod hf;
-pub mod model;
-pub mod request;
-pub mod rng;
-pub mod runtime;
-pub mod sampling;
-pub mod stop;
-pub mod synthetic;
-pub mod template;
-pub mod tensor;
-pub mod tokenizer;
-pub mod weights;
+// Without `lab`, code only the apparatus and tests reach looks dead to the compiler.
+#![cfg_attr(not(feature = "lab"), allow(dead_code, unused_imports))]
+
+/// Declares internal modules: crate-private, public under the `lab` feature.
+macro_rules! internal_modules {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        $(
+            $(#[$doc])*
+            #[cfg(feature = "lab")]
+            pub mod $name;
+            $(#[$doc])*
+            #[cfg(not(feature = "lab"))]
+            pub(crate) mod $name;
+        )*
+    };
+}
+
+internal_modules!(
+    config, cpu, cuda, dtp, generator, gguf, handle, hf, model, options, request, rng, runtime, sampling, stop, synthetic, template,
+    tensor, tokenizer, weights,
+);
+mod error;
 
 pub use error::{Error, Result};
+pub use generator::TextModel;
+pub use handle::{CancelHandle, EngineHandle, EngineInfo, Rejected, Submission, DEFAULT_MAX_QUEUE};
+pub use model::{build_generator, load_model, parse_gpus, resolve_model_path, ModelFiles, DEFAULT_MODEL_FILE};
+pub use options::{
+    CpuOptions, CpuRuntimeKind, CudaOptions, CudaPaths, Device, Diagnostics, EngineOptions, PrefillMode, ThreadsPolicy,
+};
+pub use request::{ErrorCode, Event, Prompt, PromptToken, Request, DEFAULT_MAX_TOKENS, STATS_INTERVAL_MS};
+pub use sampling::{Sampled, SamplingParams, TokenLogprob, MAX_TOP_LOGPROBS};
+pub use template::ChatMessage;
+
+/// CPU instruction-set caps the CLI accepts (`--cpu-isa`).
+pub use cpu::isa::Isa;
+/// Activation precision of the fast CPU runtime (`--cpu-act-bits`).
+pub use cpu::act_quant::ActPrecision;

@@ -4,36 +4,16 @@
 use std::path::{Path, PathBuf};
 
 use crate::config::ModelConfig;
-use crate::cpu::{build_cpu_runtime, CpuRuntimeKind};
+use crate::cpu::build_cpu_runtime;
 use crate::error::{Error, Result};
 use crate::generator::Generator;
+use crate::options::{Device, EngineOptions};
 use crate::template::ChatTemplate;
 use crate::tokenizer::Tokenizer;
 use crate::weights::Weights;
 
 /// File name of the default model inside the model cache.
 pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-
-/// Where a runtime should run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Device {
-    /// CUDA when a device is present, else the CPU.
-    Auto,
-    Cpu,
-    Cuda,
-}
-
-impl std::str::FromStr for Device {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Device> {
-        match s {
-            "auto" => Ok(Device::Auto),
-            "cpu" => Ok(Device::Cpu),
-            "cuda" | "gpu" => Ok(Device::Cuda),
-            other => Err(Error::InvalidRequest(format!("unknown device `{other}` (expected auto, cpu or cuda)"))),
-        }
-    }
-}
 
 /// Everything read from a model's files.
 pub struct ModelFiles {
@@ -44,20 +24,14 @@ pub struct ModelFiles {
     pub template: Option<ChatTemplate>,
 }
 
-/// The model path to use: `--model` > `$PEREGRINE_MODEL` > the cached default.
-pub fn resolve_model_path(explicit: Option<&Path>) -> Result<PathBuf> {
+/// The model path to use: `explicit` (the CLI's `--model` / `$PEREGRINE_MODEL`), else
+/// the default model in `models_dir` (the CLI's cache folder), which must exist.
+pub fn resolve_model_path(explicit: Option<&Path>, models_dir: Option<&Path>) -> Result<PathBuf> {
     if let Some(p) = explicit {
         return Ok(p.to_path_buf());
     }
-    if let Some(p) = std::env::var_os("PEREGRINE_MODEL").filter(|p| !p.is_empty()) {
-        return Ok(PathBuf::from(p));
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .ok_or_else(|| Error::InvalidRequest("neither XDG_CACHE_HOME nor HOME is set; pass --model".into()))?;
-    let path = cache.join("peregrine/models").join(DEFAULT_MODEL_FILE);
+    let dir = models_dir.ok_or_else(|| Error::InvalidRequest("no model given and no cache folder known; pass --model".into()))?;
+    let path = dir.join(DEFAULT_MODEL_FILE);
     if !path.exists() {
         return Err(Error::InvalidRequest(format!(
             "no model given and the default model is missing at {}; run scripts/fetch-model.sh or pass --model",
@@ -115,42 +89,40 @@ pub fn parse_gpus(tp: usize, gpus: Option<&str>) -> Result<Vec<usize>> {
     Ok(ids)
 }
 
-/// Builds the generator for `device` from loaded files (CUDA: the first GPU).
-pub fn build_generator(files: ModelFiles, device: Device) -> Result<Generator> {
-    build_generator_on(files, device, &[0])
-}
-
-/// [`build_generator`] with the CUDA devices to use (several: tensor parallelism).
-pub fn build_generator_on(files: ModelFiles, device: Device, gpus: &[usize]) -> Result<Generator> {
-    if gpus.len() > 1 && device == Device::Cpu {
+/// Builds the generator `options` ask for from loaded files.
+pub fn build_generator(files: ModelFiles, options: &EngineOptions) -> Result<Generator> {
+    let gpus = &options.gpus;
+    if gpus.len() > 1 && options.device == Device::Cpu {
         return Err(Error::InvalidRequest("--tp above 1 needs --device cuda (or auto with GPUs)".into()));
     }
-    let runtime: Box<dyn crate::runtime::Runtime> = match device {
-        Device::Cuda => Box::new(cuda_runtime(&files, gpus)?),
-        Device::Cpu => build_cpu_runtime(CpuRuntimeKind::from_env()?, &files.config, &files.weights)?,
+    let runtime: Box<dyn crate::runtime::Runtime> = match options.device {
+        Device::Cuda => Box::new(cuda_runtime(&files, options)?),
+        Device::Cpu => build_cpu_runtime(&options.cpu, &files.config, &files.weights)?,
         // No device ⇒ CPU, said in the log. A device that is present but fails is an
         // error, never a silent fall-back that would hide a broken GPU path.
         Device::Auto => match crate::cuda::devices() {
-            Ok(_) => Box::new(cuda_runtime(&files, gpus)?),
+            Ok(_) => Box::new(cuda_runtime(&files, options)?),
             Err(why) if gpus.len() > 1 => return Err(Error::Cuda(format!("--tp {} needs CUDA devices: {why}", gpus.len()))),
             Err(why) => {
                 eprintln!("no CUDA device ({why}), using CPU");
-                build_cpu_runtime(CpuRuntimeKind::from_env()?, &files.config, &files.weights)?
+                build_cpu_runtime(&options.cpu, &files.config, &files.weights)?
             }
         },
     };
     Ok(Generator { runtime, tokenizer: Some(files.tokenizer), template: files.template })
 }
 
-/// The persistent-kernel runtime on `gpus` (tensor parallel when several; DTP when the
-/// model declares it), announced in the log.
-fn cuda_runtime(files: &ModelFiles, gpus: &[usize]) -> Result<crate::cuda::CudaRuntime> {
+/// The persistent-kernel runtime on `options.gpus` (tensor parallel when several; DTP
+/// when the model declares it), announced in the log.
+fn cuda_runtime(files: &ModelFiles, options: &EngineOptions) -> Result<crate::cuda::CudaRuntime> {
     let dtp = match crate::dtp::read_model_dtp(&files.path)? {
-        Some(d) => Some(crate::dtp::DtpSchedule::new(&d, &files.config, gpus.len())?),
+        Some(d) => Some(crate::dtp::DtpSchedule::new(&d, &files.config, options.gpus.len())?),
         None => None,
     };
-    let mut runtime = crate::cuda::CudaRuntime::with_dtp(&files.config, &files.weights, gpus, Default::default(), dtp)?;
-    let threads = crate::cuda::tune::choose_threads(&mut runtime, &mut |line| eprintln!("{line}"))?;
+    let (runtime, threads) = crate::cuda::tune::build_tuned(&files.config, &files.weights, &options.gpus, &options.cuda, dtp, &mut |line| {
+        eprintln!("{line}")
+    })?;
+    let mut runtime = runtime;
     eprintln!("using CUDA: {}; {}", runtime.describe(), threads.describe());
     // Without the batched prefill (DTP) prompts run token by token (no cuBLAS): one short run is enough.
     let lengths = if runtime.batched_prefill() { warm_up_lengths(files.config.max_context) } else { vec![2] };

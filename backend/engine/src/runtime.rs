@@ -93,12 +93,21 @@ pub trait Runtime: Send {
     fn score(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>>;
 }
 
+/// The architecture this binary was built for (when /proc/cpuinfo names no model).
+const TARGET_ARCH: &str = if cfg!(target_arch = "x86_64") {
+    "x86_64"
+} else if cfg!(target_arch = "aarch64") {
+    "aarch64"
+} else {
+    "unknown architecture"
+};
+
 /// Name of this machine's CPU, from /proc/cpuinfo when readable.
 pub fn cpu_name() -> String {
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|m| m.trim().to_string()))
-        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+        .unwrap_or_else(|| TARGET_ARCH.to_string());
     format!("{model} ({threads} threads)")
 }

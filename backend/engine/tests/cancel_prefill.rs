@@ -65,7 +65,7 @@ fn tiny() -> (peregrine_engine::config::ModelConfig, peregrine_engine::weights::
 fn fast_runtime_asks_before_every_prefill_chunk_and_stops_there() {
     let (config, weights) = tiny();
     let batch = 16;
-    let options = FastOptions { threads: 1, isa: Isa::detect(), prefill_batch: batch, act_precision: ActPrecision::Int16 };
+    let options = FastOptions { threads: 1, isa: Isa::detect(None), prefill_batch: batch, act_precision: ActPrecision::Int16 };
     let mut rt = FastRuntime::new(&config, &weights, options).unwrap();
     let p = prompt(100, config.vocab_size);
     let chunks = p.len().div_ceil(batch);
@@ -108,7 +108,7 @@ fn default_engine() -> (EngineHandle, usize) {
     let vocab = config.vocab_size;
     let engine = EngineHandle::start(
         move || {
-            let rt = FastRuntime::new(&config, &weights, FastOptions::from_env())?;
+            let rt = FastRuntime::new(&config, &weights, FastOptions::defaults())?;
             eprintln!("engine: {}", rt.backend().devices.join(", "));
             Ok(Generator { runtime: Box::new(rt), tokenizer: None, template: None })
         },

@@ -26,7 +26,7 @@ fn fast_runtime_matches_the_reference_and_llamacpp() {
     let fixture = forward_fixture();
     let (_, config, weights) = load_gguf(&default_model()).unwrap();
     let reference = ReferenceModel::new(&config, &weights).unwrap();
-    let mut fast = FastRuntime::new(&config, &weights, FastOptions::from_env()).unwrap();
+    let mut fast = FastRuntime::new(&config, &weights, FastOptions::defaults()).unwrap();
     eprintln!("fast runtime: {}", fast.backend().devices.join(", "));
     let (mut vs_ref, mut vs_llama, mut total) = (0usize, 0usize, 0usize);
     let (mut sum_d2, mut sum_r2, mut worst) = (0.0f64, 0.0f64, 0.0f64);

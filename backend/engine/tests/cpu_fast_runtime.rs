@@ -55,7 +55,7 @@ fn float_models_match_transformers() {
     for name in FIXTURES {
         let reference: Reference = serde_json::from_str(&std::fs::read_to_string(fixture(name).join("reference.json")).unwrap()).unwrap();
         let expected = read_f32(&fixture(name).join("ref_logits.f32"));
-        let mut rt = runtime(name, 2, Isa::detect(), 5);
+        let mut rt = runtime(name, 2, Isa::detect(None), 5);
         let got: Vec<f32> = rt.score(&reference.prompt_ids).unwrap().concat();
         assert_eq!(got.len(), expected.len());
         let diff: f64 = got.iter().zip(&expected).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>().sqrt();
@@ -84,7 +84,7 @@ fn batch_size_threads_and_isa_change_nothing() {
 #[test]
 fn decoding_token_by_token_equals_scoring_the_sequence() {
     let name = "llama-gqa-untied";
-    let mut rt = runtime(name, 2, Isa::detect(), 16);
+    let mut rt = runtime(name, 2, Isa::detect(None), 16);
     let prompt = [3u32, 17, 42, 9];
     let ids = greedy(&mut rt, &prompt, 12);
     let mut all = prompt.to_vec();
@@ -99,7 +99,7 @@ fn decoding_token_by_token_equals_scoring_the_sequence() {
 
 #[test]
 fn bad_tokens_and_overlong_prompts_are_errors() {
-    let mut rt = runtime("qwen2-tied", 2, Isa::detect(), 8);
+    let mut rt = runtime("qwen2-tied", 2, Isa::detect(None), 8);
     assert!(rt.score(&[5, 100_000]).is_err());
     assert!(rt.score(&[]).is_err());
     let long = vec![1u32; rt.config().max_context + 1];
@@ -123,7 +123,7 @@ fn heads_that_do_not_align_with_row_groups_match_the_reference() {
         let mut rt = FastRuntime::new(
             &config,
             &weights,
-            FastOptions { threads, isa: Isa::detect(), prefill_batch: batch, act_precision: ActPrecision::Int16 },
+            FastOptions { threads, isa: Isa::detect(None), prefill_batch: batch, act_precision: ActPrecision::Int16 },
         )
         .unwrap();
         let got = rt.score(&tokens).unwrap();

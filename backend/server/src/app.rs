@@ -8,7 +8,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{header, HeaderValue, Method};
 use axum::routing::{any, get, post};
 use axum::Router;
-use peregrine_engine::handle::EngineHandle;
+use peregrine_engine::EngineHandle;
 use tower_http::compression::CompressionLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 

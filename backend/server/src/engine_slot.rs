@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, RwLock};
 
-use peregrine_engine::handle::EngineHandle;
+use peregrine_engine::EngineHandle;
 
 use crate::error::{Error, Result};
 

@@ -6,7 +6,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use peregrine_api::playground::ApiError;
-use peregrine_engine::request::ErrorCode;
+use peregrine_engine::ErrorCode;
 
 /// Errors the server reports to a user (start-up) or a client (requests).
 #[derive(Debug, thiserror::Error)]

@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use peregrine_api::timing::TokenClock;
 use peregrine_api::{FinishReason, Timings, Usage};
-use peregrine_engine::handle::{CancelHandle, EngineHandle, Rejected};
-use peregrine_engine::request::{ErrorCode, Event, Request};
+use peregrine_engine::{CancelHandle, EngineHandle, Rejected};
+use peregrine_engine::{ErrorCode, Event, Request};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::sleep_until;
 

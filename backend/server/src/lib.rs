@@ -2,11 +2,10 @@
 //! API, OpenAI-compatible API, shares, metrics) and the request queue glue.
 
 pub mod app;
-pub mod bench;
-pub mod bench_cuda;
 pub mod cli;
 pub mod client_limit;
 pub mod config;
+pub mod engine_args;
 pub mod engine_slot;
 pub mod engine_start;
 pub mod error;

@@ -15,7 +15,6 @@ async fn main() -> std::process::ExitCode {
             peregrine_server::serve::run(args).await
         }
         Command::Generate(args) => peregrine_server::generate::run(args).await,
-        Command::Bench(args) => peregrine_server::bench::run(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,7 +1,7 @@
 //! Prompts are tokenized (and chat-templated) by the handler, before queueing, so
 //! an empty or over-long prompt is a 400 at once and never waits in the queue.
 
-use peregrine_engine::request::Prompt;
+use peregrine_engine::Prompt;
 
 use crate::engine_slot::LoadedEngine;
 use crate::error::{Error, Result};

@@ -22,11 +22,12 @@ pub const HI_SCALE: i32 = 128;
 pub const HI_SHIFT: u32 = 7;
 
 /// How finely activations are quantized.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ActPrecision {
     /// One byte per element (llama.cpp's choice).
     Int8,
     /// A 15-bit code in two byte planes (the default: float32 fidelity).
+    #[default]
     Int16,
 }
 

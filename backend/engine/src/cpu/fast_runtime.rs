@@ -20,10 +20,6 @@ use crate::weights::Weights;
 /// Prompt tokens per forward call: large enough that each unpacked weight tile
 /// feeds many tokens, small enough that activations stay in L2.
 pub const DEFAULT_PREFILL_BATCH: usize = 256;
-/// Environment variable with the thread count (default: all available cores).
-pub const THREADS_ENV: &str = "PEREGRINE_CPU_THREADS";
-/// Environment variable with the activation precision: `16` (default) or `8`.
-pub const ACT_BITS_ENV: &str = "PEREGRINE_CPU_ACT_BITS";
 
 /// How to build a [`FastRuntime`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,17 +34,17 @@ pub struct FastOptions {
 }
 
 impl FastOptions {
-    /// All cores (or `PEREGRINE_CPU_THREADS`), the best instruction set (or
-    /// `PEREGRINE_CPU_ISA`), the default batch, 16-bit activations (or
-    /// `PEREGRINE_CPU_ACT_BITS=8`).
-    pub fn from_env() -> FastOptions {
+    /// The engine's CPU options made concrete: every core unless capped, the best
+    /// instruction set up to the cap, the default batch.
+    pub fn from_options(cpu: &crate::options::CpuOptions) -> FastOptions {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let threads = std::env::var(THREADS_ENV).ok().and_then(|v| v.trim().parse().ok()).filter(|&n: &usize| n > 0).unwrap_or(cores);
-        let act_precision = match std::env::var(ACT_BITS_ENV).ok().as_deref().map(str::trim) {
-            Some("8") => ActPrecision::Int8,
-            _ => ActPrecision::Int16,
-        };
-        FastOptions { threads, isa: Isa::detect(), prefill_batch: DEFAULT_PREFILL_BATCH, act_precision }
+        let threads = cpu.threads.filter(|&n| n > 0).unwrap_or(cores);
+        FastOptions { threads, isa: Isa::detect(cpu.isa_cap), prefill_batch: DEFAULT_PREFILL_BATCH, act_precision: cpu.act_precision }
+    }
+
+    /// [`Self::from_options`] of the default CPU options.
+    pub fn defaults() -> FastOptions {
+        Self::from_options(&crate::options::CpuOptions::default())
     }
 }
 

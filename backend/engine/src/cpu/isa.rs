@@ -2,9 +2,6 @@
 //! (`is_x86_feature_detected!`), with `PEREGRINE_CPU_ISA` to force a lower one
 //! for bisecting or benchmarking (as ggml's `GGML_NATIVE=OFF` builds do at compile time).
 
-/// Environment variable that caps the instruction set: `portable`, `avx2` or `avx512`.
-pub const ISA_ENV: &str = "PEREGRINE_CPU_ISA";
-
 /// A kernel family. Every family computes bit-identical results (same integer dot
 /// products, same float operation order), so the choice changes speed only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -21,13 +18,10 @@ impl Isa {
     /// Every family, slowest first.
     pub const ALL: [Isa; 3] = [Isa::Portable, Isa::Avx2, Isa::Avx512Vnni];
 
-    /// The best family this CPU runs, capped by `PEREGRINE_CPU_ISA` when set.
-    pub fn detect() -> Isa {
+    /// The best family this CPU runs, at most `cap`.
+    pub fn detect(cap: Option<Isa>) -> Isa {
         let best = Isa::ALL.into_iter().filter(|i| i.is_supported()).max().unwrap_or(Isa::Portable);
-        match std::env::var(ISA_ENV).ok().as_deref().and_then(Isa::from_name) {
-            Some(cap) => best.min(cap),
-            None => best,
-        }
+        cap.map_or(best, |c| best.min(c))
     }
 
     /// Every family this CPU runs (tests compare them all against `Portable`).

@@ -3,14 +3,12 @@
 //! pass (tests, fidelity anchor). `select` picks one.
 
 pub mod act_quant;
-pub mod bench;
 pub mod fast_model;
 pub mod fast_runtime;
 pub mod forward;
 pub mod isa;
 pub mod kernels;
 pub mod kv_cache;
-pub mod llamacpp;
 pub mod packed;
 pub mod pool;
 pub mod reference;
@@ -22,4 +20,4 @@ pub mod source_blocks;
 pub mod vecops;
 pub mod workspace;
 
-pub use select::{build_cpu_runtime, CpuRuntimeKind};
+pub use select::build_cpu_runtime;

@@ -12,55 +12,14 @@ use cudarc::driver::CudaStream;
 use crate::cuda::nvrtc::find_lib;
 use crate::error::{Error, Result};
 
-/// Environment variable naming a folder that holds libcublas and libcublasLt (checked first).
-pub const CUBLAS_DIR_ENV: &str = "PEREGRINE_CUBLAS_DIR";
-/// Toolkit folders searched after `PEREGRINE_CUBLAS_DIR`, `$CUDA_HOME` and `$CUDA_PATH`.
-const DEFAULT_CUBLAS_DIRS: &[&str] = &["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib", "/usr/lib/x86_64-linux-gnu"];
-/// Python library roots whose `python3*/{site,dist}-packages/nvidia/{cu13,cublas}/lib`
-/// hold the wheel's copy (PyTorch's CUDA 13 and CUDA 12 layouts).
-const PYTHON_ROOTS: &[&str] = &["/usr/local/lib", "/usr/lib", "/opt/conda/lib"];
-
-/// Folders that may hold libcublas, in search order.
-fn cublas_dirs() -> Vec<PathBuf> {
-    let mut dirs = Vec::new();
-    if let Some(d) = std::env::var_os(CUBLAS_DIR_ENV) {
-        dirs.push(PathBuf::from(d));
-    }
-    for var in ["CUDA_HOME", "CUDA_PATH"] {
-        if let Some(d) = std::env::var_os(var) {
-            dirs.push(PathBuf::from(d).join("lib64"));
-        }
-    }
-    dirs.extend(DEFAULT_CUBLAS_DIRS.iter().map(PathBuf::from));
-    let mut roots: Vec<PathBuf> = PYTHON_ROOTS.iter().map(PathBuf::from).collect();
-    if let Some(home) = std::env::var_os("HOME") {
-        roots.push(PathBuf::from(home).join(".local/lib"));
-    }
-    for root in roots {
-        let Ok(entries) = std::fs::read_dir(&root) else { continue };
-        let mut pythons: Vec<PathBuf> = entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("python3")))
-            .collect();
-        pythons.sort();
-        for py in pythons {
-            for pkgs in ["site-packages", "dist-packages"] {
-                for sub in ["nvidia/cu13/lib", "nvidia/cublas/lib"] {
-                    dirs.push(py.join(pkgs).join(sub));
-                }
-            }
-        }
-    }
-    dirs
-}
-
-/// Loads libcublasLt then libcublas by absolute path, process-wide. Idempotent.
-/// Returns the folder they came from.
-pub fn preload() -> Result<PathBuf> {
+/// Loads libcublasLt then libcublas by absolute path from the first of `dirs` that
+/// holds both, process-wide. Idempotent: the first call's search decides for the
+/// process. Returns the folder they came from.
+pub fn preload(dirs: &[PathBuf]) -> Result<PathBuf> {
     static LOADED: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
     let loaded = LOADED.get_or_init(|| {
-        for dir in cublas_dirs() {
-            let (Some(lt), Some(blas)) = (find_lib(&dir, "libcublasLt.so"), find_lib(&dir, "libcublas.so")) else {
+        for dir in dirs {
+            let (Some(lt), Some(blas)) = (find_lib(dir, "libcublasLt.so"), find_lib(dir, "libcublas.so")) else {
                 continue;
             };
             for lib in [&lt, &blas] {
@@ -72,16 +31,13 @@ pub fn preload() -> Result<PathBuf> {
                     Err(e) => return Err(format!("cannot load {}: {e}", lib.display())),
                 }
             }
-            return Ok(dir);
+            return Ok(dir.clone());
         }
         // SAFETY: cudarc only probes for the library by name here.
         if unsafe { sys::is_culib_present() } {
             return Ok(PathBuf::from("<ld.so search path>"));
         }
-        Err(format!(
-            "libcublas not found (searched {:?}; set {CUBLAS_DIR_ENV}, or PEREGRINE_PREFILL=tokens to run prompts without cuBLAS)",
-            cublas_dirs()
-        ))
+        Err(format!("libcublas not found (searched {dirs:?}; pass --cublas-dir, or --prefill tokens to run prompts without cuBLAS)"))
     });
     loaded.clone().map_err(Error::Cuda)
 }
@@ -92,9 +48,8 @@ pub struct Blas {
 }
 
 impl Blas {
-    /// Loads cuBLAS and creates a handle on `stream`.
+    /// Creates a handle on `stream` (cuBLAS loaded by [`preload`]).
     pub fn new(stream: Arc<CudaStream>) -> Result<Blas> {
-        preload()?;
         let blas = CudaBlas::new(stream).map_err(|e| Error::Cuda(format!("cublasCreate: {e:?}")))?;
         Ok(Blas { blas })
     }

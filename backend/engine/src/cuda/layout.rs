@@ -5,6 +5,8 @@
 
 use crate::config::{ModelConfig, RopeLayout};
 use crate::dtp::{Combine, DtpSchedule, ShardPlan};
+use crate::options::{CudaOptions, PrefillMode, ThreadsPolicy};
+pub use crate::options::Diagnostics;
 use crate::sampling::MAX_TOP_LOGPROBS;
 
 /// Declares an enum of consecutive slots plus their names, for `PG_<PREFIX>_<NAME>`.
@@ -177,19 +179,6 @@ pub const TRACE_AFTER_PROMPT: usize = 8;
 /// heads per rank (4.5 % of the blocks), a loss with 16 (12 %).
 pub const TP_OWN_MAX_HEADS: usize = 8;
 
-/// Checks that change how the kernel runs without changing what it computes.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Diagnostics {
-    /// Race hunting: random delays in the dependency waits of random blocks.
-    pub chaos: bool,
-    /// Tensor parallelism: the one rank whose kernel gets the chaos delays.
-    pub chaos_rank: u32,
-    /// Phase trace (PG_TRACE): global-timer and SM-clock stamps at every dependency wait
-    /// and arrival of one step ([`TRACE_AFTER_PROMPT`]), read back after the run
-    /// (`CudaRuntime::last_trace`).
-    pub trace: bool,
-}
-
 /// How the persistent kernel is built and run: its block size, its buffers, the two
 /// tensor-parallel schedules not yet measured on two GPUs, and the diagnostics.
 #[derive(Debug, Clone, PartialEq)]
@@ -239,6 +228,24 @@ impl Default for KernelOptions {
 }
 
 impl KernelOptions {
+    /// The kernel the engine's CUDA options describe (a tuned thread count starts at
+    /// the default; tune.rs sets the measured one).
+    pub fn from_cuda(cuda: &CudaOptions) -> KernelOptions {
+        let defaults = KernelOptions::default();
+        KernelOptions {
+            threads: match cuda.threads {
+                ThreadsPolicy::Fixed(t) => t,
+                ThreadsPolicy::Tuned => DEFAULT_THREADS,
+            },
+            kv_positions: cuda.kv_positions.unwrap_or(defaults.kv_positions),
+            batched_prefill: cuda.prefill == PrefillMode::Batched,
+            tp_weights_evict_first: cuda.tp_weights_evict_first,
+            tp_down_waves: cuda.tp_down_waves,
+            diagnostics: cuda.diagnostics.clone(),
+            ..defaults
+        }
+    }
+
     /// The options of rank `rank`'s kernel in a run of degree `tp`: chaos delays only on
     /// `chaos_rank` under tensor parallelism (one rank's delays already reorder the exchange).
     pub fn for_rank(&self, rank: usize, tp: usize) -> KernelOptions {

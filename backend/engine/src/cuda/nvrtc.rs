@@ -18,6 +18,12 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("common.cuh", include_str!("../../../../kernels/common.cuh")),
     ("shape.cuh", include_str!("../../../../kernels/shape.cuh")),
     ("sync.cuh", include_str!("../../../../kernels/sync.cuh")),
+    ("args.cuh", include_str!("../../../../kernels/args.cuh")),
+    ("schedule.cuh", include_str!("../../../../kernels/schedule.cuh")),
+    ("smem_plan.cuh", include_str!("../../../../kernels/smem_plan.cuh")),
+    ("phases/common.cuh", include_str!("../../../../kernels/phases/common.cuh")),
+    ("phases/attention.cuh", include_str!("../../../../kernels/phases/attention.cuh")),
+    ("phases/down.cuh", include_str!("../../../../kernels/phases/down.cuh")),
     ("ops/allreduce.cuh", include_str!("../../../../kernels/ops/allreduce.cuh")),
     ("ops/attend_own.cuh", include_str!("../../../../kernels/ops/attend_own.cuh")),
     ("ops/attention.cuh", include_str!("../../../../kernels/ops/attention.cuh")),
@@ -39,28 +45,6 @@ pub const MAIN_SOURCE: &str = "decode.cu";
 pub const PREFILL_SOURCE: &str = "prefill.cu";
 /// The kernel's entry point.
 pub const KERNEL_NAME: &str = "pg_decode";
-/// Environment variable naming a folder that holds libnvrtc (checked first).
-pub const NVRTC_DIR_ENV: &str = "PEREGRINE_NVRTC_DIR";
-/// Environment variable overriding the cubin cache folder.
-pub const CUBIN_CACHE_ENV: &str = "PEREGRINE_CUBIN_CACHE";
-/// Folders searched for libnvrtc after `PEREGRINE_NVRTC_DIR`, `$CUDA_HOME` and `$CUDA_PATH`.
-const DEFAULT_NVRTC_DIRS: &[&str] = &["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib", "/usr/lib/x86_64-linux-gnu"];
-
-/// Folders that may hold libnvrtc, in search order.
-fn nvrtc_dirs() -> Vec<PathBuf> {
-    let mut dirs = Vec::new();
-    if let Some(d) = std::env::var_os(NVRTC_DIR_ENV) {
-        dirs.push(PathBuf::from(d));
-    }
-    for var in ["CUDA_HOME", "CUDA_PATH"] {
-        if let Some(d) = std::env::var_os(var) {
-            dirs.push(PathBuf::from(d).join("lib64"));
-        }
-    }
-    dirs.extend(DEFAULT_NVRTC_DIRS.iter().map(PathBuf::from));
-    dirs
-}
-
 /// The first file in `dir` whose name starts with `prefix` and contains ".so".
 pub(crate) fn find_lib(dir: &Path, prefix: &str) -> Option<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -74,13 +58,14 @@ pub(crate) fn find_lib(dir: &Path, prefix: &str) -> Option<PathBuf> {
     found.into_iter().next()
 }
 
-/// Loads libnvrtc-builtins then libnvrtc by absolute path, process-wide, so cudarc's
-/// by-soname lookup finds them without `LD_LIBRARY_PATH`. Idempotent.
-pub fn preload() -> Result<()> {
+/// Loads libnvrtc-builtins then libnvrtc by absolute path from the first of `dirs`
+/// that holds both, process-wide, so cudarc's by-soname lookup finds them without
+/// `LD_LIBRARY_PATH`. Idempotent: the first call's search decides for the process.
+pub fn preload(dirs: &[PathBuf]) -> Result<()> {
     static LOADED: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
     let loaded = LOADED.get_or_init(|| {
-        for dir in nvrtc_dirs() {
-            let (Some(builtins), Some(nvrtc)) = (find_lib(&dir, "libnvrtc-builtins"), find_lib(&dir, "libnvrtc.so")) else {
+        for dir in dirs {
+            let (Some(builtins), Some(nvrtc)) = (find_lib(dir, "libnvrtc-builtins"), find_lib(dir, "libnvrtc.so")) else {
                 continue;
             };
             for lib in [&builtins, &nvrtc] {
@@ -92,14 +77,14 @@ pub fn preload() -> Result<()> {
                     Err(e) => return Err(format!("cannot load {}: {e}", lib.display())),
                 }
             }
-            return Ok(dir);
+            return Ok(dir.clone());
         }
         // Fall back to the dynamic linker's own search (LD_LIBRARY_PATH, ld.so.cache).
         // SAFETY: cudarc only probes for the library by name here.
         if unsafe { nvrtc_sys::is_culib_present() } {
             return Ok(PathBuf::from("<ld.so search path>"));
         }
-        Err(format!("libnvrtc not found (searched {:?}; set {NVRTC_DIR_ENV})", nvrtc_dirs()))
+        Err(format!("libnvrtc not found (searched {dirs:?}; pass --nvrtc-dir)"))
     });
     loaded.as_ref().map(|_| ()).map_err(|e| Error::Cuda(e.clone()))
 }
@@ -136,17 +121,6 @@ pub(crate) fn fnv1a(parts: &[&[u8]]) -> u64 {
     h
 }
 
-/// Where compiled cubins are kept.
-pub fn cache_dir() -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os(CUBIN_CACHE_ENV) {
-        return Some(PathBuf::from(d));
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("peregrine").join("cubins"))
-}
-
 /// NVRTC options for `arch` and `defines`.
 fn options(arch: &str, defines: &[(String, String)]) -> Vec<String> {
     let mut opts = vec![format!("--gpu-architecture={arch}"), "-std=c++17".to_string()];
@@ -154,14 +128,14 @@ fn options(arch: &str, defines: &[(String, String)]) -> Vec<String> {
     opts
 }
 
-/// The decode kernel's cubin for `arch` and `defines`, from the disk cache or freshly
-/// compiled. Returns the cubin and whether it came from the cache.
-pub fn cubin(arch: &str, defines: &[(String, String)]) -> Result<(Vec<u8>, bool)> {
-    cubin_of(MAIN_SOURCE, arch, defines)
+/// The decode kernel's cubin for `arch` and `defines`, from the disk cache in `cache`
+/// or freshly compiled (and kept there). Returns the cubin and whether it came from the cache.
+pub fn cubin(cache: Option<&Path>, arch: &str, defines: &[(String, String)]) -> Result<(Vec<u8>, bool)> {
+    cubin_of(MAIN_SOURCE, cache, arch, defines)
 }
 
 /// [`cubin`] of the translation unit `main` (one of [`KERNEL_SOURCES`]).
-pub fn cubin_of(main: &str, arch: &str, defines: &[(String, String)]) -> Result<(Vec<u8>, bool)> {
+pub fn cubin_of(main: &str, cache: Option<&Path>, arch: &str, defines: &[(String, String)]) -> Result<(Vec<u8>, bool)> {
     let opts = options(arch, defines);
     let mut parts: Vec<&[u8]> = vec![main.as_bytes()];
     for (name, src) in KERNEL_SOURCES {
@@ -172,7 +146,7 @@ pub fn cubin_of(main: &str, arch: &str, defines: &[(String, String)]) -> Result<
     parts.push(joined.as_bytes());
     let key = fnv1a(&parts);
     let stem = main.trim_end_matches(".cu");
-    let path = cache_dir().map(|d| d.join(format!("{stem}-{arch}-{key:016x}.cubin")));
+    let path = cache.map(|d| d.join(format!("{stem}-{arch}-{key:016x}.cubin")));
     if let Some(p) = &path {
         if let Ok(bytes) = std::fs::read(p) {
             if !bytes.is_empty() {
@@ -208,7 +182,7 @@ fn check(what: &str, r: nvrtc_sys::nvrtcResult) -> Result<()> {
 
 /// Compiles the embedded translation unit `main_name` with `opts` into a cubin.
 fn compile(main_name: &str, opts: &[String]) -> Result<Vec<u8>> {
-    preload()?;
+    preload(&[])?;
     let main = KERNEL_SOURCES
         .iter()
         .find(|(n, _)| *n == main_name)

@@ -17,6 +17,7 @@ use cudarc::driver::{sys, CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaS
 
 use crate::config::ModelConfig;
 use crate::cuda::cublas::{self, Blas};
+use crate::options::CudaPaths;
 use crate::cuda::layout::{self, KernelOptions, LayerSlot, PrefillShape, XMode, PREFILL_ATTN_THREADS, PREFILL_ROW_THREADS};
 use crate::cuda::nvrtc;
 use crate::cuda::run_stats::PrefillSplit;
@@ -119,14 +120,16 @@ impl Prefill {
         stream: &Arc<CudaStream>,
         config: &ModelConfig,
         options: &KernelOptions,
+        paths: &CudaPaths,
         arch: &str,
         kv_cap: usize,
         tp: Option<(usize, usize, Option<&DtpSchedule>)>,
     ) -> Result<Prefill> {
         let shape = layout::prefill_shape(config).map_err(|why| Error::Cuda(format!("batched prefill unsupported: {why}")))?;
-        let blas_dir = cublas::preload()?;
+        let blas_dir = cublas::preload(&paths.cublas_dirs)?;
         let blas = Blas::new(stream.clone())?;
-        let (cubin, from_cache) = nvrtc::cubin_of(nvrtc::PREFILL_SOURCE, arch, &layout::defines(config, options))?;
+        let cache = paths.cubin_cache.as_deref();
+        let (cubin, from_cache) = nvrtc::cubin_of(nvrtc::PREFILL_SOURCE, cache, arch, &layout::defines(config, options))?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(cuda_err("cuModuleLoadData (prefill)"))?;
         let load = |name: &str| module.load_function(name).map_err(cuda_err("cuModuleGetFunction (prefill)"));
         let c = config;

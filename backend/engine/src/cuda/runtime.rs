@@ -25,6 +25,7 @@ use crate::cuda::run_stats::PrefillSplit;
 use crate::cuda::trace::{RawTrace, WORDS_PER_EVENT};
 use crate::dtp::{DtpSchedule, ShardPlan};
 use crate::error::{Error, Result};
+use crate::options::{CudaOptions, CudaPaths};
 use crate::runtime::{BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
 use crate::sampling::{Sampled, TokenLogprob, MAX_TOP_LOGPROBS};
 use crate::tensor::Tensor;
@@ -33,10 +34,6 @@ use crate::weights::Weights;
 /// Bits the receive slots hold until a peer's value lands (kernels/sync.cuh's
 /// PEER_SENTINEL: a NaN no arithmetic produces).
 const PEER_SENTINEL: u32 = 0xffff_ffff;
-
-/// Test switch: lets tensor-parallel ranks share a GPU (each then gets a share of its
-/// SMs), so the exchange logic can be checked on a one-GPU machine. Not for speed.
-pub const SHARE_GPU_ENV: &str = "PEREGRINE_TP_SHARE_GPU";
 
 /// A run that publishes nothing for this long is reported as a hung kernel.
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -173,11 +170,13 @@ pub struct CudaRuntime {
     /// Delayed Tensor Parallelism's schedule (`None`: standard tensor parallelism or one GPU).
     dtp: Option<DtpSchedule>,
     options: KernelOptions,
+    /// Library folders and the kernel cache.
+    paths: CudaPaths,
     ranks: Vec<Rank>,
     arch: String,
     /// Blocks per launch: the smallest SM count of the GPUs in use.
     grid: u32,
-    /// Ranks share a GPU ([`SHARE_GPU_ENV`]): plain launches, since a cooperative one
+    /// Ranks share a GPU (`CudaOptions::share_gpu`): plain launches, since a cooperative one
     /// may wait for the whole device.
     shared_gpu: bool,
     kv_cap: usize,
@@ -226,16 +225,24 @@ pub fn devices() -> Result<Vec<String>> {
 }
 
 /// Compiles the decode kernel, and the batched prefill's kernels where the shape
-/// supports them, for `config` without a GPU (CI's NVRTC check). Returns the cubins'
-/// total size in bytes.
-pub fn compile_only(config: &ModelConfig, options: &KernelOptions, arch: &str) -> Result<usize> {
-    if let Some(why) = layout::unsupported(config, options) {
+/// supports them, for `config` at tensor-parallel degree `tp` (DTP with a schedule)
+/// without a GPU (CI's NVRTC check; precompiling a cache). Returns the cubins' total
+/// size in bytes.
+pub fn compile_only(
+    config: &ModelConfig,
+    options: &KernelOptions,
+    tp: usize,
+    dtp: Option<&DtpSchedule>,
+    arch: &str,
+    cache: Option<&std::path::Path>,
+) -> Result<usize> {
+    let shard = layout::shard(config, tp).map_err(|e| Error::Cuda(format!("unsupported tensor parallelism: {e}")))?;
+    if let Some(why) = layout::unsupported(&shard, options) {
         return Err(Error::Cuda(format!("unsupported shape: {why}")));
     }
-    let defines = layout::defines(config, options);
-    let mut bytes = nvrtc::cubin(arch, &defines)?.0.len();
-    if layout::prefill_shape(config).is_ok() {
-        bytes += nvrtc::cubin_of(nvrtc::PREFILL_SOURCE, arch, &defines)?.0.len();
+    let mut bytes = nvrtc::cubin(cache, arch, &layout::defines_tp(&shard, options, tp, config.vocab_size, dtp))?.0.len();
+    if layout::prefill_shape(&shard).is_ok() {
+        bytes += nvrtc::cubin_of(nvrtc::PREFILL_SOURCE, cache, arch, &layout::defines(&shard, options))?.0.len();
     }
     Ok(bytes)
 }
@@ -247,6 +254,7 @@ fn load_prefills(
     ranks: &[Rank],
     shard: &ModelConfig,
     options: &KernelOptions,
+    paths: &CudaPaths,
     dtp: Option<&DtpSchedule>,
     arch: &str,
     kv_cap: usize,
@@ -260,24 +268,11 @@ fn load_prefills(
         .enumerate()
         .map(|(rank, r)| {
             r.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
-            Prefill::new(&r.ctx, &r.stream, shard, options, arch, kv_cap, Some((rank, tp, dtp))).map_err(|e| {
+            Prefill::new(&r.ctx, &r.stream, shard, options, paths, arch, kv_cap, Some((rank, tp, dtp))).map_err(|e| {
                 Error::Cuda(format!("batched prefill: {e} (--prefill tokens runs prompts token by token instead)"))
             })
         })
         .collect()
-}
-
-/// [`compile_only`] for one rank of tensor parallelism of degree `tp` (DTP with a schedule).
-pub fn compile_only_tp(config: &ModelConfig, options: &KernelOptions, tp: usize, dtp: Option<&DtpSchedule>, arch: &str) -> Result<usize> {
-    let shard = layout::shard(config, tp).map_err(|e| Error::Cuda(format!("unsupported tensor parallelism: {e}")))?;
-    if let Some(why) = layout::unsupported(&shard, options) {
-        return Err(Error::Cuda(format!("unsupported shape: {why}")));
-    }
-    let mut bytes = nvrtc::cubin(arch, &layout::defines_tp(&shard, options, tp, config.vocab_size, dtp))?.0.len();
-    if layout::prefill_shape(&shard).is_ok() {
-        bytes += nvrtc::cubin_of(nvrtc::PREFILL_SOURCE, arch, &layout::defines(&shard, options))?.0.len();
-    }
-    Ok(bytes)
 }
 
 /// Rows `r0..r1` of a row-major matrix with `cols` columns.
@@ -354,28 +349,26 @@ fn expect_shape(t: &Tensor, shape: &[usize]) -> Result<()> {
 }
 
 impl CudaRuntime {
-    /// Uploads `weights` to device `ordinal` and compiles the kernel for it.
-    pub fn new(config: &ModelConfig, weights: &Weights, ordinal: usize) -> Result<CudaRuntime> {
-        Self::with_devices(config, weights, &[ordinal], KernelOptions::default())
-    }
-
-    /// [`CudaRuntime::new`] with explicit kernel variants and sizes.
-    pub fn with_options(config: &ModelConfig, weights: &Weights, ordinal: usize, options: KernelOptions) -> Result<CudaRuntime> {
-        Self::with_devices(config, weights, &[ordinal], options)
-    }
-
-    /// Tensor parallelism over `ordinals` (degree = their count; one GPU is the plain
-    /// runtime): each GPU gets its shard of the weights and its own persistent kernel.
-    pub fn with_devices(config: &ModelConfig, weights: &Weights, ordinals: &[usize], options: KernelOptions) -> Result<CudaRuntime> {
-        Self::with_dtp(config, weights, ordinals, options, None)
-    }
-
-    /// [`CudaRuntime::with_devices`] running the model as Delayed Tensor Parallelism
-    /// with `dtp` (lanes = `ordinals`; `None`: standard tensor parallelism).
-    pub fn with_dtp(
+    /// Uploads `weights` to the GPUs `ordinals` (several: tensor parallelism, each GPU
+    /// gets its shard and its own persistent kernel; with `dtp`, Delayed Tensor
+    /// Parallelism with lanes = `ordinals`) and compiles the kernel `cuda` asks for.
+    pub fn new(
         config: &ModelConfig,
         weights: &Weights,
         ordinals: &[usize],
+        cuda: &CudaOptions,
+        dtp: Option<DtpSchedule>,
+    ) -> Result<CudaRuntime> {
+        Self::with_kernel(config, weights, ordinals, cuda, KernelOptions::from_cuda(cuda), dtp)
+    }
+
+    /// [`CudaRuntime::new`] with explicit kernel options (benchmarks and checks);
+    /// `cuda` supplies the library and cache folders and whether ranks may share a GPU.
+    pub fn with_kernel(
+        config: &ModelConfig,
+        weights: &Weights,
+        ordinals: &[usize],
+        cuda: &CudaOptions,
         options: KernelOptions,
         dtp: Option<DtpSchedule>,
     ) -> Result<CudaRuntime> {
@@ -397,12 +390,13 @@ impl CudaRuntime {
             if o >= names.len() {
                 return Err(Error::Cuda(format!("no CUDA device {o} ({} present)", names.len())));
             }
-            if ordinals[..i].contains(&o) && std::env::var_os(SHARE_GPU_ENV).is_none() {
+            if ordinals[..i].contains(&o) && !cuda.share_gpu {
                 return Err(Error::Cuda(format!("CUDA device {o} is listed twice")));
             }
         }
         super::hung::check(ordinals).map_err(Error::Cuda)?;
-        nvrtc::preload()?;
+        nvrtc::preload(&cuda.paths.nvrtc_dirs)?;
+        let paths = cuda.paths.clone();
         let kv_cap = layout::kv_positions(config, &options);
         let mut ranks = Vec::with_capacity(tp);
         let mut arch = String::new();
@@ -424,7 +418,7 @@ impl CudaRuntime {
                 ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(cuda_err("SM count"))? as u32;
             grid = grid.min(sm_count);
             let rank_options = options.for_rank(rank, tp);
-            let kernel = Self::load_kernel(&ctx, &stream, config, &shard, &rank_options, tp, dtp.as_ref(), &arch)?;
+            let kernel = Self::load_kernel(&ctx, &stream, config, &shard, &rank_options, &paths, tp, dtp.as_ref(), &arch)?;
             let weights = Self::upload_weights(&stream, config, &shard, weights, rank, tp)?;
             let state = Self::alloc_state(&stream, config, &shard, &options, kv_cap, &kernel, sm_count, tp)?;
             ranks.push(Rank {
@@ -456,7 +450,7 @@ impl CudaRuntime {
             }
         }
         let ctx0 = ranks[0].ctx.clone();
-        let prefills = load_prefills(&ranks, &shard, &options, dtp.as_ref(), &arch, kv_cap)?;
+        let prefills = load_prefills(&ranks, &shard, &options, &paths, dtp.as_ref(), &arch, kv_cap)?;
         let words = ctl::WORDS + options.ring * rec::WORDS;
         // SAFETY: the buffer is zeroed below before the kernel or the host reads it.
         let mut host =
@@ -479,6 +473,7 @@ impl CudaRuntime {
             shard,
             dtp,
             options,
+            paths,
             ranks,
             arch,
             grid,
@@ -511,11 +506,13 @@ impl CudaRuntime {
         config: &ModelConfig,
         shard: &ModelConfig,
         options: &KernelOptions,
+        paths: &CudaPaths,
         tp: usize,
         dtp: Option<&DtpSchedule>,
         arch: &str,
     ) -> Result<Kernel> {
-        let (cubin, from_cache) = nvrtc::cubin(arch, &layout::defines_tp(shard, options, tp, config.vocab_size, dtp))?;
+        let defines = layout::defines_tp(shard, options, tp, config.vocab_size, dtp);
+        let (cubin, from_cache) = nvrtc::cubin(paths.cubin_cache.as_deref(), arch, &defines)?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(cuda_err("cuModuleLoadData"))?;
         let func = module.load_function(nvrtc::KERNEL_NAME).map_err(cuda_err("cuModuleGetFunction"))?;
         let read_u32 = |name: &str| -> Result<u32> {
@@ -732,7 +729,7 @@ impl CudaRuntime {
         let mut kernels = Vec::with_capacity(tp);
         for (i, r) in self.ranks.iter().enumerate() {
             let ro = options.for_rank(i, tp);
-            let k = Self::load_kernel(&r.ctx, &r.stream, &self.config, &self.shard, &ro, tp, self.dtp.as_ref(), &self.arch)?;
+            let k = Self::load_kernel(&r.ctx, &r.stream, &self.config, &self.shard, &ro, &self.paths, tp, self.dtp.as_ref(), &self.arch)?;
             // The kernel's per-block buffers depend on its threads per block.
             let s = &r.state;
             if k.num_counters > s.counters.len()
@@ -751,7 +748,7 @@ impl CudaRuntime {
             r.kernel = k;
         }
         if options.batched_prefill && self.prefills.is_empty() {
-            *self.prefills = load_prefills(&self.ranks, &self.shard, &options, self.dtp.as_ref(), &self.arch, self.kv_cap)?;
+            *self.prefills = load_prefills(&self.ranks, &self.shard, &options, &self.paths, self.dtp.as_ref(), &self.arch, self.kv_cap)?;
         }
         for p in self.prefills.iter_mut() {
             p.set_mma_attention(options.prefill_mma_attention);
@@ -821,7 +818,7 @@ impl CudaRuntime {
     /// Where a load-time measurement keyed by `key` is kept: next to the cubins.
     pub fn tune_file(&self, key: &str) -> Option<std::path::PathBuf> {
         let h = nvrtc::fnv1a(&[key.as_bytes()]);
-        nvrtc::cache_dir().map(|d| d.join("tune").join(format!("threads-{h:016x}.txt")))
+        self.paths.cubin_cache.as_ref().map(|d| d.join("tune").join(format!("threads-{h:016x}.txt")))
     }
 
     /// Device, architecture, grid and kernel facts for logs and benchmarks.

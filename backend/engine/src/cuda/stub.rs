@@ -5,6 +5,7 @@ use super::{PrefillSplit, RunStats};
 use crate::config::ModelConfig;
 use crate::cuda::layout::KernelOptions;
 use crate::error::{Error, Result};
+use crate::options::CudaOptions;
 use crate::runtime::{BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
 use crate::sampling::Sampled;
 use crate::weights::Weights;
@@ -19,17 +20,13 @@ pub fn devices() -> Result<Vec<String>> {
 }
 
 /// Always an error: no CUDA in this build.
-pub fn compile_only(_config: &ModelConfig, _options: &KernelOptions, _arch: &str) -> Result<usize> {
-    disabled()
-}
-
-/// Always an error: no CUDA in this build.
-pub fn compile_only_tp(
+pub fn compile_only(
     _config: &ModelConfig,
     _options: &KernelOptions,
     _tp: usize,
     _dtp: Option<&crate::dtp::DtpSchedule>,
     _arch: &str,
+    _cache: Option<&std::path::Path>,
 ) -> Result<usize> {
     disabled()
 }
@@ -40,19 +37,20 @@ pub struct CudaRuntime {
 }
 
 impl CudaRuntime {
-    pub fn new(_config: &ModelConfig, _weights: &Weights, _ordinal: usize) -> Result<CudaRuntime> {
-        disabled()
-    }
-    pub fn with_options(_config: &ModelConfig, _weights: &Weights, _ordinal: usize, _options: KernelOptions) -> Result<CudaRuntime> {
-        disabled()
-    }
-    pub fn with_devices(_config: &ModelConfig, _weights: &Weights, _ordinals: &[usize], _options: KernelOptions) -> Result<CudaRuntime> {
-        disabled()
-    }
-    pub fn with_dtp(
+    pub fn new(
         _config: &ModelConfig,
         _weights: &Weights,
         _ordinals: &[usize],
+        _cuda: &CudaOptions,
+        _dtp: Option<crate::dtp::DtpSchedule>,
+    ) -> Result<CudaRuntime> {
+        disabled()
+    }
+    pub fn with_kernel(
+        _config: &ModelConfig,
+        _weights: &Weights,
+        _ordinals: &[usize],
+        _cuda: &CudaOptions,
         _options: KernelOptions,
         _dtp: Option<crate::dtp::DtpSchedule>,
     ) -> Result<CudaRuntime> {

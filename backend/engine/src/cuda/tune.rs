@@ -1,20 +1,17 @@
 //! Threads per block chosen by measurement when a model loads. The persistent kernel's
-//! best block size depends on the shape (docs/perf-notes.md, "Threads per block": 448
-//! threads are ~2 % faster than 512 on SmolLM2-135M and Qwen2.5-Coder-1.5B and 7 %
-//! slower on Llama-3.2-1B, with no rule that predicts it), so each candidate decodes a
-//! few short greedy runs and the fastest stays. The choice is kept next to the cubins,
-//! keyed by GPU, kernel sources, shape, parallelism and the other kernel options, so a
-//! model pays the measurement once per machine and kernel.
+//! best block size depends on the shape with no rule that predicts it (docs/kernel.md),
+//! so each candidate decodes a few short greedy runs and the fastest stays. The choice
+//! is kept next to the cubins, keyed by GPU, kernel sources, shape, parallelism and the
+//! other kernel options, so a model pays the measurement once per machine and kernel.
 
 use super::{CudaRuntime, KernelOptions};
-use crate::error::{Error, Result};
+use crate::config::ModelConfig;
+use crate::dtp::DtpSchedule;
+use crate::error::Result;
+use crate::options::{CudaOptions, ThreadsPolicy};
 use crate::runtime::{Cancel, DecodeJob, Flow, Runtime};
 use crate::sampling::SamplingParams;
-
-/// A number forces that many threads per block (no measurement).
-pub const THREADS_ENV: &str = "PEREGRINE_THREADS";
-/// `off` keeps the default block size without measuring.
-pub const TUNE_ENV: &str = "PEREGRINE_TUNE";
+use crate::weights::Weights;
 /// Block sizes tried, the default first (more warps per SM than 512 do not fit the
 /// kernel's registers; fewer than 384 were measured far slower).
 pub const CANDIDATES: [u32; 3] = [512, 448, 384];
@@ -31,10 +28,9 @@ const ROUNDS: usize = 3;
 /// Where the block size came from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ThreadsSource {
-    /// [`THREADS_ENV`].
+    /// Fixed by the options (`--threads N`).
     Forced,
-    /// [`TUNE_ENV`] is `off`, the KV cache is too short to time runs, or only the default
-    /// could run.
+    /// The KV cache is too short to time runs, or only the default could run.
     Default,
     /// An earlier load's measurement on this machine.
     Cached,
@@ -53,7 +49,7 @@ impl ThreadsChoice {
     /// One log line: the choice and the figures behind it.
     pub fn describe(&self) -> String {
         match &self.source {
-            ThreadsSource::Forced => format!("{} threads per block ({THREADS_ENV})", self.threads),
+            ThreadsSource::Forced => format!("{} threads per block (fixed by --threads)", self.threads),
             ThreadsSource::Default => format!("{} threads per block (default, not measured)", self.threads),
             ThreadsSource::Cached => format!("{} threads per block (measured on an earlier load)", self.threads),
             ThreadsSource::Measured(m) => {
@@ -82,30 +78,29 @@ pub fn parse_cached(text: &str) -> Option<u32> {
     CANDIDATES.contains(&t).then_some(t)
 }
 
-/// [`THREADS_ENV`]'s value, or why it is not a block size.
-fn forced_threads() -> Result<Option<u32>> {
-    match std::env::var(THREADS_ENV) {
-        Err(_) => Ok(None),
-        Ok(v) => match v.trim().parse::<u32>() {
-            Ok(t) if t >= 32 && t % 32 == 0 && t <= 1024 => Ok(Some(t)),
-            _ => Err(Error::InvalidRequest(format!("{THREADS_ENV}={v}: expected a multiple of 32 from 32 to 1024"))),
-        },
-    }
+/// Builds the runtime `cuda` describes with its threads per block: fixed by the
+/// options, or the cached choice for this GPU and shape, or measured now (and cached).
+/// `log` receives progress lines (the first load compiles each candidate's kernel).
+pub fn build_tuned(
+    config: &ModelConfig,
+    weights: &Weights,
+    gpus: &[usize],
+    cuda: &CudaOptions,
+    dtp: Option<DtpSchedule>,
+    log: &mut dyn FnMut(&str),
+) -> Result<(CudaRuntime, ThreadsChoice)> {
+    let mut rt = CudaRuntime::new(config, weights, gpus, cuda, dtp)?;
+    let choice = match cuda.threads {
+        ThreadsPolicy::Fixed(threads) => ThreadsChoice { threads, source: ThreadsSource::Forced },
+        ThreadsPolicy::Tuned => choose_threads(&mut rt, log)?,
+    };
+    Ok((rt, choice))
 }
 
-/// Sets `rt`'s threads per block: forced, cached, or measured now (and cached).
+/// Sets `rt`'s threads per block: cached, or measured now (and cached).
 /// `log` receives progress lines (the first load compiles each candidate's kernel).
 pub fn choose_threads(rt: &mut CudaRuntime, log: &mut dyn FnMut(&str)) -> Result<ThreadsChoice> {
     let base = rt.options().clone();
-    if let Some(t) = forced_threads()? {
-        if t != base.threads {
-            rt.set_options(KernelOptions { threads: t, ..base })?;
-        }
-        return Ok(ThreadsChoice { threads: t, source: ThreadsSource::Forced });
-    }
-    if std::env::var(TUNE_ENV).is_ok_and(|v| v == "off") {
-        return Ok(ThreadsChoice { threads: base.threads, source: ThreadsSource::Default });
-    }
     let key = format!("{}|{:?}", rt.kernel_identity(), KernelOptions { threads: 0, ..base.clone() });
     let file = rt.tune_file(&key);
     if let Some(t) = file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()).and_then(|s| parse_cached(&s)) {

@@ -257,7 +257,8 @@ fn file_forms_parse_and_reject_bad_values() {
 
 #[test]
 fn read_model_dtp_reads_a_hf_directory() {
-    let dir = std::env::temp_dir().join(format!("pg-dtp-read-{}", std::process::id()));
+    // The build's own folder: the test reads no environment variable.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("target-test-dtp-read-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("config.json"), r#"{"hidden_size": 8, "dtp": {"delay": 1, "early_layers": "present"}}"#).unwrap();
     let got = read_model_dtp(&dir);

@@ -4,8 +4,8 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use peregrine_engine::request::{Prompt, Request};
-use peregrine_engine::template::ChatMessage;
+use peregrine_engine::{Prompt, Request};
+use peregrine_engine::ChatMessage;
 use serde::Deserialize;
 use serde_json::{json, Value};
 

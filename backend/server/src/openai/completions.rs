@@ -4,7 +4,7 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use peregrine_engine::request::{Prompt, Request};
+use peregrine_engine::{Prompt, Request};
 use serde::Deserialize;
 use serde_json::{json, Value};
 

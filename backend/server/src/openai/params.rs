@@ -1,7 +1,7 @@
 //! Request fields shared by completions and chat, their validation (every bad value
 //! is a 400 naming the field) and their translation into engine sampling settings.
 
-use peregrine_engine::sampling::{SamplingParams, MAX_TOP_LOGPROBS};
+use peregrine_engine::{SamplingParams, MAX_TOP_LOGPROBS};
 use serde::Deserialize;
 use serde_json::Value;
 

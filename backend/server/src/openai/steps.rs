@@ -2,9 +2,9 @@
 //! log-probability (token texts resolved), the scored prompt, and the end.
 
 use peregrine_api::{FinishReason, Timings, Usage};
-use peregrine_engine::generator::TextModel;
-use peregrine_engine::request::Event;
-use peregrine_engine::sampling::Sampled;
+use peregrine_engine::TextModel;
+use peregrine_engine::Event;
+use peregrine_engine::Sampled;
 
 use crate::error::Error;
 use crate::jobs::Job;

@@ -9,9 +9,9 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream};
 use peregrine_api::playground::{GenerateRequest, Mode, StreamEvent, MAX_PROMPT_BYTES};
-use peregrine_engine::request::{Event, Prompt, Request};
-use peregrine_engine::sampling::SamplingParams;
-use peregrine_engine::template::ChatMessage;
+use peregrine_engine::{Event, Prompt, Request};
+use peregrine_engine::SamplingParams;
+use peregrine_engine::ChatMessage;
 
 use crate::app::AppState;
 use crate::config::{MAX_STOP_BYTES, MAX_STOP_STRINGS};

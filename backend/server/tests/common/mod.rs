@@ -41,7 +41,7 @@ pub fn real_engine() -> EngineHandle {
                 move || {
                     peregrine_engine::model::build_generator(
                         peregrine_engine::model::load_model(&path)?,
-                        peregrine_engine::model::Device::Cpu,
+                        &peregrine_engine::EngineOptions::cpu(),
                     )
                 },
                 REAL_MAX_QUEUE,

@@ -1,17 +1,18 @@
-//! `peregrine bench --device cuda --shape NAME[,NAME…]`: the persistent kernel on
+//! `peregrine-bench --device cuda --shape NAME[,NAME…]`: the persistent kernel on
 //! synthetic bf16 weights of the benchmark shapes (built here in memory), with the
 //! copy bandwidth measured in the same run, optionally next to the PyTorch CUDA-graph
-//! baseline (`--baseline`). Measurement lives in the engine (`cuda::bench`,
-//! `cuda::torch_baseline`); this file is the CLI and the table.
+//! baseline (`--baseline`). The measurement is cuda_shape.rs and torch_baseline.rs;
+//! this file is the CLI and the table.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
-use peregrine_engine::cuda::bench::{
-    self, CudaBenchPlan, ShapeFigures, BANDWIDTH_BYTES, BANDWIDTH_REPEATS, CHECKED_TOKENS, DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS,
+use crate::cuda_shape::{
+    self as bench, CudaBenchPlan, ShapeFigures, BANDWIDTH_BYTES, BANDWIDTH_REPEATS, CHECKED_TOKENS, DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS,
     DEFAULT_TTFT_PROMPT_TOKENS,
 };
-use peregrine_engine::cuda::torch_baseline::{self, BaselineFigures, BaselinePlan};
+use crate::torch_baseline::{self, BaselineFigures, BaselinePlan};
+use peregrine_engine::CudaOptions;
 use peregrine_engine::cuda::{self, measure_copy_bandwidth};
 use peregrine_engine::dtp::DtpSchedule;
 use peregrine_engine::synthetic::{dtp_preset, preset, synthetic_weights, PRESET_NAMES};
@@ -22,7 +23,7 @@ use crate::error::{Error, Result};
 /// Seed of the synthetic weights (the same for every shape and run).
 pub const WEIGHT_SEED: u64 = 1234;
 
-/// The CUDA-only arguments of `peregrine bench`.
+/// The CUDA-only arguments of `peregrine-bench`.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct CudaBenchArgs {
     /// Synthetic shapes to benchmark on the GPU (comma-separated): smollm2-135m, llama-3.2-1b, qwen2.5-coder-1.5b, smollm2-1.7b, dtp-2b.
@@ -52,7 +53,7 @@ pub struct CudaBenchArgs {
 /// Runs the shape benchmark at each tensor-parallel degree of `tps` (on the first
 /// devices of `gpus`, default 0, 1, …); `runs` timed runs per shape, one JSON object
 /// with `json`.
-pub fn run_blocking(args: &CudaBenchArgs, tps: &[usize], gpus: Option<&str>, runs: usize, json: bool) -> Result<()> {
+pub fn run(args: &CudaBenchArgs, cuda: &CudaOptions, tps: &[usize], gpus: Option<&str>, runs: usize, json: bool) -> Result<()> {
     let say = |line: String| {
         if !json {
             eprintln!("{line}");
@@ -71,7 +72,7 @@ pub fn run_blocking(args: &CudaBenchArgs, tps: &[usize], gpus: Option<&str>, run
         context: args.context,
     };
     for c in &configs {
-        plan.kernel_options(c)?;
+        plan.kernel_options(c, cuda)?;
     }
     let max_tp = tps.iter().copied().max().unwrap_or(1);
     let pool: Vec<usize> = match gpus {
@@ -81,7 +82,7 @@ pub fn run_blocking(args: &CudaBenchArgs, tps: &[usize], gpus: Option<&str>, run
             if n < max_tp {
                 return Err(Error::bad("gpus", format!("--gpus names {n} devices but --tp asks for {max_tp}")));
             }
-            peregrine_engine::model::parse_gpus(n, Some(list))?
+            peregrine_engine::parse_gpus(n, Some(list))?
         }
     };
     let devices = cuda::devices().map_err(|e| Error::Request(format!("--device cuda: no CUDA device ({e})")))?;
@@ -120,7 +121,7 @@ pub fn run_blocking(args: &CudaBenchArgs, tps: &[usize], gpus: Option<&str>, run
         for (tp, dtp) in runs {
             let t1 = Instant::now();
             let label = if dtp.is_some() { format!("tp {tp} DTP") } else { format!("tp {tp}") };
-            match bench::bench_shape(config, &weights, &pool[..tp], dtp.as_ref(), &plan, bandwidth) {
+            match bench::bench_shape(config, &weights, &pool[..tp], dtp.as_ref(), &plan, cuda, bandwidth) {
                 Ok(figures) => {
                     say(format!("  {label}: {}", figures.describe));
                     say(format!("  {label}: {} ({:.1}s)", shape_line(&figures, &plan), t1.elapsed().as_secs_f64()));
@@ -346,7 +347,7 @@ mod tests {
     #[test]
     fn unknown_shapes_are_a_clear_error() {
         let args = CudaBenchArgs { shape: vec!["gpt-9".into()], prompt: 32, gen: 256, ..Default::default() };
-        let err = run_blocking(&args, &[1], None, 1, true).expect_err("unknown shape");
+        let err = run(&args, &CudaOptions::default(), &[1], None, 1, true).expect_err("unknown shape");
         assert!(err.to_string().contains("unknown shape `gpt-9`"), "{err}");
     }
 
@@ -356,7 +357,7 @@ mod tests {
             return;
         }
         let args = CudaBenchArgs { shape: vec!["smollm2-135m".into()], prompt: 32, gen: 256, ..Default::default() };
-        let err = run_blocking(&args, &[1], None, 1, true).expect_err("no device");
+        let err = run(&args, &CudaOptions::default(), &[1], None, 1, true).expect_err("no device");
         assert!(err.to_string().contains("no CUDA device"), "{err}");
     }
 }

@@ -8,16 +8,18 @@
 
 use std::time::Instant;
 
-use crate::config::ModelConfig;
-use crate::cpu::reference::{KvCache, ReferenceModel};
-use crate::cuda::layout::{self, KernelOptions};
-use crate::cuda::CudaRuntime;
-use crate::dtp::reference::{Execution, ShardedModel};
-use crate::dtp::DtpSchedule;
-use crate::error::{Error, Result};
-use crate::runtime::{Cancel, DecodeJob, Flow, RunEnd, Runtime};
-use crate::sampling::{top_k_indices, Sampled, SamplingParams};
-use crate::weights::Weights;
+use peregrine_engine::config::ModelConfig;
+use peregrine_engine::cpu::reference::{KvCache, ReferenceModel};
+use peregrine_engine::cuda::layout::{self, KernelOptions};
+use peregrine_engine::cuda::CudaRuntime;
+use peregrine_engine::dtp::reference::{Execution, ShardedModel};
+use peregrine_engine::dtp::DtpSchedule;
+use peregrine_engine::{Error, Result};
+use peregrine_engine::runtime::{Cancel, DecodeJob, Flow, RunEnd, Runtime};
+use peregrine_engine::sampling::{top_k_indices, Sampled, SamplingParams};
+use peregrine_engine::cuda::tune::{self, ThreadsChoice, ThreadsSource};
+use peregrine_engine::weights::Weights;
+use peregrine_engine::{CudaOptions, ThreadsPolicy};
 
 /// Prompt tokens before the decode measurement.
 pub const DEFAULT_PROMPT_TOKENS: usize = 32;
@@ -74,13 +76,13 @@ impl Default for CudaBenchPlan {
 
 impl CudaBenchPlan {
     /// Kernel options for `config`, or why the plan does not fit its KV cache.
-    pub fn kernel_options(&self, config: &ModelConfig) -> Result<KernelOptions> {
+    pub fn kernel_options(&self, config: &ModelConfig, cuda: &CudaOptions) -> Result<KernelOptions> {
         if self.prompt_tokens == 0 || self.gen_tokens < CHECKED_TOKENS || self.ttft_prompt_tokens == 0 || self.runs == 0 {
             return Err(Error::InvalidRequest(format!(
                 "bench needs --prompt ≥ 1, --gen ≥ {CHECKED_TOKENS}, a TTFT prompt ≥ 1 and --runs ≥ 1"
             )));
         }
-        let mut options = KernelOptions::default();
+        let mut options = KernelOptions::from_cuda(cuda);
         if let Some(c) = self.context {
             options.kv_positions = c;
         }
@@ -160,12 +162,12 @@ pub struct ShapeFigures {
 
 /// Median (mean of the middle two for an even count); NaN when empty.
 pub fn median(values: &[f64]) -> f64 {
-    crate::cpu::bench::median(values)
+    crate::cpu_plan::median(values)
 }
 
 /// Deterministic token ids spread over the vocabulary (SplitMix64).
 pub fn bench_tokens(n: usize, vocab_size: usize, seed: u64) -> Vec<u32> {
-    crate::rng::SplitMix64(seed).tokens(n, vocab_size)
+    peregrine_engine::rng::SplitMix64(seed).tokens(n, vocab_size)
 }
 
 /// ‖got − want‖ / ‖want‖ (infinite when `got` has a non-finite value).
@@ -272,12 +274,16 @@ pub fn bench_shape(
     ordinals: &[usize],
     dtp: Option<&DtpSchedule>,
     plan: &CudaBenchPlan,
+    cuda: &CudaOptions,
     bandwidth: f64,
 ) -> Result<ShapeFigures> {
-    let options = plan.kernel_options(config)?;
-    let mut rt = CudaRuntime::with_dtp(config, weights, ordinals, options, dtp.cloned())?;
+    let options = plan.kernel_options(config, cuda)?;
+    let mut rt = CudaRuntime::with_kernel(config, weights, ordinals, cuda, options, dtp.cloned())?;
     // The block size serve would run with (measured at load, or cached).
-    let threads = super::tune::choose_threads(&mut rt, &mut |line| eprintln!("{}: {line}", config.name))?;
+    let threads = match cuda.threads {
+        ThreadsPolicy::Fixed(threads) => ThreadsChoice { threads, source: ThreadsSource::Forced },
+        ThreadsPolicy::Tuned => tune::choose_threads(&mut rt, &mut |line| eprintln!("{}: {line}", config.name))?,
+    };
     let prompt = bench_tokens(plan.prompt_tokens, config.vocab_size, PROMPT_SEED);
     let verification = verify(&mut rt, config, weights, dtp, &prompt, plan.gen_tokens)?;
     greedy(&mut rt, &prompt, plan.gen_tokens)?; // warm-up: clocks, caches, first-touch
@@ -384,12 +390,12 @@ mod tests {
 
     #[test]
     fn plan_checks_the_kv_cache() {
-        let config = crate::synthetic::preset("smollm2-135m").expect("preset");
-        assert!(CudaBenchPlan::default().kernel_options(&config).is_ok());
+        let config = peregrine_engine::synthetic::preset("smollm2-135m").expect("preset");
+        assert!(CudaBenchPlan::default().kernel_options(&config, &CudaOptions::default()).is_ok());
         let small = CudaBenchPlan { context: Some(300), ..Default::default() };
-        assert!(small.kernel_options(&config).is_err(), "512-token TTFT prompt does not fit 300 positions");
+        assert!(small.kernel_options(&config, &CudaOptions::default()).is_err(), "512-token TTFT prompt does not fit 300 positions");
         let short = CudaBenchPlan { gen_tokens: 4, ..Default::default() };
-        assert!(short.kernel_options(&config).is_err());
+        assert!(short.kernel_options(&config, &CudaOptions::default()).is_err());
     }
 
     #[test]
@@ -401,13 +407,13 @@ mod tests {
 
     #[test]
     fn without_a_device_the_bench_is_an_error_not_a_panic() {
-        if crate::cuda::devices().is_ok() {
+        if peregrine_engine::cuda::devices().is_ok() {
             return; // a GPU machine: the device scripts exercise the real path
         }
-        let config = crate::synthetic::preset("smollm2-135m").expect("preset");
+        let config = peregrine_engine::synthetic::preset("smollm2-135m").expect("preset");
         let config = ModelConfig { num_layers: 1, vocab_size: 512, ..config };
-        let weights = crate::synthetic::synthetic_weights(&config, 1);
-        let err = bench_shape(&config, &weights, &[0], None, &CudaBenchPlan::default(), 4e12).expect_err("no device here");
+        let weights = peregrine_engine::synthetic::synthetic_weights(&config, 1);
+        let err = bench_shape(&config, &weights, &[0], None, &CudaBenchPlan::default(), &CudaOptions::default(), 4e12).expect_err("no device here");
         assert!(err.to_string().to_lowercase().contains("cuda"), "{err}");
     }
 }

@@ -9,8 +9,8 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cpu::bench::{BenchPlan, Figures};
-use crate::error::{Error, Result};
+use crate::cpu_plan::{BenchPlan, Figures};
+use peregrine_engine::{Error, Result};
 
 /// Environment variable with the Python interpreter that has llama-cpp-python.
 pub const PYTHON_ENV: &str = "PEREGRINE_LLAMACPP_PYTHON";

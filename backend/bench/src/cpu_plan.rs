@@ -6,10 +6,10 @@
 
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
-use crate::runtime::{Cancel, DecodeJob, Flow, Runtime};
-use crate::sampling::SamplingParams;
-use crate::tokenizer::Tokenizer;
+use peregrine_engine::{Error, Result};
+use peregrine_engine::runtime::{Cancel, DecodeJob, Flow, Runtime};
+use peregrine_engine::sampling::SamplingParams;
+use peregrine_engine::tokenizer::Tokenizer;
 
 /// Prompt length of the prefill measurement.
 pub const DEFAULT_PROMPT_TOKENS: usize = 256;

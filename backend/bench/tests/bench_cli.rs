@@ -1,4 +1,4 @@
-//! `peregrine bench` end to end on the default model (tiny plan, Peregrine only):
+//! `peregrine-bench` end to end on the default model (tiny plan, Peregrine only):
 //! the JSON report has the plan, one run per --runs and positive medians; the table
 //! names both metrics. The llama.cpp side needs llama-cpp-python and is not run here.
 
@@ -12,9 +12,8 @@ fn model() -> String {
 }
 
 fn bench(extra: &[&str]) -> std::process::Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_peregrine"))
+    let out = Command::new(env!("CARGO_BIN_EXE_peregrine-bench"))
         .args([
-            "bench",
             "--device",
             "cpu",
             "--model",
@@ -36,7 +35,7 @@ fn bench(extra: &[&str]) -> std::process::Output {
 
 #[test]
 fn json_report_has_the_plan_runs_and_medians() {
-    let out = bench(&["--runs", "2", "--json", "--threads", "2"]);
+    let out = bench(&["--runs", "2", "--json", "--cpu-threads", "2"]);
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(report["plan"]["prompt"].as_array().unwrap().len(), 16);
     assert_eq!(report["plan"]["short_prompt"].as_array().unwrap().len(), 2);

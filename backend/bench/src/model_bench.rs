@@ -1,24 +1,24 @@
-//! `peregrine bench`: prefill and decode throughput of the engine on one model,
-//! medians of several runs; on the CPU, alternated run by run with llama.cpp
-//! (llama-cpp-python, same GGUF, same threads) when an interpreter with it is
-//! found. Measurement lives in the engine (`cpu::bench`); this file is the CLI.
+//! Prefill and decode throughput of the engine on one model, medians of several runs;
+//! on the CPU, alternated run by run with llama.cpp (llama-cpp-python, same GGUF, same
+//! threads) when an interpreter with it is found. The measurement is cpu_plan.rs.
 
 use std::path::PathBuf;
 
-use peregrine_engine::cpu::bench::{
-    measure, median, BenchPlan, Figures, DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, DEFAULT_RUNS, DEFAULT_SHORT_PROMPT_TOKENS,
-};
+use peregrine_engine::cpu::build_cpu_runtime;
 use peregrine_engine::cpu::fast_runtime::{FastOptions, FastRuntime};
-use peregrine_engine::cpu::llamacpp::LlamaCpp;
-use peregrine_engine::cpu::{build_cpu_runtime, CpuRuntimeKind};
-use peregrine_engine::model::{build_generator_on, load_model, resolve_model_path, Device};
 use peregrine_engine::runtime::Runtime;
+use peregrine_engine::{build_generator, load_model, CpuRuntimeKind, Device};
 use serde::Serialize;
 
-use crate::cli::ModelArgs;
+use peregrine_server::cli::ModelArgs;
+
+use crate::cpu_plan::{
+    measure, median, BenchPlan, Figures, DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, DEFAULT_RUNS, DEFAULT_SHORT_PROMPT_TOKENS,
+};
+use crate::llamacpp::LlamaCpp;
 use crate::error::{Error, Result};
 
-/// Arguments of `peregrine bench`.
+/// Arguments of `peregrine-bench`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
     #[command(flatten)]
@@ -35,11 +35,8 @@ pub struct BenchArgs {
     /// Prompt length before the decode measurement.
     #[arg(long, default_value_t = DEFAULT_SHORT_PROMPT_TOKENS)]
     pub short_prompt_tokens: usize,
-    /// CPU threads (default: $PEREGRINE_CPU_THREADS, else every core); llama.cpp gets the same.
-    #[arg(long)]
-    pub threads: Option<usize>,
-    /// Python with llama-cpp-python (default: $PEREGRINE_LLAMACPP_PYTHON, else /tmp/llama-venv/bin/python if present).
-    #[arg(long)]
+    /// Python with llama-cpp-python (default: /tmp/llama-venv/bin/python if present).
+    #[arg(long, env = "PEREGRINE_LLAMACPP_PYTHON")]
     pub llamacpp_python: Option<PathBuf>,
     /// Measure Peregrine only.
     #[arg(long)]
@@ -49,7 +46,7 @@ pub struct BenchArgs {
     pub json: bool,
     /// `--shape` and its options: the CUDA kernel on synthetic weights (bench_cuda.rs).
     #[command(flatten)]
-    pub cuda: crate::bench_cuda::CudaBenchArgs,
+    pub cuda: crate::shape_bench::CudaBenchArgs,
 }
 
 /// What `--json` prints.
@@ -96,20 +93,18 @@ fn medians(runs: &[FiguresOut]) -> FiguresOut {
     FiguresOut { prefill_tok_s: of(|r| r.prefill_tok_s), decode_tok_s: of(|r| r.decode_tok_s) }
 }
 
-/// Runs the subcommand (the measurement itself on a blocking thread).
-pub async fn run(args: BenchArgs) -> Result<()> {
-    tokio::task::spawn_blocking(move || run_blocking(args)).await.map_err(|e| Error::Request(format!("benchmark task failed: {e}")))?
-}
-
-fn run_blocking(args: BenchArgs) -> Result<()> {
+/// Runs the benchmark `args` describe.
+pub fn run(args: BenchArgs) -> Result<()> {
     let device: Device = args.model.device.parse()?;
     if !args.cuda.shape.is_empty() {
         if device == Device::Cpu {
             return Err(Error::bad("device", "--shape benchmarks the CUDA engine on synthetic weights: use --device cuda"));
         }
-        return crate::bench_cuda::run_blocking(&args.cuda, &args.model.tp_list()?, args.model.gpus.as_deref(), args.runs, args.json);
+        let cuda = args.model.engine.cuda_options()?;
+        return crate::shape_bench::run(&args.cuda, &cuda, &args.model.tp_list()?, args.model.gpus.as_deref(), args.runs, args.json);
     }
-    let path = resolve_model_path(args.model.model.as_deref())?;
+    let path = args.model.model_path()?;
+    let engine = args.model.engine_options()?;
     let say = |line: String| {
         if !args.json {
             eprintln!("{line}");
@@ -120,12 +115,12 @@ fn run_blocking(args: BenchArgs) -> Result<()> {
     let plan =
         BenchPlan::new(Some(&files.tokenizer), files.config.vocab_size, args.prompt_tokens, args.short_prompt_tokens, args.gen_tokens)?;
     let model_name = format!("{} ({:.1}M parameters)", files.config.name, files.config.parameter_count() as f64 / 1e6);
-    let mut options = FastOptions::from_env();
-    options.threads = args.threads.unwrap_or(options.threads);
-    let mut runtime: Box<dyn Runtime> = match (device, CpuRuntimeKind::from_env()?) {
+    // llama.cpp gets the same threads (--cpu-threads, else every core).
+    let options = FastOptions::from_options(&engine.cpu);
+    let mut runtime: Box<dyn Runtime> = match (device, engine.cpu.runtime) {
         (Device::Cpu, CpuRuntimeKind::Fast) => Box::new(FastRuntime::new(&files.config, &files.weights, options)?),
-        (Device::Cpu, kind) => build_cpu_runtime(kind, &files.config, &files.weights)?,
-        _ => build_generator_on(files, device, &args.model.gpus()?)?.runtime,
+        (Device::Cpu, _) => build_cpu_runtime(&engine.cpu, &files.config, &files.weights)?,
+        _ => build_generator(files, &engine)?.runtime,
     };
     let backend = runtime.backend();
     let on_cpu = backend.kind == "cpu";
@@ -140,7 +135,7 @@ fn run_blocking(args: BenchArgs) -> Result<()> {
                 llama = Some(LlamaCpp::start(&python, &script, &path, options.threads, context)?);
             }
             (None, _, _) => {
-                say("no Python with llama-cpp-python found (--llamacpp-python or $PEREGRINE_LLAMACPP_PYTHON): Peregrine only".into())
+                say("no Python with llama-cpp-python found (--llamacpp-python): Peregrine only".into())
             }
             (_, None, _) => say("scripts/bench/llamacpp_bench.py not found (run from the repository root): Peregrine only".into()),
             (_, _, false) => say("llama.cpp needs a GGUF file: Peregrine only".into()),

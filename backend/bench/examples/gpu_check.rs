@@ -44,7 +44,7 @@ mod imp {
     use peregrine_engine::sampling::{log_softmax, sample, top_k_indices, Sampled, SamplingParams};
     use peregrine_engine::synthetic::{preset, synthetic_weights};
     use peregrine_engine::weights::Weights;
-    use peregrine_engine::Result;
+    use peregrine_engine::{CudaOptions, CudaPaths, Result};
 
     /// HBM ceiling from ../shared/GPU.md (device-to-device copy on an H200).
     const REFERENCE_BANDWIDTH: f64 = 4.28e12;
@@ -52,6 +52,25 @@ mod imp {
     const MAX_REL_ERR: f64 = 3e-2;
     /// Weight seed of every synthetic model here.
     const WEIGHT_SEED: u64 = 1234;
+
+    /// The CUDA options of these checks: library folders and the kernel cache from the
+    /// same variables `peregrine` reads, ranks sharing a GPU with PEREGRINE_TP_SHARE_GPU.
+    fn cuda_options() -> CudaOptions {
+        let var = |v: &str| std::env::var_os(v).filter(|p| !p.is_empty()).map(std::path::PathBuf::from);
+        let homes: Vec<_> = ["CUDA_HOME", "CUDA_PATH"].iter().filter_map(|v| var(v)).collect();
+        let paths = CudaPaths::standard(var("PEREGRINE_NVRTC_DIR").as_deref(), var("PEREGRINE_CUBLAS_DIR").as_deref(), &homes, var("HOME").as_deref(), cache());
+        CudaOptions { share_gpu: var("PEREGRINE_TP_SHARE_GPU").is_some(), paths, ..CudaOptions::default() }
+    }
+
+    /// The kernel cache: PEREGRINE_CUBIN_CACHE, else none.
+    fn cache() -> Option<std::path::PathBuf> {
+        std::env::var_os("PEREGRINE_CUBIN_CACHE").filter(|p| !p.is_empty()).map(std::path::PathBuf::from)
+    }
+
+    /// A runtime with `options` on `gpus` (several: tensor parallelism; `dtp`: its schedule).
+    fn rt_with(config: &ModelConfig, weights: &Weights, gpus: &[usize], options: KernelOptions, dtp: Option<peregrine_engine::dtp::DtpSchedule>) -> Result<CudaRuntime> {
+        CudaRuntime::with_kernel(config, weights, gpus, &cuda_options(), options, dtp)
+    }
 
     struct Args {
         mode: String,
@@ -325,7 +344,7 @@ mod imp {
         let name = &config.name;
         println!("== correctness: {name} ({} params)", config.parameter_count());
         let t0 = Instant::now();
-        let mut rt = CudaRuntime::with_options(config, weights, 0, base.clone())?;
+        let mut rt = rt_with(config, weights, &[0], base.clone(), None)?;
         println!("  {} (load {:.1}s)", rt.describe(), t0.elapsed().as_secs_f64());
         let reference = ReferenceModel::new(config, weights)?;
         let big = config.parameter_count() > 500_000_000;
@@ -554,7 +573,7 @@ mod imp {
             let w = synthetic_weights(&config, WEIGHT_SEED);
             let tiny = config.parameter_count() < 100_000_000;
             let mut rng = Rng(0xBA7C4 ^ config.hidden_size as u64);
-            let mut rt = CudaRuntime::new(&config, &w, 0)?;
+            let mut rt = rt_with(&config, &w, &[0], KernelOptions::default(), None)?;
             println!("  {}", rt.describe());
             let n = if quick { 64 } else { 300 };
             prefill_case(&mut rt, &config.name, &rng.tokens(n, config.vocab_size), &mut v)?;
@@ -568,7 +587,7 @@ mod imp {
                 drop(rt);
                 // Several chunks: later chunks attend to earlier chunks' cache rows.
                 let opts = KernelOptions { prefill_chunk: 48, ..KernelOptions::default() };
-                let mut rt = CudaRuntime::with_options(&config, &w, 0, opts.clone())?;
+                let mut rt = rt_with(&config, &w, &[0], opts.clone(), None)?;
                 let prompt = rng.tokens(173, config.vocab_size);
                 prefill_case(&mut rt, &format!("{} 48-row chunks", config.name), &prompt, &mut v)?;
                 rt.set_options(KernelOptions { prefill_mma_attention: false, ..opts })?;
@@ -588,7 +607,7 @@ mod imp {
 
     fn race_check(config: &ModelConfig, weights: &Weights, n: usize, base: &KernelOptions, v: &mut Verdict) -> Result<()> {
         println!("== race check: {} ({n} greedy tokens, chaos delays vs none; {base:?})", config.name);
-        let mut rt = CudaRuntime::with_options(config, weights, 0, base.clone())?;
+        let mut rt = rt_with(config, weights, &[0], base.clone(), None)?;
         let prompt = Rng(99).tokens(16, config.vocab_size);
         let greedy = SamplingParams::default();
         let (a, _) = collect(&mut rt, &prompt, n, &greedy, &[], 0)?;
@@ -639,7 +658,7 @@ mod imp {
         let positions = if config.parameter_count() < 100_000_000 { 300 } else { 600 }.min(config.max_context);
         println!("== kernel check: {name}, {positions} scored positions vs the default kernel, then {n} tokens of race check");
         let seq = Rng(0x5C0E ^ config.hidden_size as u64).tokens(positions, config.vocab_size);
-        let mut rt = CudaRuntime::new(config, &w, 0)?;
+        let mut rt = rt_with(config, &w, &[0], KernelOptions::default(), None)?;
         let want = rt.score(&seq)?;
         // Threads size the runtime's buffers: a variant with other threads gets a runtime of its own.
         if base.threads != rt.options().threads {
@@ -688,9 +707,9 @@ mod imp {
             }
             for (label, sched) in kinds {
                 let mut rt = if tp > 1 {
-                    CudaRuntime::with_dtp(&config, &w, &(0..tp).collect::<Vec<_>>(), variant(&names[0]), sched)?
+                    rt_with(&config, &w, &(0..tp).collect::<Vec<_>>(), variant(&names[0]), sched)?
                 } else {
-                    CudaRuntime::with_options(&config, &w, 0, variant(&names[0]))?
+                    rt_with(&config, &w, &[0], variant(&names[0]), None)?
                 };
                 let shape = format!("{shape}{label}");
                 for name in &names {
@@ -764,8 +783,8 @@ mod imp {
         sched: Option<peregrine_engine::dtp::DtpSchedule>,
     ) -> Result<CudaRuntime> {
         match tp {
-            Some(tp) if tp > 1 => CudaRuntime::with_dtp(config, w, &tp_gpus(tp), opts, sched),
-            _ => CudaRuntime::with_options(config, w, 0, opts),
+            Some(tp) if tp > 1 => rt_with(config, w, &tp_gpus(tp), opts, sched),
+            _ => rt_with(config, w, &[0], opts, None),
         }
     }
 
@@ -785,13 +804,13 @@ mod imp {
         let greedy = SamplingParams::default();
         let sp = SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, repetition_penalty: 1.1, seed: 5, ..Default::default() };
         let (one_scores, one_greedy, one_sampled) = {
-            let mut rt = CudaRuntime::new(config, weights, 0)?;
+            let mut rt = rt_with(config, weights, &[0], KernelOptions::default(), None)?;
             let s = rt.score(&seq)?;
             let (g, _) = collect(&mut rt, &prompt, 256, &greedy, &[], 0)?;
             let (smp, _) = collect(&mut rt, &prompt, 64, &sp, &[], 5)?;
             (s, g, smp)
         };
-        let mut rt = CudaRuntime::with_devices(config, weights, &gpus, opts.clone())?;
+        let mut rt = rt_with(config, weights, &gpus, opts.clone(), None)?;
         println!("  {} (loaded in {:.1}s)", rt.describe(), t0.elapsed().as_secs_f64());
         let scores = rt.score(&seq)?;
         let worst = scores.iter().zip(&one_scores).map(|(a, b)| rel_err(a, b)).fold(0.0, f64::max);
@@ -915,7 +934,7 @@ mod imp {
         let seq = Rng(77).tokens(DTP_REFERENCE_POSITIONS, config.vocab_size);
         let prompt = Rng(99).tokens(16, config.vocab_size);
         let sp = SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, repetition_penalty: 1.1, seed: 5, ..Default::default() };
-        let mut rt = CudaRuntime::with_dtp(config, weights, &gpus, opts.clone(), Some(sched.clone()))?;
+        let mut rt = rt_with(config, weights, &gpus, opts.clone(), Some(sched.clone()))?;
         println!("  {} (loaded in {:.1}s)", rt.describe(), t0.elapsed().as_secs_f64());
         let gpu = rt.score(&seq)?;
         let cpu = dtp_reference_logits(config, weights, sched, &seq)?;
@@ -1076,7 +1095,7 @@ mod imp {
                     continue;
                 }
                 let t = Instant::now();
-                let bytes = cuda::compile_only(c, o, "sm_90a")?;
+                let bytes = cuda::compile_only(c, o, 1, None, "sm_90a", cache().as_deref())?;
                 println!("{} {n}: {bytes} B cubin in {:.1}s", c.name, t.elapsed().as_secs_f64());
             }
         }
@@ -1105,10 +1124,10 @@ mod imp {
             for shape in &args.shapes {
                 let c = preset(shape).unwrap_or_else(|| panic!("unknown shape {shape}"));
                 let t = Instant::now();
-                cuda::compile_only(&c, &KernelOptions::default(), "sm_90a")?;
-                cuda::compile_only_tp(&c, &KernelOptions::default(), 2, None, "sm_90a")?;
+                cuda::compile_only(&c, &KernelOptions::default(), 1, None, "sm_90a", cache().as_deref())?;
+                cuda::compile_only(&c, &KernelOptions::default(), 2, None, "sm_90a", cache().as_deref())?;
                 if !args.no_chaos {
-                    cuda::compile_only_tp(&c, &variant("default+chaos"), 2, None, "sm_90a")?;
+                    cuda::compile_only(&c, &variant("default+chaos"), 2, None, "sm_90a", cache().as_deref())?;
                 }
                 // DTP: the shape's preset and the --dtp configs (those a `peregrine bench --dtp SPEC`
                 // or `gpu_check tp --dtp SPEC` run on this shape loads), with chaos too.
@@ -1118,17 +1137,17 @@ mod imp {
                 }
                 for d in &dtps {
                     let sched = peregrine_engine::dtp::DtpSchedule::new(d, &c, 2)?;
-                    cuda::compile_only_tp(&c, &KernelOptions::default(), 2, Some(&sched), "sm_90a")?;
+                    cuda::compile_only(&c, &KernelOptions::default(), 2, Some(&sched), "sm_90a", cache().as_deref())?;
                     if !args.no_chaos {
-                        cuda::compile_only_tp(&c, &variant("default+chaos"), 2, Some(&sched), "sm_90a")?;
+                        cuda::compile_only(&c, &variant("default+chaos"), 2, Some(&sched), "sm_90a", cache().as_deref())?;
                     }
                 }
                 // --variants: those too, standard TP and DTP (e.g. the traced kernels of `trace --tp 2`).
                 for name in args.variants.iter().filter(|_| args.variants_given) {
-                    cuda::compile_only_tp(&c, &variant(name), 2, None, "sm_90a")?;
+                    cuda::compile_only(&c, &variant(name), 2, None, "sm_90a", cache().as_deref())?;
                     for d in &dtps {
                         let sched = peregrine_engine::dtp::DtpSchedule::new(d, &c, 2)?;
-                        cuda::compile_only_tp(&c, &variant(name), 2, Some(&sched), "sm_90a")?;
+                        cuda::compile_only(&c, &variant(name), 2, Some(&sched), "sm_90a", cache().as_deref())?;
                     }
                 }
                 println!("{shape}: TP kernels compiled in {:.1}s", t.elapsed().as_secs_f64());
@@ -1149,7 +1168,7 @@ mod imp {
             // runs with the tensor-core attention first (one partial 64-key tile).
             let c = &tiny_shapes()[0];
             let w = synthetic_weights(c, WEIGHT_SEED);
-            let mut rt = CudaRuntime::with_options(c, &w, 0, KernelOptions { prefill_chunk: 16, ..KernelOptions::default() })?;
+            let mut rt = rt_with(c, &w, &[0], KernelOptions { prefill_chunk: 16, ..KernelOptions::default() }, None)?;
             println!("{}", rt.describe());
             let prompt = Rng(5).tokens(40, c.vocab_size);
             let sp = SamplingParams { temperature: 0.8, top_k: 20, top_p: 0.9, min_p: 0.02, repetition_penalty: 1.1, seed: 1 };
@@ -1165,7 +1184,7 @@ mod imp {
             for c in &tiny_shapes()[..2] {
                 let w = synthetic_weights(c, WEIGHT_SEED);
                 let opts = KernelOptions { prefill_chunk: 64, prefill_mma_attention: true, ..KernelOptions::default() };
-                let mut rt = CudaRuntime::with_options(c, &w, 0, opts)?;
+                let mut rt = rt_with(c, &w, &[0], opts, None)?;
                 println!("{}", rt.describe());
                 let prompt = Rng(6).tokens(150, c.vocab_size);
                 let (out, end) = collect(&mut rt, &prompt, 2, &sp, &[], 0)?;
@@ -1242,11 +1261,11 @@ mod imp {
                     Ok(rt.debug_logits().first().cloned().unwrap_or_default())
                 };
                 let prompts: Vec<Vec<u32>> = [200, 300, 600].iter().map(|&n| Rng(0x5EED ^ n as u64).tokens(n, config.vocab_size)).collect();
-                let mut one = CudaRuntime::new(&config, &w, 0)?;
+                let mut one = rt_with(&config, &w, &[0], KernelOptions::default(), None)?;
                 let refs = prompts.iter().map(|p| first_logits(&mut one, p)).collect::<Result<Vec<_>>>()?;
                 drop(one);
                 let opts = variant(&args.kernel);
-                let mut rt = CudaRuntime::with_devices(&config, &w, &tp_gpus(tp), opts.clone())?;
+                let mut rt = rt_with(&config, &w, &tp_gpus(tp), opts.clone(), None)?;
                 println!("  {}", rt.describe());
                 for batched in [true, false] {
                     rt.set_options(KernelOptions { batched_prefill: batched, ..opts.clone() })?;

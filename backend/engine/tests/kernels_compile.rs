@@ -1,0 +1,138 @@
+//! CI's check that the GPU kernels compile through the engine's own NVRTC path for
+//! every benchmark shape, with no GPU: the decode kernel one GPU, at TP 2 and under
+//! DTP, the diagnostics builds, and the batched prefill's kernels. Without libnvrtc
+//! each test says so and does not run, except where `make test` points
+//! PEREGRINE_NVRTC_DIR at the pinned wheel: there a missing NVRTC is a failure.
+#![cfg(feature = "cuda")]
+
+use std::path::PathBuf;
+
+use peregrine_engine::config::ModelConfig;
+use peregrine_engine::cuda::{compile_only, layout, nvrtc, KernelOptions};
+use peregrine_engine::dtp::{DtpSchedule, EarlyLayers};
+use peregrine_engine::synthetic::{dtp_preset, preset, PRESET_NAMES};
+use peregrine_engine::Diagnostics;
+
+const ARCH: &str = "sm_90a";
+
+/// The kernel cache `peregrine` uses (PEREGRINE_CUBIN_CACHE, else the user cache), so
+/// a warm machine compiles nothing.
+fn cache() -> Option<PathBuf> {
+    let var = |v: &str| std::env::var_os(v).filter(|p| !p.is_empty()).map(PathBuf::from);
+    var("PEREGRINE_CUBIN_CACHE")
+        .or_else(|| var("XDG_CACHE_HOME").map(|c| c.join("peregrine/cubins")))
+        .or_else(|| var("HOME").map(|h| h.join(".cache/peregrine/cubins")))
+}
+
+/// Whether NVRTC loads (PEREGRINE_NVRTC_DIR first); prints why not when it does not.
+fn nvrtc_loads() -> bool {
+    let dir = std::env::var_os("PEREGRINE_NVRTC_DIR").map(PathBuf::from);
+    match nvrtc::preload(&dir.clone().into_iter().collect::<Vec<_>>()) {
+        Ok(()) => true,
+        Err(e) => {
+            assert!(dir.is_none(), "PEREGRINE_NVRTC_DIR is set but NVRTC does not load: {e}");
+            eprintln!("did not run: {e}");
+            false
+        }
+    }
+}
+
+/// Every preset plus the smallest one with the other head dims the kernels special-case
+/// (96 MHA, 128 GQA with q/k/v bias, 256 MQA).
+fn presets_and_head_dims() -> Vec<ModelConfig> {
+    let mut configs: Vec<_> = PRESET_NAMES.iter().map(|n| preset(n).expect("preset")).collect();
+    let small = configs[0].clone();
+    for (hd, heads, kv_heads, bias) in [(96, 4, 4, false), (128, 4, 2, true), (256, 4, 1, false)] {
+        configs.push(ModelConfig {
+            name: format!("hd{hd}"),
+            head_dim: hd,
+            num_heads: heads,
+            num_kv_heads: kv_heads,
+            attention_bias: bias,
+            ..small.clone()
+        });
+    }
+    configs
+}
+
+#[test]
+fn decode_kernel_compiles_for_every_preset_one_gpu_tp_and_dtp() {
+    if !nvrtc_loads() {
+        return;
+    }
+    let cache = cache();
+    let base = KernelOptions::default();
+    for name in PRESET_NAMES {
+        let config = preset(name).expect("preset");
+        let bytes = compile_only(&config, &base, 1, None, ARCH, cache.as_deref()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(bytes > 0, "{name}: empty cubin");
+    }
+    // Tensor parallelism: every rank's kernel at TP 2 for the shapes whose heads split.
+    for name in ["qwen2.5-coder-1.5b", "smollm2-1.7b", "llama-3.2-1b", "dtp-2b"] {
+        let config = preset(name).expect("preset");
+        let bytes = compile_only(&config, &base, 2, None, ARCH, cache.as_deref()).unwrap_or_else(|e| panic!("{name} tp 2: {e}"));
+        assert!(bytes > 0, "{name}: empty cubin");
+    }
+    // DTP (dtp-2b's schedule) at 2 lanes, and its `none` early-layer variant.
+    let shape = preset("dtp-2b").expect("preset");
+    let mut dtp = dtp_preset("dtp-2b").expect("dtp preset");
+    for early in [EarlyLayers::Present, EarlyLayers::None] {
+        dtp.early_layers = early;
+        let sched = DtpSchedule::new(&dtp, &shape, 2).expect("schedule");
+        let bytes = compile_only(&shape, &base, 2, Some(&sched), ARCH, cache.as_deref()).unwrap_or_else(|e| panic!("dtp: {e}"));
+        assert!(bytes > 0, "dtp: empty cubin");
+    }
+    let odd = preset("smollm2-135m").expect("preset");
+    let err = compile_only(&odd, &base, 2, None, ARCH, cache.as_deref()).expect_err("9 heads do not split over 2");
+    assert!(err.to_string().contains("query heads"), "{err}");
+}
+
+/// The diagnostics build (chaos delays + phase trace) for every benchmark shape and the
+/// other head dims (whose default build is compiled here too), and under TP 2 with the
+/// two tensor-parallel switches not yet on by default.
+#[test]
+fn diagnostic_builds_compile_for_every_preset() {
+    if !nvrtc_loads() {
+        return;
+    }
+    let cache = cache();
+    let base = KernelOptions::default();
+    let checked = KernelOptions { diagnostics: Diagnostics { chaos: true, trace: true, chaos_rank: 0 }, ..base.clone() };
+    for config in &presets_and_head_dims() {
+        // (The presets' default kernels are the test above.)
+        let is_preset = PRESET_NAMES.contains(&config.name.as_str());
+        let builds = if is_preset { vec![("chaos+trace", &checked)] } else { vec![("default", &base), ("chaos+trace", &checked)] };
+        for (label, options) in builds {
+            let (cubin, _) = nvrtc::cubin(cache.as_deref(), ARCH, &layout::defines(config, options))
+                .unwrap_or_else(|e| panic!("{} {label}: {e}", config.name));
+            assert!(!cubin.is_empty(), "{} {label}: empty cubin", config.name);
+        }
+    }
+    let llama = preset("llama-3.2-1b").expect("preset");
+    compile_only(&llama, &checked, 2, None, ARCH, cache.as_deref()).unwrap_or_else(|e| panic!("chaos+trace tp 2: {e}"));
+    let tp_switches = KernelOptions { tp_down_waves: true, tp_weights_evict_first: true, ..checked };
+    compile_only(&llama, &tp_switches, 2, None, ARCH, cache.as_deref()).unwrap_or_else(|e| panic!("tp switches tp 2: {e}"));
+}
+
+/// The batched prefill's kernels compile for every benchmark shape and for the other
+/// head-dim splits (96 and 128 over two lanes, 256 over four, without the tensor-core
+/// attention), and the cubin exports each entry point prefill.rs loads.
+#[test]
+fn prefill_kernels_compile() {
+    if !nvrtc_loads() {
+        return;
+    }
+    let cache = cache();
+    for config in &presets_and_head_dims() {
+        let options = KernelOptions::default();
+        assert!(layout::prefill_shape(config).is_ok(), "{}", config.name);
+        let (cubin, _) = nvrtc::cubin_of(nvrtc::PREFILL_SOURCE, cache.as_deref(), ARCH, &layout::defines(config, &options))
+            .unwrap_or_else(|e| panic!("{}: {e}", config.name));
+        let has = |name: &str| cubin.windows(name.len()).any(|w| w == name.as_bytes());
+        for name in ["pg_pf_embed", "pg_pf_rmsnorm", "pg_pf_qkv_rope", "pg_pf_attention", "pg_pf_swiglu", "pg_pf_add_parts"] {
+            assert!(has(name), "{}: cubin lacks {name}", config.name);
+        }
+        let mma = layout::prefill_shape(config).map(|p| p.mma).unwrap_or(false);
+        assert_eq!(has("pg_pf_attention_mma"), mma, "{}: tensor-core attention present iff the shape allows it", config.name);
+    }
+}

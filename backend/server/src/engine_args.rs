@@ -1,0 +1,206 @@
+//! The engine's options on the command line: each flag once, with its `PEREGRINE_*`
+//! variable (clap's `env`, shown in `--help`), turned into one [`EngineOptions`]. This
+//! is the only place that reads the environment for the engine.
+
+use std::path::{Path, PathBuf};
+
+use peregrine_engine::{
+    ActPrecision, CpuOptions, CpuRuntimeKind, CudaOptions, CudaPaths, Device, EngineOptions, Isa, PrefillMode, ThreadsPolicy,
+};
+
+use crate::error::{Error, Result};
+
+/// Where the model comes from and where and how it runs (shared by every subcommand).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ModelArgs {
+    /// Model file (GGUF) or Hugging Face directory; default: the cached default model.
+    #[arg(long, env = "PEREGRINE_MODEL")]
+    pub model: Option<PathBuf>,
+    /// auto (CUDA when present, else CPU), cpu or cuda.
+    #[arg(long, env = "PEREGRINE_DEVICE", default_value = "auto")]
+    pub device: String,
+    /// Tensor-parallel degree: GPUs one model is split over (the bench's `--shape` takes a list, e.g. 1,2).
+    #[arg(long, env = "PEREGRINE_TP", default_value = "1")]
+    pub tp: String,
+    /// CUDA devices to use, comma-separated (default: the first --tp).
+    #[arg(long, env = "PEREGRINE_GPUS")]
+    pub gpus: Option<String>,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+/// How the CPU and CUDA runtimes are built.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct EngineArgs {
+    /// CPU runtime: fast (packed quantized weights, SIMD) or reference (float32, for bisecting).
+    #[arg(long, env = "PEREGRINE_CPU_RUNTIME", default_value = "fast")]
+    pub cpu_runtime: String,
+    /// Threads of the fast CPU runtime (default: every core).
+    #[arg(long, env = "PEREGRINE_CPU_THREADS")]
+    pub cpu_threads: Option<usize>,
+    /// Highest instruction set the CPU kernels may use: portable, avx2 or avx512 (default: the best present).
+    #[arg(long, env = "PEREGRINE_CPU_ISA")]
+    pub cpu_isa: Option<String>,
+    /// Activation precision of the fast CPU runtime's integer kernels: 16 or 8 bits.
+    #[arg(long, env = "PEREGRINE_CPU_ACT_BITS", default_value_t = 16)]
+    pub cpu_act_bits: u8,
+    /// GPU prompts: batched (cuBLAS GEMMs before the persistent kernel) or tokens (one kernel step per token).
+    #[arg(long, env = "PEREGRINE_PREFILL", default_value = "batched")]
+    pub prefill: String,
+    /// GPU threads per block: tune (measured at a shape's first load, then cached) or a multiple of 32.
+    #[arg(long, env = "PEREGRINE_THREADS", default_value = "tune")]
+    pub threads: String,
+    /// GPU KV-cache positions per request (default: the kernel's default, capped by the model's context).
+    #[arg(long, env = "PEREGRINE_KV_POSITIONS")]
+    pub kv_positions: Option<usize>,
+    /// Let tensor-parallel ranks share one GPU (tests of TP and DTP on a single GPU; not for speed).
+    #[arg(long, env = "PEREGRINE_TP_SHARE_GPU")]
+    pub tp_share_gpu: bool,
+    /// Tensor parallelism: weights loaded evict-first from L2 (not yet measured on two GPUs).
+    #[arg(long, env = "PEREGRINE_TP_EVICT_FIRST")]
+    pub tp_evict_first: bool,
+    /// Tensor parallelism: the down phase streams while its input lands (not yet measured on two GPUs).
+    #[arg(long, env = "PEREGRINE_TP_DOWN_WAVES")]
+    pub tp_down_waves: bool,
+    /// Folder holding libnvrtc (searched first; then $CUDA_HOME and the toolkit folders).
+    #[arg(long, env = "PEREGRINE_NVRTC_DIR")]
+    pub nvrtc_dir: Option<PathBuf>,
+    /// Folder holding libcublas and libcublasLt (searched first; then $CUDA_HOME, the toolkit, Python wheels).
+    #[arg(long, env = "PEREGRINE_CUBLAS_DIR")]
+    pub cublas_dir: Option<PathBuf>,
+    /// Folder for compiled GPU kernels and thread choices (default: <cache>/cubins).
+    #[arg(long, env = "PEREGRINE_CUBIN_CACHE")]
+    pub cubin_cache: Option<PathBuf>,
+}
+
+/// `${XDG_CACHE_HOME:-~/.cache}/peregrine`, where the default model and the kernels are kept.
+pub fn cache_root() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("peregrine"))
+}
+
+impl ModelArgs {
+    /// The tensor-parallel degrees of `--tp` (a comma-separated list).
+    pub fn tp_list(&self) -> Result<Vec<usize>> {
+        self.tp
+            .split(',')
+            .map(|t| t.trim().parse::<usize>().ok().filter(|&n| n >= 1).ok_or_else(|| Error::bad("tp", format!("`{t}` is not a degree ≥ 1"))))
+            .collect()
+    }
+
+    /// The CUDA devices of a single-degree run (`serve`, `generate`, model benchmarks).
+    pub fn gpus(&self) -> Result<Vec<usize>> {
+        let tp = match self.tp_list()?.as_slice() {
+            [one] => *one,
+            _ => return Err(Error::bad("tp", "takes one degree here (a list only with the bench's --shape)")),
+        };
+        Ok(peregrine_engine::parse_gpus(tp, self.gpus.as_deref())?)
+    }
+
+    /// The model path: `--model`, else the default model in the cache.
+    pub fn model_path(&self) -> Result<PathBuf> {
+        let models = cache_root().map(|r| r.join("models"));
+        Ok(peregrine_engine::resolve_model_path(self.model.as_deref(), models.as_deref())?)
+    }
+
+    /// The engine options of a single-degree run.
+    pub fn engine_options(&self) -> Result<EngineOptions> {
+        let device: Device = self.device.parse()?;
+        Ok(EngineOptions { device, gpus: self.gpus()?, cpu: self.engine.cpu_options()?, cuda: self.engine.cuda_options()? })
+    }
+}
+
+impl EngineArgs {
+    /// The CPU runtime's options.
+    pub fn cpu_options(&self) -> Result<CpuOptions> {
+        let runtime: CpuRuntimeKind = self.cpu_runtime.parse()?;
+        let isa_cap = match self.cpu_isa.as_deref() {
+            None | Some("") => None,
+            Some(name) => Some(Isa::from_name(name).ok_or_else(|| Error::bad("cpu-isa", format!("`{name}`: expected portable, avx2 or avx512")))?),
+        };
+        let act_precision = match self.cpu_act_bits {
+            16 => ActPrecision::Int16,
+            8 => ActPrecision::Int8,
+            n => return Err(Error::bad("cpu-act-bits", format!("{n}: expected 16 or 8"))),
+        };
+        if self.cpu_threads == Some(0) {
+            return Err(Error::bad("cpu-threads", "must be at least 1"));
+        }
+        Ok(CpuOptions { runtime, threads: self.cpu_threads, isa_cap, act_precision })
+    }
+
+    /// The CUDA runtime's options (library folders from the flags, then `$CUDA_HOME` /
+    /// `$CUDA_PATH` and the standard places).
+    pub fn cuda_options(&self) -> Result<CudaOptions> {
+        let prefill: PrefillMode = self.prefill.parse()?;
+        let threads: ThreadsPolicy = self.threads.parse()?;
+        let cuda_homes: Vec<PathBuf> =
+            ["CUDA_HOME", "CUDA_PATH"].iter().filter_map(|v| std::env::var_os(v)).filter(|p| !p.is_empty()).map(PathBuf::from).collect();
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let cubin_cache = self.cubin_cache.clone().or_else(|| cache_root().map(|r| r.join("cubins")));
+        let paths = CudaPaths::standard(self.nvrtc_dir.as_deref(), self.cublas_dir.as_deref(), &cuda_homes, home.as_deref(), cubin_cache);
+        Ok(CudaOptions {
+            prefill,
+            threads,
+            kv_positions: self.kv_positions,
+            share_gpu: self.tp_share_gpu,
+            tp_weights_evict_first: self.tp_evict_first,
+            tp_down_waves: self.tp_down_waves,
+            diagnostics: Default::default(),
+            paths,
+        })
+    }
+}
+
+/// The id the OpenAI API reports for a model path: its file (or folder) stem.
+pub fn model_id(path: &Path) -> String {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+    name.strip_suffix(".gguf").map(str::to_string).unwrap_or(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(tp: &str, gpus: Option<&str>) -> ModelArgs {
+        ModelArgs { model: None, device: "cuda".into(), tp: tp.into(), gpus: gpus.map(String::from), engine: EngineArgs::default() }
+    }
+
+    #[test]
+    fn tp_takes_a_list_only_where_a_list_makes_sense() {
+        assert_eq!(args("1,2", None).tp_list().expect("list"), vec![1, 2]);
+        assert_eq!(args("2", Some("1,0")).gpus().expect("one degree"), vec![1, 0]);
+        assert!(args("1,2", None).gpus().is_err(), "serve/generate take one degree");
+        assert!(args("0", None).tp_list().is_err());
+        assert!(args("two", None).tp_list().is_err());
+    }
+
+    #[test]
+    fn engine_flags_become_options_or_clear_errors() {
+        let mut e = EngineArgs { cpu_runtime: "fast".into(), cpu_act_bits: 16, prefill: "batched".into(), threads: "tune".into(), ..Default::default() };
+        assert_eq!(e.cpu_options().expect("defaults"), CpuOptions::default());
+        let cuda = e.cuda_options().expect("defaults");
+        assert_eq!((cuda.prefill, cuda.threads), (PrefillMode::Batched, ThreadsPolicy::Tuned));
+        e.threads = "448".into();
+        e.prefill = "tokens".into();
+        let cuda = e.cuda_options().expect("fixed threads");
+        assert_eq!((cuda.prefill, cuda.threads), (PrefillMode::Tokens, ThreadsPolicy::Fixed(448)));
+        for (field, value, needle) in [("threads", "100", "multiple of 32"), ("prefill", "fast", "batched or tokens")] {
+            let mut bad = e.clone();
+            match field {
+                "threads" => bad.threads = value.into(),
+                _ => bad.prefill = value.into(),
+            }
+            assert!(bad.cuda_options().expect_err(field).to_string().contains(needle));
+        }
+        let bad = EngineArgs { cpu_act_bits: 4, ..e.clone() };
+        assert!(bad.cpu_options().expect_err("bits").to_string().contains("16 or 8"));
+        let bad = EngineArgs { cpu_isa: Some("sse9".into()), ..e.clone() };
+        assert!(bad.cpu_options().expect_err("isa").to_string().contains("avx2"));
+        let bad = EngineArgs { cpu_runtime: "turbo".into(), ..e };
+        assert!(bad.cpu_options().expect_err("runtime").to_string().contains("fast or reference"));
+    }
+}

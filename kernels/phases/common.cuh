@@ -1,0 +1,93 @@
+//! What every matrix phase of the decode kernel shares: which blocks own rows, when a
+//! phase stages its first row group (and ahead of which phase), the norm of its input,
+//! how its input arrives, and how it ends.
+#pragma once
+#include "smem_plan.cuh"
+#include "ops/matvec.cuh"
+#include "ops/rmsnorm.cuh"
+#include "ops/tagged.cuh"
+#include "ops/trace.cuh"
+
+/// Blocks that take the layers' matrix rows: all, or all but attn_own's.
+__device__ __forceinline__ int row_grid() {
+  if constexpr (ATTN_OWN == 0) return (int)gridDim.x;
+  else return (int)gridDim.x > 2 * ATTN_OWN ? (int)gridDim.x - ATTN_OWN : (int)gridDim.x;
+}
+
+/// This block owns rows of a layer matrix of `rows` rows.
+__device__ __forceinline__ bool has_rows(int rows) { return block_has_rows<NR>(rows, row_grid()); }
+
+/// Whether a `rows`-row matrix phase stages: only when every warp has at most one row
+/// group. A streaming-bound phase (several groups per warp) gains nothing from its first
+/// group landing early, and its copies, issued by every SM at once, delay the counter
+/// polls (measured: Llama-3.2-1B's gate/up first wake 0.3 → 3.1 µs after the last arrival).
+__device__ __forceinline__ bool stage_fits(int rows) { return STAGE && rows <= row_grid() * WARPS * NR; }
+
+/// Before waiting for a phase's inputs, start copying this warp's first row group into
+/// its slot (stage_fits).
+template <int K, int ROWS>
+__device__ __forceinline__ void maybe_stage(const bf16_t* w, uint4* slot) {
+  if constexpr (STAGE) {
+    if (stage_fits(ROWS)) stage_rows<K, NR, WARPS, STAGE_CAP>(w, ROWS, slot, row_grid());
+  }
+}
+
+/// grid_rows of a matrix phase, reading what maybe_stage copied.
+/// `ahead`: the next phase's stage (PENDING commit groups) was started after this one's.
+template <int K, int PENDING = 0, class Epi, class Wait = NoWait>
+__device__ __forceinline__ void phase_rows(const bf16_t* w, int rows, const float* xs, const uint4* slot, Epi epi, bool ahead = false,
+                                           Wait wait = {}) {
+  grid_rows<K, NR, WARPS, STAGE_CAP, PENDING>(w, rows, xs, epi, stage_fits(rows) ? slot : nullptr, ahead, row_grid(), wait);
+}
+
+/// stage_ahead: whether this block stages a `rows`-row phase (it owns rows and the phase stages).
+__device__ __forceinline__ bool stages_ahead(int rows) { return AHEAD && has_rows(rows) && stage_fits(rows); }
+
+/// stage_ahead: starts this warp's copy of a phase's first row group into `slot`, ahead
+/// of the phase before it; returns whether it did (the earlier phase then leaves the
+/// copy's groups pending).
+template <int K, int ROWS>
+__device__ __forceinline__ bool stage_ahead(const bf16_t* w, uint4* slot) {
+  if (!stages_ahead(ROWS)) return false;
+  stage_rows<K, NR, WARPS, STAGE_CAP>(w, ROWS, slot, row_grid());
+  return true;
+}
+
+/// tagged: a norm's weights read into registers before the phase's wait, so the norm
+/// after it reads no memory (other variants read them in rmsnorm_smem, after the wait).
+__device__ __forceinline__ NormWeights<THREADS, D> early_norm(const float* w) {
+  if constexpr (TAGGED) return load_norm_weights<THREADS, D>(w);
+  else return NormWeights<THREADS, D>{};
+}
+
+/// RMSNorm of `v` with early_norm's weights (tagged) or with `w` read now; the same bits.
+__device__ __forceinline__ void norm_vec(float* v, const NormWeights<THREADS, D>& nw, const float* w, float* red) {
+  if constexpr (TAGGED) rmsnorm_smem<THREADS, D>(v, nw, EPS, red);
+  else rmsnorm_smem<THREADS, D>(v, w, EPS, red);
+}
+
+/// A matrix phase's N-float input into shared `vec`: tagged, the polled words at `src`;
+/// otherwise the wait on the producers' counter, then an L2 read of `plain`.
+template <int N>
+__device__ __forceinline__ void load_phase_input(float* vec, const u64* src, u32 tag, const u32* ctr, u32 target, const float* plain,
+                                                 u64* ev) {
+  if constexpr (TAGGED) {
+    load_tagged<THREADS, N>(vec, src, tag, nullptr, ev);
+  } else {
+    block_wait(ctr, target, ev);
+    load_vec_f32<THREADS>(vec, plain, N);
+    __syncthreads();
+  }
+}
+
+/// The end of a phase: one arrival on its counter; tagged: a block barrier (the next
+/// phase reuses shared memory) and the trace's arrival stamp, since the data carries
+/// its own readiness.
+__device__ __forceinline__ void phase_end(u32* c, u64* stamp) {
+  if constexpr (TAGGED) {
+    __syncthreads();
+    trace_arrive(stamp);
+  } else {
+    block_arrive(c, stamp);
+  }
+}
