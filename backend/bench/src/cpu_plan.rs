@@ -6,10 +6,10 @@
 
 use std::time::{Duration, Instant};
 
-use peregrine_engine::{Error, Result};
 use peregrine_engine::runtime::{Cancel, DecodeJob, Flow, Runtime};
 use peregrine_engine::sampling::SamplingParams;
 use peregrine_engine::tokenizer::Tokenizer;
+use peregrine_engine::{Error, Result};
 
 /// Prompt length of the prefill measurement.
 pub const DEFAULT_PROMPT_TOKENS: usize = 256;

@@ -11,15 +11,15 @@ use std::time::Instant;
 use peregrine_engine::config::ModelConfig;
 use peregrine_engine::cpu::reference::{KvCache, ReferenceModel};
 use peregrine_engine::cuda::layout::{self, KernelOptions};
+use peregrine_engine::cuda::tune::{self, ThreadsChoice, ThreadsSource};
 use peregrine_engine::cuda::CudaRuntime;
 use peregrine_engine::dtp::reference::{Execution, ShardedModel};
 use peregrine_engine::dtp::DtpSchedule;
-use peregrine_engine::{Error, Result};
 use peregrine_engine::runtime::{Cancel, DecodeJob, Flow, RunEnd, Runtime};
 use peregrine_engine::sampling::{top_k_indices, Sampled, SamplingParams};
-use peregrine_engine::cuda::tune::{self, ThreadsChoice, ThreadsSource};
 use peregrine_engine::weights::Weights;
 use peregrine_engine::{CudaOptions, ThreadsPolicy};
+use peregrine_engine::{Error, Result};
 
 /// Prompt tokens before the decode measurement.
 pub const DEFAULT_PROMPT_TOKENS: usize = 32;
@@ -413,7 +413,8 @@ mod tests {
         let config = peregrine_engine::synthetic::preset("smollm2-135m").expect("preset");
         let config = ModelConfig { num_layers: 1, vocab_size: 512, ..config };
         let weights = peregrine_engine::synthetic::synthetic_weights(&config, 1);
-        let err = bench_shape(&config, &weights, &[0], None, &CudaBenchPlan::default(), &CudaOptions::default(), 4e12).expect_err("no device here");
+        let err = bench_shape(&config, &weights, &[0], None, &CudaBenchPlan::default(), &CudaOptions::default(), 4e12)
+            .expect_err("no device here");
         assert!(err.to_string().to_lowercase().contains("cuda"), "{err}");
     }
 }

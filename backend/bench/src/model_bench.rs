@@ -15,8 +15,8 @@ use peregrine_server::cli::ModelArgs;
 use crate::cpu_plan::{
     measure, median, BenchPlan, Figures, DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, DEFAULT_RUNS, DEFAULT_SHORT_PROMPT_TOKENS,
 };
-use crate::llamacpp::LlamaCpp;
 use crate::error::{Error, Result};
+use crate::llamacpp::LlamaCpp;
 
 /// Arguments of `peregrine-bench`.
 #[derive(Debug, Clone, clap::Args)]
@@ -134,9 +134,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 let context = plan.prompt.len().max(plan.short_prompt.len() + plan.gen_tokens) + 1;
                 llama = Some(LlamaCpp::start(&python, &script, &path, options.threads, context)?);
             }
-            (None, _, _) => {
-                say("no Python with llama-cpp-python found (--llamacpp-python): Peregrine only".into())
-            }
+            (None, _, _) => say("no Python with llama-cpp-python found (--llamacpp-python): Peregrine only".into()),
             (_, None, _) => say("scripts/bench/llamacpp_bench.py not found (run from the repository root): Peregrine only".into()),
             (_, _, false) => say("llama.cpp needs a GGUF file: Peregrine only".into()),
         }

@@ -8,14 +8,14 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::cuda_shape::{
-    self as bench, CudaBenchPlan, ShapeFigures, BANDWIDTH_BYTES, BANDWIDTH_REPEATS, CHECKED_TOKENS, DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS,
-    DEFAULT_TTFT_PROMPT_TOKENS,
+    self as bench, CudaBenchPlan, ShapeFigures, BANDWIDTH_BYTES, BANDWIDTH_REPEATS, CHECKED_TOKENS, DEFAULT_GEN_TOKENS,
+    DEFAULT_PROMPT_TOKENS, DEFAULT_TTFT_PROMPT_TOKENS,
 };
 use crate::torch_baseline::{self, BaselineFigures, BaselinePlan};
-use peregrine_engine::CudaOptions;
 use peregrine_engine::cuda::{self, measure_copy_bandwidth};
 use peregrine_engine::dtp::DtpSchedule;
 use peregrine_engine::synthetic::{dtp_preset, preset, synthetic_weights, PRESET_NAMES};
+use peregrine_engine::CudaOptions;
 use serde_json::json;
 
 use crate::error::{Error, Result};

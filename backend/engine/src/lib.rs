@@ -35,14 +35,12 @@ pub use error::{Error, Result};
 pub use generator::TextModel;
 pub use handle::{CancelHandle, EngineHandle, EngineInfo, Rejected, Submission, DEFAULT_MAX_QUEUE};
 pub use model::{build_generator, load_model, parse_gpus, resolve_model_path, ModelFiles, DEFAULT_MODEL_FILE};
-pub use options::{
-    CpuOptions, CpuRuntimeKind, CudaOptions, CudaPaths, Device, Diagnostics, EngineOptions, PrefillMode, ThreadsPolicy,
-};
+pub use options::{CpuOptions, CpuRuntimeKind, CudaOptions, CudaPaths, Device, Diagnostics, EngineOptions, PrefillMode, ThreadsPolicy};
 pub use request::{ErrorCode, Event, Prompt, PromptToken, Request, DEFAULT_MAX_TOKENS, STATS_INTERVAL_MS};
 pub use sampling::{Sampled, SamplingParams, TokenLogprob, MAX_TOP_LOGPROBS};
 pub use template::ChatMessage;
 
-/// CPU instruction-set caps the CLI accepts (`--cpu-isa`).
-pub use cpu::isa::Isa;
 /// Activation precision of the fast CPU runtime (`--cpu-act-bits`).
 pub use cpu::act_quant::ActPrecision;
+/// CPU instruction-set caps the CLI accepts (`--cpu-isa`).
+pub use cpu::isa::Isa;

@@ -147,8 +147,7 @@ impl CudaPaths {
         home: Option<&Path>,
         cubin_cache: Option<PathBuf>,
     ) -> CudaPaths {
-        let toolkit: Vec<PathBuf> =
-            cuda_homes.iter().map(|h| h.join("lib64")).chain(TOOLKIT_LIB_DIRS.iter().map(PathBuf::from)).collect();
+        let toolkit: Vec<PathBuf> = cuda_homes.iter().map(|h| h.join("lib64")).chain(TOOLKIT_LIB_DIRS.iter().map(PathBuf::from)).collect();
         let nvrtc_dirs = nvrtc_dir.map(Path::to_path_buf).into_iter().chain(toolkit.iter().cloned()).collect();
         let mut roots: Vec<PathBuf> = PYTHON_ROOTS.iter().map(PathBuf::from).collect();
         roots.extend(home.map(|h| h.join(".local/lib")));

@@ -87,7 +87,9 @@ impl ModelArgs {
     pub fn tp_list(&self) -> Result<Vec<usize>> {
         self.tp
             .split(',')
-            .map(|t| t.trim().parse::<usize>().ok().filter(|&n| n >= 1).ok_or_else(|| Error::bad("tp", format!("`{t}` is not a degree ≥ 1"))))
+            .map(|t| {
+                t.trim().parse::<usize>().ok().filter(|&n| n >= 1).ok_or_else(|| Error::bad("tp", format!("`{t}` is not a degree ≥ 1")))
+            })
             .collect()
     }
 
@@ -119,7 +121,9 @@ impl EngineArgs {
         let runtime: CpuRuntimeKind = self.cpu_runtime.parse()?;
         let isa_cap = match self.cpu_isa.as_deref() {
             None | Some("") => None,
-            Some(name) => Some(Isa::from_name(name).ok_or_else(|| Error::bad("cpu-isa", format!("`{name}`: expected portable, avx2 or avx512")))?),
+            Some(name) => {
+                Some(Isa::from_name(name).ok_or_else(|| Error::bad("cpu-isa", format!("`{name}`: expected portable, avx2 or avx512")))?)
+            }
         };
         let act_precision = match self.cpu_act_bits {
             16 => ActPrecision::Int16,
@@ -180,7 +184,13 @@ mod tests {
 
     #[test]
     fn engine_flags_become_options_or_clear_errors() {
-        let mut e = EngineArgs { cpu_runtime: "fast".into(), cpu_act_bits: 16, prefill: "batched".into(), threads: "tune".into(), ..Default::default() };
+        let mut e = EngineArgs {
+            cpu_runtime: "fast".into(),
+            cpu_act_bits: 16,
+            prefill: "batched".into(),
+            threads: "tune".into(),
+            ..Default::default()
+        };
         assert_eq!(e.cpu_options().expect("defaults"), CpuOptions::default());
         let cuda = e.cuda_options().expect("defaults");
         assert_eq!((cuda.prefill, cuda.threads), (PrefillMode::Batched, ThreadsPolicy::Tuned));

@@ -1,0 +1,134 @@
+//! The GPUs: which are present, opening one per rank, peer access between the ranks'
+//! GPUs, and the copy bandwidth a kernel is judged against.
+
+use std::sync::Arc;
+
+use cudarc::driver::{sys, CudaContext, CudaStream};
+
+use super::{cuda_err, Rank};
+use crate::cuda::layout::PeerSlot;
+use crate::error::{Error, Result};
+
+/// Names of the CUDA devices present, or why there are none (no driver, no device).
+pub fn devices() -> Result<Vec<String>> {
+    // SAFETY: probing for the driver library by name has no preconditions.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(Error::Cuda("no CUDA driver (libcuda) found".into()));
+    }
+    let n = CudaContext::device_count().map_err(cuda_err("cuDeviceGetCount"))?;
+    if n <= 0 {
+        return Err(Error::Cuda("no CUDA device present".into()));
+    }
+    (0..n as usize)
+        .map(|i| {
+            let ctx = CudaContext::new(i).map_err(cuda_err("cuCtxCreate"))?;
+            ctx.name().map_err(cuda_err("cuDeviceGetName"))
+        })
+        .collect()
+}
+
+/// A context on device `ordinal` and the one stream its rank uses.
+pub(super) fn open_rank(ordinal: usize) -> Result<(Arc<CudaContext>, Arc<CudaStream>)> {
+    let ctx = CudaContext::new(ordinal).map_err(cuda_err("cuCtxCreate"))?;
+    // SAFETY: each rank uses one stream and the host synchronises it before touching
+    // any buffer, so cudarc's cross-stream event tracking is not needed (and it would
+    // not see the raw pointers the kernel receives).
+    unsafe { ctx.disable_event_tracking() };
+    let stream = ctx.new_stream().map_err(cuda_err("cuStreamCreate"))?;
+    Ok((ctx, stream))
+}
+
+/// Enables peer access between every pair of `ranks`' contexts; a pair without it is an error.
+fn enable_peer_access(ranks: &[Rank]) -> Result<()> {
+    for (i, a) in ranks.iter().enumerate() {
+        for (j, b) in ranks.iter().enumerate() {
+            if i == j || a.ctx.cu_device() == b.ctx.cu_device() {
+                continue;
+            }
+            let mut can: std::ffi::c_int = 0;
+            // SAFETY: both devices come from live contexts; `can` is a valid out-pointer.
+            let r = unsafe { sys::cuDeviceCanAccessPeer(&mut can, a.ctx.cu_device(), b.ctx.cu_device()) };
+            if r != sys::CUresult::CUDA_SUCCESS || can == 0 {
+                return Err(Error::Cuda(format!(
+                    "GPU {} ({}) cannot access GPU {} ({}) as a peer ({r:?}); tensor parallelism needs peer access (NVLink or PCIe P2P)",
+                    a.ctx.ordinal(),
+                    a.device_name,
+                    b.ctx.ordinal(),
+                    b.device_name
+                )));
+            }
+            a.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
+            // SAFETY: `b`'s context is live; enabling access from the current context (`a`).
+            let r = unsafe { sys::cuCtxEnablePeerAccess(b.ctx.cu_ctx(), 0) };
+            if r != sys::CUresult::CUDA_SUCCESS && r != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+                return Err(Error::Cuda(format!("cuCtxEnablePeerAccess {i}→{j}: {r:?}")));
+            }
+            // cudarc allocates from the device's memory pool (cuMemAllocAsync), which
+            // context peer access does not cover: grant `a` access to `b`'s pool too.
+            let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+            // SAFETY: `pool` is a valid out-pointer; the device is live.
+            let r = unsafe { sys::cuDeviceGetMemPool(&mut pool, b.ctx.cu_device()) };
+            if r != sys::CUresult::CUDA_SUCCESS {
+                return Err(Error::Cuda(format!("cuDeviceGetMemPool {j}: {r:?}")));
+            }
+            let desc = sys::CUmemAccessDesc {
+                location: sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: a.ctx.cu_device() },
+                flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+            };
+            // SAFETY: `pool` is `b`'s live pool and `desc` one valid descriptor.
+            let r = unsafe { sys::cuMemPoolSetAccess(pool, &desc, 1) };
+            if r != sys::CUresult::CUDA_SUCCESS {
+                return Err(Error::Cuda(format!("cuMemPoolSetAccess {i}→{j}: {r:?}")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Tensor parallelism: enables peer access between every pair of `ranks`, then gives
+/// every rank the table of all ranks' `PeerSlot` pointers.
+pub(super) fn connect_peers(ranks: &mut [Rank]) -> Result<()> {
+    enable_peer_access(ranks)?;
+    let mut table: Vec<u64> = Vec::with_capacity(ranks.len() * PeerSlot::COUNT);
+    for r in ranks.iter() {
+        let mut slots = [0u64; PeerSlot::COUNT];
+        slots[PeerSlot::Exchange.index()] = r.dptr(&r.state.exchange);
+        slots[PeerSlot::Rx.index()] = r.dptr(&r.state.rx);
+        slots[PeerSlot::Logits.index()] = r.dptr(&r.state.logits);
+        slots[PeerSlot::Adj.index()] = r.dptr(&r.state.adj);
+        table.extend_from_slice(&slots);
+    }
+    for r in ranks.iter_mut() {
+        let stream = r.stream.clone();
+        stream.memcpy_htod(&table, &mut r.state.peers).map_err(cuda_err("upload peer table"))?;
+    }
+    Ok(())
+}
+
+/// Device-to-device copy bandwidth (bytes read + written per second) of a `bytes`
+/// buffer on device `ordinal`: the ceiling the decode kernel is judged against,
+/// measured in the same process. Median of `repeats` copies timed with events.
+pub fn measure_copy_bandwidth(ordinal: usize, bytes: usize, repeats: usize) -> Result<f64> {
+    devices()?;
+    let ctx = CudaContext::new(ordinal).map_err(cuda_err("cuCtxCreate"))?;
+    let stream = ctx.new_stream().map_err(cuda_err("cuStreamCreate"))?;
+    let n = bytes / 4;
+    // Random-ish contents: copies of zeros can be faster than copies of data.
+    let host: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(0x9E37_79B9)).collect();
+    let src = stream.clone_htod(&host).map_err(cuda_err("upload"))?;
+    let mut dst = stream.alloc_zeros::<u32>(n).map_err(cuda_err("cuMemAlloc"))?;
+    let mut times = Vec::with_capacity(repeats);
+    for i in 0..repeats + 1 {
+        let start = stream.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err("event"))?;
+        stream.memcpy_dtod(&src, &mut dst).map_err(cuda_err("cuMemcpyDtoD"))?;
+        let stop = stream.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err("event"))?;
+        stop.synchronize().map_err(cuda_err("event sync"))?;
+        let ms = start.elapsed_ms(&stop).map_err(cuda_err("event time"))?;
+        if i > 0 {
+            times.push(ms as f64);
+        }
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    let ms = times[times.len() / 2];
+    Ok(2.0 * (n * 4) as f64 / (ms * 1e-3))
+}

@@ -1,0 +1,178 @@
+//! The weights on the device: each rank's shard cut from the full matrices, converted
+//! to bf16 (norms and biases f32) and uploaded, with the per-layer pointer table.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+
+use super::{cuda_err, CudaRuntime};
+use crate::config::ModelConfig;
+use crate::cpu::rope;
+use crate::cuda::layout::LayerSlot;
+use crate::dtp::ShardPlan;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+use crate::weights::Weights;
+
+/// Weight buffers on the device (kept alive for the pointers in the layer table).
+pub(super) struct DeviceWeights {
+    _bf16: Vec<CudaSlice<u16>>,
+    _f32: Vec<CudaSlice<f32>>,
+    pub(super) layer_table: CudaSlice<u64>,
+    /// The same table on the host (the batched prefill enqueues per-layer work).
+    pub(super) layer_ptrs: Vec<[u64; LayerSlot::COUNT]>,
+    pub(super) embed: u64,
+    pub(super) lm_head: u64,
+    pub(super) final_norm: u64,
+    pub(super) inv_freq: u64,
+    /// bf16 + f32 bytes the kernel streams per token (every matrix once, norms, LM head).
+    pub(super) streamed_bytes: u64,
+}
+
+/// Rows `r0..r1` of a row-major matrix with `cols` columns.
+fn rows_of(m: &[f32], cols: usize, r0: usize, r1: usize) -> Vec<f32> {
+    m[r0 * cols..r1 * cols].to_vec()
+}
+
+/// Columns `c0..c1` of a row-major matrix with `cols` columns.
+fn cols_of(m: &[f32], cols: usize, c0: usize, c1: usize) -> Vec<f32> {
+    m.chunks_exact(cols).flat_map(|row| row[c0..c1].iter().copied()).collect()
+}
+
+fn to_bf16(values: &[f32]) -> Vec<u16> {
+    values.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect()
+}
+
+fn expect_shape(t: &Tensor, shape: &[usize]) -> Result<()> {
+    if t.shape != shape {
+        return Err(Error::ShapeMismatch {
+            path: "<weights>".into(),
+            tensor: t.name.clone(),
+            expected: shape.to_vec(),
+            found: t.shape.clone(),
+        });
+    }
+    Ok(())
+}
+
+impl CudaRuntime {
+    /// Uploads rank `rank`'s shard (all of it on one GPU): its query heads' q rows, its
+    /// KV heads' k/v rows, its FFN columns of gate/up (rows) and down (columns), its
+    /// heads' o-projection columns and its vocabulary rows of the LM head; the
+    /// embedding and norms whole.
+    pub(super) fn upload_weights(
+        stream: &Arc<CudaStream>,
+        c: &ModelConfig,
+        sh: &ModelConfig,
+        w: &Weights,
+        rank: usize,
+        tp: usize,
+    ) -> Result<DeviceWeights> {
+        let (d, f, hd) = (c.hidden_size, c.intermediate_size, c.head_dim);
+        let (qd, kvd) = (c.num_heads * hd, c.num_kv_heads * hd);
+        if w.layers.len() != c.num_layers {
+            return Err(Error::Cuda(format!("{} layers of weights for a {}-layer config", w.layers.len(), c.num_layers)));
+        }
+        // This rank's query rows/columns, KV rows, FFN columns and vocabulary rows: the
+        // split the CPU reference uses too (layout::shard checked it gives `sh`'s sizes).
+        let plan = ShardPlan::new(c, tp)?;
+        let lane = &plan.lanes[rank];
+        let (q0, q1) = (lane.q_heads.start * hd, lane.q_heads.end * hd);
+        let (k0, k1) = (lane.kv_heads.start * hd, lane.kv_heads.end * hd);
+        let (f0, f1) = (lane.ffn.start, lane.ffn.end);
+        let (v0, v1) = (lane.vocab.start, lane.vocab.end);
+        debug_assert_eq!(
+            (q1 - q0, k1 - k0, f1 - f0, v1 - v0),
+            (sh.num_heads * hd, sh.num_kv_heads * hd, sh.intermediate_size, sh.vocab_size)
+        );
+        let mut bf16s: Vec<CudaSlice<u16>> = Vec::new();
+        let mut f32s: Vec<CudaSlice<f32>> = Vec::new();
+        let mut streamed: u64 = 0;
+        let put_bf16 = |values: Vec<f32>, streamed_too: bool, bf16s: &mut Vec<CudaSlice<u16>>, streamed: &mut u64| -> Result<u64> {
+            if streamed_too {
+                *streamed += 2 * values.len() as u64;
+            }
+            let s = stream.clone_htod(&to_bf16(&values)).map_err(cuda_err("upload weights"))?;
+            let p = s.device_ptr(stream).0;
+            bf16s.push(s);
+            Ok(p)
+        };
+        let put_f32 = |values: &[f32], f32s: &mut Vec<CudaSlice<f32>>| -> Result<u64> {
+            let s = stream.clone_htod(values).map_err(cuda_err("upload weights"))?;
+            let p = s.device_ptr(stream).0;
+            f32s.push(s);
+            Ok(p)
+        };
+        let mut table: Vec<u64> = Vec::with_capacity(c.num_layers * LayerSlot::COUNT);
+        let mut layer_ptrs = Vec::with_capacity(c.num_layers);
+        for l in &w.layers {
+            expect_shape(&l.q, &[qd, d])?;
+            expect_shape(&l.k, &[kvd, d])?;
+            expect_shape(&l.v, &[kvd, d])?;
+            expect_shape(&l.o, &[d, qd])?;
+            expect_shape(&l.gate, &[f, d])?;
+            expect_shape(&l.up, &[f, d])?;
+            expect_shape(&l.down, &[d, f])?;
+            let mut slots = [0u64; LayerSlot::COUNT];
+            let mut qkv = rows_of(&l.q.to_f32()?, d, q0, q1);
+            qkv.extend(rows_of(&l.k.to_f32()?, d, k0, k1));
+            qkv.extend(rows_of(&l.v.to_f32()?, d, k0, k1));
+            slots[LayerSlot::Wqkv.index()] = put_bf16(qkv, true, &mut bf16s, &mut streamed)?;
+            if c.attention_bias {
+                let mut b = Vec::with_capacity(q1 - q0 + 2 * (k1 - k0));
+                for (t, (r0, r1)) in [(&l.q_bias, (q0, q1)), (&l.k_bias, (k0, k1)), (&l.v_bias, (k0, k1))] {
+                    let t = t.as_ref().ok_or_else(|| Error::Cuda("attention_bias is set but a q/k/v bias is missing".into()))?;
+                    b.extend_from_slice(&t.to_f32()?[r0..r1]);
+                }
+                slots[LayerSlot::QkvBias.index()] = put_f32(&b, &mut f32s)?;
+            }
+            slots[LayerSlot::Wo.index()] = put_bf16(cols_of(&l.o.to_f32()?, qd, q0, q1), true, &mut bf16s, &mut streamed)?;
+            let (gate, up) = (l.gate.to_f32()?, l.up.to_f32()?);
+            let mut gu = Vec::with_capacity(2 * (f1 - f0) * d);
+            for j in f0..f1 {
+                gu.extend_from_slice(&gate[j * d..(j + 1) * d]);
+                gu.extend_from_slice(&up[j * d..(j + 1) * d]);
+            }
+            drop((gate, up));
+            slots[LayerSlot::WgateUp.index()] = put_bf16(gu, true, &mut bf16s, &mut streamed)?;
+            slots[LayerSlot::Wdown.index()] = put_bf16(cols_of(&l.down.to_f32()?, f, f0, f1), true, &mut bf16s, &mut streamed)?;
+            slots[LayerSlot::AttnNorm.index()] = put_f32(&l.attn_norm.to_f32()?, &mut f32s)?;
+            slots[LayerSlot::FfnNorm.index()] = put_f32(&l.ffn_norm.to_f32()?, &mut f32s)?;
+            streamed += 4 * 2 * d as u64;
+            table.extend_from_slice(&slots);
+            layer_ptrs.push(slots);
+        }
+        expect_shape(&w.embed, &[c.vocab_size, d])?;
+        let embed_f32 = w.embed.to_f32()?;
+        let lm_head = match &w.lm_head {
+            Some(t) => {
+                expect_shape(t, &[c.vocab_size, d])?;
+                Some(put_bf16(rows_of(&t.to_f32()?, d, v0, v1), true, &mut bf16s, &mut streamed)?)
+            }
+            // Tied and split: this rank's rows of the embedding as its own matrix.
+            None if tp > 1 => Some(put_bf16(rows_of(&embed_f32, d, v0, v1), true, &mut bf16s, &mut streamed)?),
+            None => {
+                streamed += 2 * (c.vocab_size * d) as u64;
+                None
+            }
+        };
+        let embed = put_bf16(embed_f32, false, &mut bf16s, &mut streamed)?;
+        let lm_head = lm_head.unwrap_or(embed);
+        let final_norm = put_f32(&w.final_norm.to_f32()?, &mut f32s)?;
+        let inv_freq = put_f32(&rope::inv_freq(c), &mut f32s)?;
+        // The embedding row read per token.
+        streamed += 2 * d as u64 + 4 * d as u64;
+        let layer_table = stream.clone_htod(&table).map_err(cuda_err("upload layer table"))?;
+        Ok(DeviceWeights {
+            _bf16: bf16s,
+            _f32: f32s,
+            layer_table,
+            layer_ptrs,
+            embed,
+            lm_head,
+            final_norm,
+            inv_freq,
+            streamed_bytes: streamed,
+        })
+    }
+}

@@ -1,0 +1,378 @@
+//! The GPU engine checked against the CPU: scored logits and greedy tokens against the
+//! float32 reference, the batched prefill against the token path, seeded sampling
+//! against the CPU sampler, stop tokens and cancellation through the host ring, the
+//! race check (chaos delays change no token), and tensor parallelism and DTP with both
+//! ranks on one GPU against one GPU and the CPU DTP reference. Synthetic random-weight
+//! models of the shapes the kernels special-case.
+//!
+//! Runs wherever a CUDA device is present. Elsewhere every check is reported as
+//! ignored with the reason (libtest-mimic), never as passed. scripts/gpu/test.sh
+//! builds this binary here and runs it on the GPU host.
+
+use std::path::PathBuf;
+
+use libtest_mimic::{Arguments, Failed, Trial};
+use peregrine_engine::config::{Architecture, ModelConfig, RopeLayout, RopeScaling};
+use peregrine_engine::cpu::reference::{KvCache, ReferenceModel};
+use peregrine_engine::cuda::{self, CudaRuntime, KernelOptions};
+use peregrine_engine::dtp::reference::{Execution, ShardedModel};
+use peregrine_engine::dtp::DtpSchedule;
+use peregrine_engine::rng::SplitMix64;
+use peregrine_engine::runtime::{Cancel, DecodeJob, Flow, RunEnd, Runtime};
+use peregrine_engine::sampling::{sample, Sampled, SamplingParams};
+use peregrine_engine::synthetic::{dtp_preset, preset, synthetic_weights};
+use peregrine_engine::weights::Weights;
+use peregrine_engine::{CudaOptions, CudaPaths, Diagnostics};
+
+/// Relative logit error allowed against the f32 reference (bf16 weights and KV cache).
+const MAX_REL_ERR: f64 = 3e-2;
+/// Weight seed of every synthetic model here.
+const WEIGHT_SEED: u64 = 1234;
+
+type Check = Result<(), Failed>;
+
+fn main() {
+    let mut args = Arguments::from_args();
+    // One check at a time: each holds whole-GPU persistent kernels.
+    args.test_threads = Some(1);
+    let absent = cuda::devices().err().map(|e| e.to_string());
+    let mut trials = Vec::new();
+    for config in tiny_shapes() {
+        let name = config.name.clone();
+        let c = config.clone();
+        trials.push(Trial::test(format!("{name}: scored logits and greedy tokens match the CPU reference"), move || reference_check(&c)));
+        let c = config.clone();
+        trials.push(Trial::test(format!("{name}: seeded sampling matches the CPU sampler"), move || sampling_check(&c)));
+        let c = config.clone();
+        trials.push(Trial::test(format!("{name}: stop tokens and cancellation end runs"), move || stop_check(&c)));
+        let c = config.clone();
+        trials.push(Trial::test(format!("{name}: batched prefill matches the token path"), move || prefill_check(&c)));
+        let c = config.clone();
+        trials.push(Trial::test(format!("{name}: chaos delays change no token"), move || race_check(&c)));
+    }
+    trials.push(Trial::test("tp 2 on one GPU: scored logits match one GPU, chaos on each rank changes no token", tp_check));
+    trials.push(Trial::test("dtp 2 on one GPU: scored logits match the CPU DTP reference", dtp_check));
+    if let Some(why) = &absent {
+        println!("GPU checks did not run: {why}");
+        trials = trials.into_iter().map(|t| t.with_ignored_flag(true)).collect();
+    }
+    libtest_mimic::run(&args, trials).exit();
+}
+
+/// Small models of the shapes the kernels special-case: interleaved RoPE with Llama-3
+/// scaling (GQA, head_dim 64), Qwen2 with q/k/v bias and head_dim 128, MHA at head_dim 96.
+fn tiny_shapes() -> Vec<ModelConfig> {
+    let base = preset("smollm2-135m").expect("preset");
+    vec![
+        ModelConfig {
+            name: "tiny-llama3-interleaved".into(),
+            vocab_size: 3000,
+            hidden_size: 384,
+            intermediate_size: 1024,
+            num_layers: 3,
+            num_heads: 6,
+            num_kv_heads: 2,
+            head_dim: 64,
+            max_context: 4096,
+            rope_theta: 500_000.0,
+            rope_scaling: RopeScaling::Llama3 { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position: 256 },
+            rope_layout: RopeLayout::Interleaved,
+            tie_embeddings: false,
+            ..base.clone()
+        },
+        ModelConfig {
+            name: "tiny-qwen-bias-hd128".into(),
+            architecture: Architecture::Qwen2,
+            vocab_size: 5000,
+            hidden_size: 512,
+            intermediate_size: 1376,
+            num_layers: 4,
+            num_heads: 4,
+            num_kv_heads: 2,
+            head_dim: 128,
+            rms_norm_eps: 1e-6,
+            rope_theta: 1_000_000.0,
+            attention_bias: true,
+            tie_embeddings: false,
+            ..base.clone()
+        },
+        ModelConfig {
+            name: "tiny-mha-hd96".into(),
+            vocab_size: 2503,
+            hidden_size: 384,
+            intermediate_size: 1000,
+            num_layers: 2,
+            num_heads: 4,
+            num_kv_heads: 4,
+            head_dim: 96,
+            ..base
+        },
+    ]
+}
+
+/// The CUDA options of these checks: library folders and the kernel cache from the same
+/// variables `peregrine` reads (the test binary is the CLI here), ranks may share a GPU.
+fn cuda_options() -> CudaOptions {
+    let var = |v: &str| std::env::var_os(v).filter(|p| !p.is_empty()).map(PathBuf::from);
+    let homes: Vec<PathBuf> = ["CUDA_HOME", "CUDA_PATH"].iter().filter_map(|v| var(v)).collect();
+    let cache = var("PEREGRINE_CUBIN_CACHE").or_else(|| var("HOME").map(|h| h.join(".cache/peregrine/cubins")));
+    let paths = CudaPaths::standard(
+        var("PEREGRINE_NVRTC_DIR").as_deref(),
+        var("PEREGRINE_CUBLAS_DIR").as_deref(),
+        &homes,
+        var("HOME").as_deref(),
+        cache,
+    );
+    CudaOptions { share_gpu: true, paths, ..CudaOptions::default() }
+}
+
+fn runtime(
+    config: &ModelConfig,
+    weights: &Weights,
+    gpus: &[usize],
+    options: KernelOptions,
+    dtp: Option<DtpSchedule>,
+) -> Result<CudaRuntime, Failed> {
+    Ok(CudaRuntime::with_kernel(config, weights, gpus, &cuda_options(), options, dtp).map_err(|e| e.to_string())?)
+}
+
+fn ensure(ok: bool, what: impl FnOnce() -> String) -> Check {
+    if ok {
+        Ok(())
+    } else {
+        Err(what().into())
+    }
+}
+
+fn run(
+    rt: &mut CudaRuntime,
+    prompt: &[u32],
+    max_tokens: usize,
+    sampling: &SamplingParams,
+    stops: &[u32],
+) -> Result<(Vec<Sampled>, RunEnd), Failed> {
+    let mut out = Vec::new();
+    let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: stops, top_logprobs: 0, cancel: Cancel::NEVER };
+    let end = rt
+        .generate(&job, &mut |s: &Sampled| {
+            out.push(s.clone());
+            Flow::Continue
+        })
+        .map_err(|e| e.to_string())?;
+    Ok((out, end))
+}
+
+fn ids(v: &[Sampled]) -> Vec<u32> {
+    v.iter().map(|s| s.id).collect()
+}
+
+/// max |a − b| / max |b| over one logit row.
+fn rel_err(got: &[f32], want: &[f32]) -> f64 {
+    let diff = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max) as f64;
+    let scale = want.iter().map(|b| b.abs()).fold(0.0f32, f32::max).max(1e-6) as f64;
+    if got.len() == want.len() {
+        diff / scale
+    } else {
+        f64::INFINITY
+    }
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    v.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |(i, _)| i as u32)
+}
+
+/// Whether token `picked` is the reference's top-1 at this step or a near-tie that the
+/// measured logit error can flip (random-weight logits are flat; bf16 flips close calls).
+fn top1_or_near_tie(reference: &[f32], gpu: &[f32], picked: u32) -> bool {
+    let best = argmax(reference);
+    let margin = reference[best as usize] - reference[picked as usize];
+    let max_diff = reference.iter().zip(gpu).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    best == picked || margin <= 2.0 * max_diff
+}
+
+/// Teacher-forced scoring of random tokens, then greedy generation scored on the CPU
+/// along the GPU's own tokens: every step's logits within MAX_REL_ERR and every token
+/// the reference's top-1 or a near-tie.
+fn reference_check(config: &ModelConfig) -> Check {
+    let weights = synthetic_weights(config, WEIGHT_SEED);
+    let mut rt = runtime(config, &weights, &[0], KernelOptions::default(), None)?;
+    let reference = ReferenceModel::new(config, &weights).map_err(|e| e.to_string())?;
+    let mut rng = SplitMix64(0xC0FFEE ^ config.hidden_size as u64);
+    let tokens = rng.tokens(24, config.vocab_size);
+    let gpu = rt.score(&tokens).map_err(|e| e.to_string())?;
+    let cpu = reference.forward(&mut KvCache::new(config, tokens.len()), &tokens, true).map_err(|e| e.to_string())?;
+    let worst = gpu.iter().zip(&cpu).map(|(g, c)| rel_err(g, c)).fold(0.0, f64::max);
+    ensure(gpu.len() == tokens.len() && worst < MAX_REL_ERR, || format!("scored 24 positions: rel err max {worst:.2e}"))?;
+
+    let prompt = rng.tokens(8, config.vocab_size);
+    rt.set_debug_logits(true);
+    let (out, end) = run(&mut rt, &prompt, 16, &SamplingParams::default(), &[])?;
+    let steps = rt.debug_logits().to_vec();
+    let mut seq = prompt.clone();
+    seq.extend(ids(&out));
+    let cpu = reference.forward(&mut KvCache::new(config, seq.len()), &seq[..seq.len() - 1], true).map_err(|e| e.to_string())?;
+    ensure(end == RunEnd::Length && out.len() == 16 && steps.len() == 16, || format!("greedy run: {} tokens, end {end:?}", out.len()))?;
+    for (t, s) in out.iter().enumerate() {
+        let want = &cpu[prompt.len() - 1 + t];
+        let err = rel_err(&steps[t], want);
+        ensure(err < MAX_REL_ERR && top1_or_near_tie(want, &steps[t], s.id), || {
+            format!("greedy step {t}: token {} (reference top-1 {}), logits rel err {err:.2e}", s.id, argmax(want))
+        })?;
+    }
+    Ok(())
+}
+
+/// Sampling with several parameter sets: the CPU sampler on the GPU's own logits picks
+/// the same tokens (one near-tie allowed), the same seed repeats, another seed differs.
+fn sampling_check(config: &ModelConfig) -> Check {
+    let weights = synthetic_weights(config, WEIGHT_SEED);
+    let mut rt = runtime(config, &weights, &[0], KernelOptions::default(), None)?;
+    let prompt = SplitMix64(5).tokens(8, config.vocab_size);
+    rt.set_debug_logits(true);
+    let modes = [
+        SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.9, min_p: 0.05, repetition_penalty: 1.1, seed: 7 },
+        SamplingParams { temperature: 1.0, seed: 11, ..Default::default() },
+        SamplingParams { temperature: 0.7, top_p: 0.95, seed: 5, ..Default::default() },
+    ];
+    for p in modes {
+        let (a, _) = run(&mut rt, &prompt, 16, &p, &[])?;
+        let logits = rt.debug_logits().to_vec();
+        let mut seen = prompt.clone();
+        let mut agree = 0;
+        for (t, s) in a.iter().enumerate() {
+            agree += usize::from(sample(&logits[t], &p, &seen, t as u64, 0).id == s.id);
+            seen.push(s.id);
+        }
+        let (b, _) = run(&mut rt, &prompt, 16, &p, &[])?;
+        let (c, _) = run(&mut rt, &prompt, 16, &SamplingParams { seed: p.seed + 1, ..p.clone() }, &[])?;
+        ensure(a.len() == 16 && agree + 1 >= a.len() && ids(&a) == ids(&b) && ids(&a) != ids(&c), || {
+            format!(
+                "{p:?}: CPU sampler agrees {agree}/{}, same seed repeats {}, other seed differs {}",
+                a.len(),
+                ids(&a) == ids(&b),
+                ids(&a) != ids(&c)
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// A stop token ends the run before it (checked by the kernel, and by the host past the
+/// kernel's 16), a callback's stop cancels through the ring, the next run is unharmed.
+fn stop_check(config: &ModelConfig) -> Check {
+    let weights = synthetic_weights(config, WEIGHT_SEED);
+    let mut rt = runtime(config, &weights, &[0], KernelOptions::default(), None)?;
+    let prompt = SplitMix64(9).tokens(8, config.vocab_size);
+    let greedy = SamplingParams::default();
+    let (out, _) = run(&mut rt, &prompt, 12, &greedy, &[])?;
+    let g = ids(&out);
+    let k = g.iter().position(|&t| t == g[3]).unwrap_or(3);
+    let (s, end) = run(&mut rt, &prompt, 12, &greedy, &[g[k]])?;
+    ensure(end == RunEnd::StopToken && ids(&s) == g[..k], || format!("stop token at step {k}: {} tokens, end {end:?}", s.len()))?;
+    let many: Vec<u32> = (0..config.vocab_size as u32).filter(|t| !g.contains(t) && !prompt.contains(t)).take(20).chain([g[k]]).collect();
+    let (s, end) = run(&mut rt, &prompt, 12, &greedy, &many)?;
+    ensure(end == RunEnd::StopToken && ids(&s) == g[..k], || format!("21 stop tokens: {} tokens, end {end:?}", s.len()))?;
+    let mut got = Vec::new();
+    let job = DecodeJob { prompt: &prompt, max_tokens: 12, sampling: &greedy, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER };
+    let end = rt
+        .generate(&job, &mut |s: &Sampled| {
+            got.push(s.id);
+            if got.len() == 3 {
+                Flow::Stop
+            } else {
+                Flow::Continue
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    ensure(end == RunEnd::Stopped && got == g[..3], || format!("cancel after 3 tokens: {} tokens, end {end:?}", got.len()))?;
+    let (again, _) = run(&mut rt, &prompt, 12, &greedy, &[])?;
+    ensure(ids(&again) == g, || "a run after a cancelled one repeats the greedy tokens".into())
+}
+
+/// The batched prefill (cuBLAS + prefill.cu) against every prompt token as a kernel
+/// step: first-step logits within MAX_REL_ERR; greedy tokens equal, or the first
+/// difference a near-tie the measured logit difference explains.
+fn prefill_check(config: &ModelConfig) -> Check {
+    let weights = synthetic_weights(config, WEIGHT_SEED);
+    let base = KernelOptions { prefill_chunk: 16, ..KernelOptions::default() };
+    let mut rt = runtime(config, &weights, &[0], base.clone(), None)?;
+    let prompt = SplitMix64(21).tokens(40, config.vocab_size);
+    let mut path = |batched: bool| -> Result<(Vec<u32>, Vec<Vec<f32>>, usize), Failed> {
+        rt.set_options(KernelOptions { batched_prefill: batched, ..base.clone() }).map_err(|e| e.to_string())?;
+        rt.set_debug_logits(true);
+        let (out, _) = run(&mut rt, &prompt, 12, &SamplingParams::default(), &[])?;
+        Ok((ids(&out), rt.debug_logits().to_vec(), rt.last_run().prefill_positions))
+    };
+    let (ids_b, lg_b, positions) = path(true)?;
+    let (ids_t, lg_t, _) = path(false)?;
+    ensure(positions + 1 == prompt.len(), || format!("batched prefill ran {positions} of {} positions", prompt.len() - 1))?;
+    let err = rel_err(&lg_b[0], &lg_t[0]);
+    ensure(err < MAX_REL_ERR, || format!("first-step logits rel err {err:.2e}"))?;
+    let same = ids_b.iter().zip(&ids_t).take_while(|(a, b)| a == b).count();
+    if same < ids_b.len() {
+        ensure(top1_or_near_tie(&lg_t[same], &lg_b[same], ids_b[same]), || format!("greedy tokens differ at step {same}, not a near-tie"))?;
+    }
+    Ok(())
+}
+
+/// Random delays in the dependency waits (split and unsplit attention) reorder the
+/// blocks; the greedy tokens and a seeded sampled run stay identical.
+fn race_check(config: &ModelConfig) -> Check {
+    let weights = synthetic_weights(config, WEIGHT_SEED);
+    let mut rt = runtime(config, &weights, &[0], KernelOptions::default(), None)?;
+    let prompt = SplitMix64(33).tokens(8, config.vocab_size);
+    let sampled = SamplingParams { temperature: 0.9, seed: 3, ..Default::default() };
+    let (greedy, _) = run(&mut rt, &prompt, 200, &SamplingParams::default(), &[])?;
+    let (drawn, _) = run(&mut rt, &prompt, 32, &sampled, &[])?;
+    for splits in [KernelOptions::default().attn_max_splits, 1] {
+        let chaos = KernelOptions {
+            attn_max_splits: splits,
+            diagnostics: Diagnostics { chaos: true, ..Diagnostics::default() },
+            ..KernelOptions::default()
+        };
+        rt.set_options(chaos).map_err(|e| e.to_string())?;
+        let (g, _) = run(&mut rt, &prompt, 200, &SamplingParams::default(), &[])?;
+        let (d, _) = run(&mut rt, &prompt, 32, &sampled, &[])?;
+        ensure(ids(&g) == ids(&greedy) && ids(&d) == ids(&drawn), || format!("chaos (attention splits {splits}) changed the tokens"))?;
+    }
+    Ok(())
+}
+
+/// Qwen2.5-like tiny shape at TP 2, both ranks on GPU 0 (a share of its SMs each):
+/// scored logits against one GPU, then chaos delays on each rank change no token.
+fn tp_check() -> Check {
+    let config = tiny_shapes()[1].clone();
+    let weights = synthetic_weights(&config, WEIGHT_SEED);
+    let tokens = SplitMix64(44).tokens(20, config.vocab_size);
+    let one = runtime(&config, &weights, &[0], KernelOptions::default(), None)?.score(&tokens).map_err(|e| e.to_string())?;
+    let mut rt = runtime(&config, &weights, &[0, 0], KernelOptions::default(), None)?;
+    let two = rt.score(&tokens).map_err(|e| e.to_string())?;
+    let worst = one.iter().zip(&two).map(|(a, b)| rel_err(b, a)).fold(0.0, f64::max);
+    ensure(two.len() == tokens.len() && worst < MAX_REL_ERR, || format!("TP 2 vs one GPU: rel err max {worst:.2e}"))?;
+    let prompt = &tokens[..8];
+    let (want, _) = run(&mut rt, prompt, 200, &SamplingParams::default(), &[])?;
+    for rank in 0..2 {
+        let chaos = KernelOptions { diagnostics: Diagnostics { chaos: true, chaos_rank: rank, trace: false }, ..KernelOptions::default() };
+        rt.set_options(chaos).map_err(|e| e.to_string())?;
+        let (got, _) = run(&mut rt, prompt, 200, &SamplingParams::default(), &[])?;
+        ensure(ids(&got) == ids(&want), || format!("chaos on rank {rank} changed the TP tokens"))?;
+    }
+    Ok(())
+}
+
+/// dtp-2b's DTP schedule on a tiny shape of its layer count, 2 lanes on GPU 0: the
+/// kernel's scored logits against the CPU float32 DTP reference of the same lanes.
+fn dtp_check() -> Check {
+    let dtp = dtp_preset("dtp-2b").expect("dtp preset");
+    let config = ModelConfig { name: "tiny-dtp".into(), num_layers: 6, ..tiny_shapes()[0].clone() };
+    let weights = synthetic_weights(&config, WEIGHT_SEED);
+    let sched = DtpSchedule::new(&dtp, &config, 2).map_err(|e| e.to_string())?;
+    let tokens = SplitMix64(55).tokens(8, config.vocab_size);
+    let mut rt = runtime(&config, &weights, &[0, 0], KernelOptions::default(), Some(sched.clone()))?;
+    let gpu = rt.score(&tokens).map_err(|e| e.to_string())?;
+    let lanes = ShardedModel::new(&config, &weights, 2).map_err(|e| e.to_string())?;
+    let mut session = lanes.session(Execution::Delayed(sched)).map_err(|e| e.to_string())?;
+    let cpu = session.forward(&tokens).map_err(|e| e.to_string())?;
+    let worst = gpu.iter().zip(&cpu).map(|(g, c)| rel_err(g, c)).fold(0.0, f64::max);
+    ensure(gpu.len() == tokens.len() && worst < MAX_REL_ERR, || format!("DTP vs the CPU DTP reference: rel err max {worst:.2e}"))
+}
