@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch reference of Delayed Tensor Parallelism (shared/GPU.md, docs/dtp.md) and of
+"""PyTorch reference of Delayed Tensor Parallelism (docs/dtp.md) and of
 standard tensor parallelism, on CPU or GPU, torch only.
 
 Reads a Hugging Face directory (config.json with an optional `dtp` block, one or more

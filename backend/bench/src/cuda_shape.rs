@@ -31,6 +31,9 @@ pub const DEFAULT_TTFT_PROMPT_TOKENS: usize = 512;
 pub const DEFAULT_RUNS: usize = 5;
 /// Leading greedy tokens every timed run must share with the verified run.
 pub const CHECKED_TOKENS: usize = 16;
+/// The H200's HBM3e bandwidth as specified (bytes per second): the second yardstick
+/// next to the copy bandwidth measured in the run.
+pub const H200_SPEC_BANDWIDTH: f64 = 4.8e12;
 /// Size of the device-to-device copy that measures the bandwidth ceiling.
 pub const BANDWIDTH_BYTES: usize = 1 << 30;
 /// Timed copies of that buffer (median).
@@ -140,6 +143,8 @@ pub struct ShapeFigures {
     /// bandwidth / bytes_per_token, and the median's share of it.
     pub bound_tok_s: f64,
     pub pct_of_bound: f64,
+    /// Weight bytes streamed per second as a share of [`H200_SPEC_BANDWIDTH`].
+    pub pct_of_spec: f64,
     /// Engine call → first token on the host, for the TTFT prompt (median), with the
     /// runtime's default prompt path (the batched prefill where supported).
     pub ttft_ms: f64,
@@ -322,6 +327,7 @@ pub fn bench_shape(
         us_per_token: 1e6 / decode_tok_s,
         bound_tok_s,
         pct_of_bound: 100.0 * decode_tok_s / bound_tok_s,
+        pct_of_spec: 100.0 * decode_tok_s * bytes_per_token as f64 / H200_SPEC_BANDWIDTH,
         ttft_ms: batched.ttft_ms,
         ttft_tokens_ms: tokens.ttft_ms,
         prefill_gpu_ms: batched.prefill_gpu_ms,

@@ -238,7 +238,7 @@ fn print_table(rows: &[ShapeFigures], shape_of_row: &[usize], baseline: Option<&
     );
     let with_base = baseline.is_some();
     let mut head =
-        "| shape | tp | tok/s | × tp 1 | × standard TP | µs/token | MB/token per GPU | % of bound | TTFT 512 (ms) | prefill GPU (ms) | TTFT 512 token by token (ms) | tokens = verified |"
+        "| shape | tp | tok/s | × tp 1 | × standard TP | µs/token | MB/token per GPU | % of bound | % of 4.8 TB/s | TTFT 512 (ms) | prefill GPU (ms) | TTFT 512 token by token (ms) | tokens = verified |"
             .to_string();
     if with_base {
         head += " PyTorch CUDA graph tok/s | ratio | PyTorch prefill 512 (ms) |";
@@ -250,7 +250,7 @@ fn print_table(rows: &[ShapeFigures], shape_of_row: &[usize], baseline: Option<&
         let speedup = tp1_rate(rows, shape_of_row, i).map_or("–".to_string(), |t1| format!("{:.2}×", r.decode_tok_s / t1));
         let vs_std = standard_rate(rows, shape_of_row, i).map_or("–".to_string(), |t| format!("{:.2}×", r.decode_tok_s / t));
         let mut line = format!(
-            "| {} | {}{} | {:.0} | {speedup} | {vs_std} | {:.1} | {:.1} | {:.1}% | {:.2} | {} | {:.1} | {} |",
+            "| {} | {}{} | {:.0} | {speedup} | {vs_std} | {:.1} | {:.1} | {:.1}% | {:.1}% | {:.2} | {} | {:.1} | {} |",
             r.name,
             r.tp,
             r.dtp.map_or(String::new(), |d| format!(" DTP d={d}")),
@@ -258,6 +258,7 @@ fn print_table(rows: &[ShapeFigures], shape_of_row: &[usize], baseline: Option<&
             r.us_per_token,
             r.bytes_per_token as f64 / 1e6,
             r.pct_of_bound,
+            r.pct_of_spec,
             r.ttft_ms,
             r.prefill_gpu_ms.map_or("–".to_string(), |ms| format!("{ms:.2}")),
             r.ttft_tokens_ms,
@@ -308,6 +309,7 @@ fn report_json(
                 "us_per_token": r.us_per_token,
                 "bound_tok_s": r.bound_tok_s,
                 "pct_of_bound": r.pct_of_bound,
+                "pct_of_spec": r.pct_of_spec,
                 "ttft_ms": r.ttft_ms,
                 "ttft_tokens_ms": r.ttft_tokens_ms,
                 "prefill_gpu_ms": r.prefill_gpu_ms,

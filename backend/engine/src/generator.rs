@@ -7,7 +7,7 @@ use std::time::Instant;
 use peregrine_api::{timing::TokenClock, FinishReason, Usage};
 
 use crate::error::{Error, Result};
-use crate::request::{ErrorCode, Event, Prompt, PromptToken, Request, STATS_INTERVAL_MS};
+use crate::request::{ErrorCode, Event, Prompt, PromptToken, Request, STATS_INTERVAL};
 use crate::runtime::{Cancel, DecodeJob, Flow, RunEnd, Runtime};
 use crate::sampling::{log_softmax, top_k_indices, Sampled, TokenLogprob, MAX_TOP_LOGPROBS};
 use crate::stop::StopMatcher;
@@ -103,13 +103,9 @@ impl Runner {
     fn run_inner(&mut self, request: &Request, cancel: Cancel<'_>, emit: &mut dyn FnMut(Event) -> bool) -> Result<()> {
         let start = Instant::now();
         let ms = move || start.elapsed().as_secs_f64() * 1000.0;
-        request.sampling.validate()?;
-        if request.top_logprobs > MAX_TOP_LOGPROBS {
-            return Err(Error::InvalidRequest(format!("top_logprobs must be at most {MAX_TOP_LOGPROBS}")));
-        }
         let text = self.text.clone();
         let prompt = text.prompt_ids(&request.prompt)?;
-        crate::cpu::reference_runtime::check_fits(self.runtime.config(), prompt.len(), request.max_tokens)?;
+        crate::admission::admit(self.runtime.config(), &prompt, request.max_tokens, &request.sampling, request.top_logprobs)?;
         let prompt_n = prompt.len() as u32;
         let finish = |emit: &mut dyn FnMut(Event) -> bool, reason, clock: &TokenClock| {
             let usage = Usage { prompt_tokens: prompt_n, completion_tokens: clock.tokens, total_tokens: prompt_n + clock.tokens };
@@ -170,7 +166,7 @@ impl Runner {
                 listener_gone = true;
                 return Flow::Stop;
             }
-            if now - last_stats >= STATS_INTERVAL_MS {
+            if now - last_stats >= STATS_INTERVAL.as_secs_f64() * 1e3 {
                 last_stats = now;
                 emit(Event::Stats(clock.stats(now)));
             }

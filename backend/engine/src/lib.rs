@@ -26,7 +26,7 @@ macro_rules! internal_modules {
 }
 
 internal_modules!(
-    config, cpu, cuda, dtp, generator, gguf, handle, hf, model, options, request, rng, runtime, sampling, stop, synthetic, template,
+    admission, config, cpu, cuda, dtp, generator, gguf, handle, hf, model, options, request, rng, runtime, sampling, stop, synthetic, template,
     tensor, tokenizer, weights,
 );
 mod error;
@@ -36,7 +36,7 @@ pub use generator::TextModel;
 pub use handle::{CancelHandle, EngineHandle, EngineInfo, Rejected, Submission, DEFAULT_MAX_QUEUE};
 pub use model::{build_generator, load_model, parse_gpus, resolve_model_path, ModelFiles, DEFAULT_MODEL_FILE};
 pub use options::{CpuOptions, CpuRuntimeKind, CudaOptions, CudaPaths, Device, Diagnostics, EngineOptions, PrefillMode, ThreadsPolicy};
-pub use request::{ErrorCode, Event, Prompt, PromptToken, Request, DEFAULT_MAX_TOKENS, STATS_INTERVAL_MS};
+pub use request::{ErrorCode, Event, Prompt, PromptToken, Request, DEFAULT_MAX_TOKENS, STATS_INTERVAL};
 pub use sampling::{Sampled, SamplingParams, TokenLogprob, MAX_TOP_LOGPROBS};
 pub use template::ChatMessage;
 

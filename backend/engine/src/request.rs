@@ -7,8 +7,9 @@ use crate::template::ChatMessage;
 
 /// Default number of tokens to generate when a request does not say.
 pub const DEFAULT_MAX_TOKENS: usize = 256;
-/// Live stats are sent at least this often while tokens flow.
-pub const STATS_INTERVAL_MS: f64 = 250.0;
+/// Live stats are sent at least this often while a request streams: by the engine
+/// with the tokens, and by the server's timer when tokens are slower (server jobs.rs).
+pub const STATS_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// The input text or ids of a request.
 #[derive(Debug, Clone)]

@@ -11,8 +11,8 @@ pub const DEFAULT_REQUEST_TIMEOUT_SECS: u64 = 600;
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
 /// SSE comment sent this often while nothing else is sent (keeps proxies from closing idle streams).
 pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(5);
-/// Live stats are sent at least this often on the playground stream.
-pub const STATS_INTERVAL: Duration = Duration::from_millis(250);
+/// Live stats are sent at least this often on the playground stream (the engine's clock).
+pub use peregrine_engine::STATS_INTERVAL;
 /// After a shutdown signal, the running request may finish for this long before it is cancelled.
 pub const DEFAULT_SHUTDOWN_GRACE_SECS: u64 = 10;
 /// Most stop strings a request may carry.

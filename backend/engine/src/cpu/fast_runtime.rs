@@ -10,7 +10,7 @@ use crate::cpu::forward::{forward, LogitsFor};
 use crate::cpu::isa::Isa;
 use crate::cpu::kv_cache::KvCache;
 use crate::cpu::pool::Pool;
-use crate::cpu::reference_runtime::check_fits;
+use crate::admission::check_fits;
 use crate::cpu::workspace::Workspace;
 use crate::error::{Error, Result};
 use crate::runtime::{cpu_name, BackendInfo, Cancel, DecodeJob, Flow, RunEnd, Runtime};

@@ -1,8 +1,9 @@
 //! [`Runtime`] over the float32 reference forward pass.
 
+use crate::admission::check_fits;
 use crate::config::ModelConfig;
 use crate::cpu::reference::{KvCache, ReferenceModel};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::runtime::{cpu_name, BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
 use crate::sampling::{sample, Sampled};
 use crate::weights::Weights;
@@ -70,15 +71,4 @@ impl Runtime for ReferenceRuntime {
         self.cache.clear();
         self.model.forward(&mut self.cache, tokens, true)
     }
-}
-
-/// Prompt + max_tokens must fit the context; an empty prompt has nothing to condition on.
-pub fn check_fits(config: &ModelConfig, prompt: usize, max_tokens: usize) -> Result<()> {
-    if prompt == 0 {
-        return Err(Error::InvalidRequest("the prompt is empty (no tokens)".into()));
-    }
-    if prompt + max_tokens > config.max_context {
-        return Err(Error::ContextOverflow { prompt, max_tokens, context: config.max_context });
-    }
-    Ok(())
 }

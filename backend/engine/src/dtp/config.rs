@@ -1,4 +1,4 @@
-//! Delayed Tensor Parallelism settings of a model (shared/GPU.md, docs/dtp.md): the
+//! Delayed Tensor Parallelism settings of a model (docs/dtp.md): the
 //! file forms (a `dtp` block in config.json, `peregrine.dtp.*` GGUF keys, a CLI
 //! spec string) normalised into one [`DtpConfig`], then bound to a run's lane count
 //! and layer count as a [`DtpSchedule`] that says, layer by layer, how partial sums
@@ -220,7 +220,7 @@ impl DtpSchedule {
         DtpSchedule::new(&DtpConfig { lanes: Lanes::RunTime, delay: 0, early_layers: EarlyLayers::Present }, model, lanes)
     }
 
-    /// How layer `n`'s partials combine (shared/GPU.md's pseudo-code, literally).
+    /// How layer `n`'s partials combine (docs/dtp.md's pseudo-code, literally).
     pub fn combine(&self, n: usize) -> Combine {
         let (d, layers) = (self.delay, self.num_layers);
         if n < d {

@@ -1,4 +1,4 @@
-//! Tensor-parallel sharding and Delayed Tensor Parallelism (shared/GPU.md, docs/dtp.md):
+//! Tensor-parallel sharding and Delayed Tensor Parallelism (docs/dtp.md):
 //! the config and its file forms, the per-layer schedule, the shard ranges, and a
 //! float32 CPU reference that runs the lanes exactly as the GPU kernel must.
 

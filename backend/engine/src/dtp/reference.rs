@@ -1,6 +1,6 @@
 //! The float32 CPU reference of multi-GPU execution: a model split into lanes exactly
 //! as the kernel splits it ([`ShardPlan`]), run as standard tensor parallelism or as
-//! Delayed Tensor Parallelism ([`DtpSchedule`], shared/GPU.md). Plain loops like
+//! Delayed Tensor Parallelism ([`DtpSchedule`], docs/dtp.md). Plain loops like
 //! `cpu::reference` (whose helpers it reuses, so one lane is that model bit for bit);
 //! it anchors the GPU kernel and scripts/gpu/dtp_reference.py.
 
@@ -268,7 +268,7 @@ impl ShardedSession<'_> {
         m.logits(&rms_norm(&r, &m.final_norm, c.rms_norm_eps))
     }
 
-    /// DTP, literally shared/GPU.md's pseudo-code: lane `i` keeps its own `r_i`.
+    /// DTP, literally the pseudo-code of docs/dtp.md: lane `i` keeps its own `r_i`.
     fn delayed(&mut self, s: &DtpSchedule, embedded: &[f32]) -> Vec<f32> {
         let (m, c) = (self.model, &self.model.config);
         let lanes = m.degree();

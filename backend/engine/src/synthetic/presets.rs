@@ -7,7 +7,7 @@ use crate::dtp::{DtpConfig, EarlyLayers, Lanes};
 /// Every name [`preset`] accepts.
 pub const PRESET_NAMES: &[&str] = &["smollm2-135m", "llama-3.2-1b", "qwen2.5-coder-1.5b", "smollm2-1.7b", "dtp-2b"];
 
-/// Delay of the `dtp-2b` shape (shared/GPU.md: Kog's Laneformer uses 2).
+/// Delay of the `dtp-2b` shape (docs/dtp.md: Kog's Laneformer uses 2).
 pub const DTP_2B_DELAY: usize = 2;
 
 /// The DTP settings a preset was designed for (`None`: an ordinary model). The same
@@ -77,7 +77,7 @@ pub fn preset(name: &str) -> Option<ModelConfig> {
             rope_theta: 130_000.0,
             ..llama("SmolLM2-1.7B")
         },
-        // shared/GPU.md's DTP benchmark shape (Laneformer-like, ~2.2B parameters, tied).
+        // docs/dtp.md's DTP benchmark shape (Laneformer-like, ~2.2B parameters, tied).
         "dtp-2b" => ModelConfig {
             vocab_size: 32_768,
             hidden_size: 3072,

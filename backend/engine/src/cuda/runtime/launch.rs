@@ -7,7 +7,7 @@ use cudarc::driver::{sys, CudaSlice, DevicePtrMut, LaunchConfig, PushKernelArg};
 
 use super::kernel::KernelArgs;
 use super::{cuda_err, CudaRuntime};
-use crate::cpu::reference_runtime::check_fits;
+use crate::admission::check_fits;
 use crate::cuda::layout::{self, ctl, end, rec, Arg, MAX_DEVICE_STOP_TOKENS};
 use crate::cuda::prefill::Prefill;
 use crate::cuda::trace::{RawTrace, WORDS_PER_EVENT};
@@ -54,6 +54,7 @@ impl CudaRuntime {
         if let Some(why) = &self.poisoned {
             return Err(Error::Cuda(format!("the GPU runtime is unusable after an earlier failure: {why}")));
         }
+        // Admission checked the ids; this guards the device's memory (embedding rows, `seen`).
         let v = self.config.vocab_size;
         if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= v) {
             return Err(Error::TokenOutOfRange { id: bad, vocab_size: v });

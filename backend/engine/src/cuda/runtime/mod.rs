@@ -31,7 +31,7 @@ pub use self::launch::DEFAULT_STALL_TIMEOUT;
 use self::weights::DeviceWeights;
 use super::RunStats;
 use crate::config::ModelConfig;
-use crate::cpu::reference_runtime::check_fits;
+use crate::admission::check_fits;
 use crate::cuda::layout::{self, ctl, rec, Arg, KernelOptions};
 use crate::cuda::nvrtc;
 use crate::cuda::prefill::{Prefill, PrefillWeights};
