@@ -1,9 +1,9 @@
 //! The GPU engine checked against the CPU: scored logits and greedy tokens against the
 //! float32 reference, the batched prefill against the token path, seeded sampling
 //! against the CPU sampler, stop tokens and cancellation through the host ring, the
-//! race check (chaos delays change no token), and tensor parallelism and DTP with both
-//! ranks on one GPU against one GPU and the CPU DTP reference. Synthetic random-weight
-//! models of the shapes the kernels special-case.
+//! race check (chaos delays change no token), and tensor parallelism and DTP on two
+//! GPUs (or both ranks on one) against one GPU and the CPU DTP reference. Synthetic
+//! random-weight models of the shapes the kernels special-case.
 //!
 //! Runs wherever a CUDA device is present. Elsewhere every check is reported as
 //! ignored with the reason (libtest-mimic), never as passed. scripts/gpu/test.sh
@@ -19,7 +19,7 @@ use peregrine_engine::dtp::reference::{Execution, ShardedModel};
 use peregrine_engine::dtp::DtpSchedule;
 use peregrine_engine::rng::SplitMix64;
 use peregrine_engine::runtime::{Cancel, DecodeJob, Flow, RunEnd, Runtime};
-use peregrine_engine::sampling::{sample, Sampled, SamplingParams};
+use peregrine_engine::sampling::{log_softmax, sample, top_k_indices, Sampled, SamplingParams};
 use peregrine_engine::synthetic::{dtp_preset, preset, synthetic_weights};
 use peregrine_engine::weights::Weights;
 use peregrine_engine::{CudaOptions, CudaPaths, Diagnostics};
@@ -50,8 +50,8 @@ fn main() {
         let c = config.clone();
         trials.push(Trial::test(format!("{name}: chaos delays change no token"), move || race_check(&c)));
     }
-    trials.push(Trial::test("tp 2 on one GPU: scored logits match one GPU, chaos on each rank changes no token", tp_check));
-    trials.push(Trial::test("dtp 2 on one GPU: scored logits match the CPU DTP reference", dtp_check));
+    trials.push(Trial::test("tp 2: scored logits match one GPU, chaos on each rank changes no token", tp_check));
+    trials.push(Trial::test("dtp 2: scored logits match the CPU DTP reference", dtp_check));
     if let Some(why) = &absent {
         println!("GPU checks did not run: {why}");
         trials = trials.into_iter().map(|t| t.with_ignored_flag(true)).collect();
@@ -151,8 +151,20 @@ fn run(
     sampling: &SamplingParams,
     stops: &[u32],
 ) -> Result<(Vec<Sampled>, RunEnd), Failed> {
+    run_top(rt, prompt, max_tokens, sampling, stops, 0)
+}
+
+/// [`run`] with `top` log-probabilities per token.
+fn run_top(
+    rt: &mut CudaRuntime,
+    prompt: &[u32],
+    max_tokens: usize,
+    sampling: &SamplingParams,
+    stops: &[u32],
+    top: usize,
+) -> Result<(Vec<Sampled>, RunEnd), Failed> {
     let mut out = Vec::new();
-    let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: stops, top_logprobs: 0, cancel: Cancel::NEVER };
+    let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: stops, top_logprobs: top, cancel: Cancel::NEVER };
     let end = rt
         .generate(&job, &mut |s: &Sampled| {
             out.push(s.clone());
@@ -206,8 +218,17 @@ fn reference_check(config: &ModelConfig) -> Check {
 
     let prompt = rng.tokens(8, config.vocab_size);
     rt.set_debug_logits(true);
-    let (out, end) = run(&mut rt, &prompt, 16, &SamplingParams::default(), &[])?;
+    let (out, end) = run_top(&mut rt, &prompt, 16, &SamplingParams::default(), &[], 3)?;
     let steps = rt.debug_logits().to_vec();
+    // Each token's log-probability and top 3 are log_softmax of the kernel's own logits.
+    for (t, s) in out.iter().enumerate() {
+        let lsm = log_softmax(&steps[t]);
+        let top = top_k_indices(&lsm, 3);
+        let ok = (s.logprob - lsm[s.id as usize]).abs() < 1e-3
+            && s.top.len() == 3
+            && s.top.iter().zip(&top).all(|(a, b)| a.id == b.0 && (a.logprob - b.1).abs() < 1e-3);
+        ensure(ok, || format!("step {t}: logprob {} and top-3 {:?} are not log_softmax of the logits", s.logprob, s.top))?;
+    }
     let mut seq = prompt.clone();
     seq.extend(ids(&out));
     let cpu = reference.forward(&mut KvCache::new(config, seq.len()), &seq[..seq.len() - 1], true).map_err(|e| e.to_string())?;
@@ -338,14 +359,24 @@ fn race_check(config: &ModelConfig) -> Check {
     Ok(())
 }
 
-/// Qwen2.5-like tiny shape at TP 2, both ranks on GPU 0 (a share of its SMs each):
+/// The two ranks' GPUs: 0 and 1 where two are present (the exchange over NVLink), else
+/// both on GPU 0 (a share of its SMs each: the exchange logic, not its speed).
+fn tp_gpus() -> Vec<usize> {
+    if cuda::devices().map_or(0, |d| d.len()) >= 2 {
+        vec![0, 1]
+    } else {
+        vec![0, 0]
+    }
+}
+
+/// Qwen2.5-like tiny shape at TP 2 on [`tp_gpus`]:
 /// scored logits against one GPU, then chaos delays on each rank change no token.
 fn tp_check() -> Check {
     let config = tiny_shapes()[1].clone();
     let weights = synthetic_weights(&config, WEIGHT_SEED);
     let tokens = SplitMix64(44).tokens(20, config.vocab_size);
     let one = runtime(&config, &weights, &[0], KernelOptions::default(), None)?.score(&tokens).map_err(|e| e.to_string())?;
-    let mut rt = runtime(&config, &weights, &[0, 0], KernelOptions::default(), None)?;
+    let mut rt = runtime(&config, &weights, &tp_gpus(), KernelOptions::default(), None)?;
     let two = rt.score(&tokens).map_err(|e| e.to_string())?;
     let worst = one.iter().zip(&two).map(|(a, b)| rel_err(b, a)).fold(0.0, f64::max);
     ensure(two.len() == tokens.len() && worst < MAX_REL_ERR, || format!("TP 2 vs one GPU: rel err max {worst:.2e}"))?;
@@ -368,7 +399,7 @@ fn dtp_check() -> Check {
     let weights = synthetic_weights(&config, WEIGHT_SEED);
     let sched = DtpSchedule::new(&dtp, &config, 2).map_err(|e| e.to_string())?;
     let tokens = SplitMix64(55).tokens(8, config.vocab_size);
-    let mut rt = runtime(&config, &weights, &[0, 0], KernelOptions::default(), Some(sched.clone()))?;
+    let mut rt = runtime(&config, &weights, &tp_gpus(), KernelOptions::default(), Some(sched.clone()))?;
     let gpu = rt.score(&tokens).map_err(|e| e.to_string())?;
     let lanes = ShardedModel::new(&config, &weights, 2).map_err(|e| e.to_string())?;
     let mut session = lanes.session(Execution::Delayed(sched)).map_err(|e| e.to_string())?;
