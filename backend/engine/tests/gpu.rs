@@ -50,6 +50,7 @@ fn main() {
         let c = config.clone();
         trials.push(Trial::test(format!("{name}: chaos delays change no token"), move || race_check(&c)));
     }
+    trials.push(Trial::test("threads per block: measured at the first load, read before building at the next", tuning_check));
     trials.push(Trial::test("tp 2: scored logits match one GPU, chaos on each rank changes no token", tp_check));
     trials.push(Trial::test("dtp 2: scored logits match the CPU DTP reference", dtp_check));
     if let Some(why) = &absent {
@@ -406,4 +407,23 @@ fn dtp_check() -> Check {
     let cpu = session.forward(&tokens).map_err(|e| e.to_string())?;
     let worst = gpu.iter().zip(&cpu).map(|(g, c)| rel_err(g, c)).fold(0.0, f64::max);
     ensure(gpu.len() == tokens.len() && worst < MAX_REL_ERR, || format!("DTP vs the CPU DTP reference: rel err max {worst:.2e}"))
+}
+
+/// The load path's thread tuning with an empty kernel cache: the first build measures
+/// (or keeps the default) and records the choice, the second reads it before building.
+fn tuning_check() -> Check {
+    use peregrine_engine::cuda::tune::{build_tuned, ThreadsSource};
+    let config = tiny_shapes()[0].clone();
+    let weights = synthetic_weights(&config, WEIGHT_SEED);
+    let dir = std::env::temp_dir().join(format!("pg-gpu-tune-{}", std::process::id()));
+    let mut cuda = cuda_options();
+    cuda.paths.cubin_cache = Some(dir.clone());
+    let mut log = |line: &str| println!("  {line}");
+    let (_, first) = build_tuned(&config, &weights, &[0], &cuda, None, &mut log).map_err(|e| e.to_string())?;
+    let (rt, second) = build_tuned(&config, &weights, &[0], &cuda, None, &mut log).map_err(|e| e.to_string())?;
+    std::fs::remove_dir_all(&dir).ok();
+    ensure(matches!(first.source, ThreadsSource::Measured(_) | ThreadsSource::Default), || format!("first load: {}", first.describe()))?;
+    ensure(second.source == ThreadsSource::Cached && second.threads == first.threads && rt.options().threads == first.threads, || {
+        format!("second load: {} (first: {})", second.describe(), first.describe())
+    })
 }

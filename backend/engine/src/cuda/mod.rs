@@ -20,12 +20,12 @@ pub mod prefill;
 #[cfg(feature = "cuda")]
 mod runtime;
 #[cfg(feature = "cuda")]
-pub use runtime::{compile_only, devices, measure_copy_bandwidth, CudaRuntime, DEFAULT_STALL_TIMEOUT};
+pub use runtime::{compile_only, devices, measure_copy_bandwidth, tune_file_in, CudaRuntime, DEFAULT_STALL_TIMEOUT};
 
 #[cfg(not(feature = "cuda"))]
 mod stub;
 #[cfg(not(feature = "cuda"))]
-pub use stub::{compile_only, devices, measure_copy_bandwidth, CudaRuntime};
+pub use stub::{compile_only, devices, measure_copy_bandwidth, tune_file_in, CudaRuntime};
 
 pub use layout::KernelOptions;
 pub use run_stats::{PrefillSplit, RunStats};

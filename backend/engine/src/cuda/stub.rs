@@ -91,6 +91,9 @@ impl CudaRuntime {
     pub fn kernel_identity(&self) -> String {
         String::new()
     }
+    pub fn kernel_identity_before(_ordinals: &[usize], _config: &ModelConfig, _dtp: Option<&crate::dtp::DtpSchedule>) -> Result<String> {
+        disabled()
+    }
     pub fn tune_file(&self, _key: &str) -> Option<std::path::PathBuf> {
         None
     }
@@ -109,6 +112,11 @@ impl Runtime for CudaRuntime {
     fn score(&mut self, _tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
         disabled()
     }
+}
+
+/// No measurements are kept in this build.
+pub fn tune_file_in(_paths: &crate::options::CudaPaths, _key: &str) -> Option<std::path::PathBuf> {
+    None
 }
 
 /// Always an error: no CUDA in this build.

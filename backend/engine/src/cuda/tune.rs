@@ -89,7 +89,17 @@ pub fn build_tuned(
     dtp: Option<DtpSchedule>,
     log: &mut dyn FnMut(&str),
 ) -> Result<(CudaRuntime, ThreadsChoice)> {
-    let mut rt = CudaRuntime::new(config, weights, gpus, cuda, dtp)?;
+    let base = KernelOptions::from_cuda(cuda);
+    if cuda.threads == ThreadsPolicy::Tuned {
+        // An earlier load's choice builds the runtime with it at once (no kernel compiled twice).
+        if let Some(threads) = cached_choice(gpus, config, dtp.as_ref(), cuda, &base) {
+            match CudaRuntime::with_kernel(config, weights, gpus, cuda, KernelOptions { threads, ..base.clone() }, dtp.clone()) {
+                Ok(rt) => return Ok((rt, ThreadsChoice { threads, source: ThreadsSource::Cached })),
+                Err(e) => log(&format!("threads per block: the cached {threads} does not build here ({e}); measuring again")),
+            }
+        }
+    }
+    let mut rt = CudaRuntime::with_kernel(config, weights, gpus, cuda, base, dtp)?;
     let choice = match cuda.threads {
         ThreadsPolicy::Fixed(threads) => ThreadsChoice { threads, source: ThreadsSource::Forced },
         ThreadsPolicy::Tuned => choose_threads(&mut rt, log)?,
@@ -97,11 +107,23 @@ pub fn build_tuned(
     Ok((rt, choice))
 }
 
+/// The key a measurement of kernels with `base` options on a runtime of `identity` is kept under.
+fn tune_key(identity: &str, base: &KernelOptions) -> String {
+    format!("{identity}|{:?}", KernelOptions { threads: 0, ..base.clone() })
+}
+
+/// The cached choice for a runtime with `base` options on `gpus`, read before it is built.
+fn cached_choice(gpus: &[usize], config: &ModelConfig, dtp: Option<&DtpSchedule>, cuda: &CudaOptions, base: &KernelOptions) -> Option<u32> {
+    let identity = CudaRuntime::kernel_identity_before(gpus, config, dtp).ok()?;
+    let file = super::tune_file_in(&cuda.paths, &tune_key(&identity, base))?;
+    std::fs::read_to_string(file).ok().and_then(|s| parse_cached(&s))
+}
+
 /// Sets `rt`'s threads per block: cached, or measured now (and cached).
 /// `log` receives progress lines (the first load compiles each candidate's kernel).
 pub fn choose_threads(rt: &mut CudaRuntime, log: &mut dyn FnMut(&str)) -> Result<ThreadsChoice> {
     let base = rt.options().clone();
-    let key = format!("{}|{:?}", rt.kernel_identity(), KernelOptions { threads: 0, ..base.clone() });
+    let key = tune_key(&rt.kernel_identity(), &base);
     let file = rt.tune_file(&key);
     if let Some(t) = file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()).and_then(|s| parse_cached(&s)) {
         if t == base.threads || rt.set_options(KernelOptions { threads: t, ..base.clone() }).is_ok() {

@@ -27,6 +27,28 @@ pub fn devices() -> Result<Vec<String>> {
         .collect()
 }
 
+/// What a kernel's speed depends on about the GPUs `ordinals`, known before any buffer
+/// exists: their names, their architecture and the grid a runtime on them launches
+/// (the smallest SM count, split between ranks that share a GPU).
+pub(crate) fn placement(ordinals: &[usize]) -> Result<(Vec<String>, String, u32)> {
+    let names = devices()?;
+    let mut arch = String::new();
+    let mut grid = u32::MAX;
+    let mut used = Vec::new();
+    for &o in ordinals {
+        let name = names.get(o).ok_or_else(|| Error::Cuda(format!("no CUDA device {o} ({} present)", names.len())))?;
+        used.push(name.clone());
+        let ctx = CudaContext::new(o).map_err(cuda_err("cuCtxCreate"))?;
+        let (major, minor) = ctx.compute_capability().map_err(cuda_err("compute capability"))?;
+        arch = crate::cuda::nvrtc::arch_for(major, minor);
+        let sm_count =
+            ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(cuda_err("SM count"))? as u32;
+        grid = grid.min(sm_count);
+    }
+    let sharing = ordinals.iter().map(|o| ordinals.iter().filter(|p| *p == o).count()).max().unwrap_or(1) as u32;
+    Ok((used, arch, grid / sharing))
+}
+
 /// A context on device `ordinal` and the one stream its rank uses.
 pub(super) fn open_rank(ordinal: usize) -> Result<(Arc<CudaContext>, Arc<CudaStream>)> {
     let ctx = CudaContext::new(ordinal).map_err(cuda_err("cuCtxCreate"))?;

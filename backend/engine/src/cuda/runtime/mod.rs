@@ -30,8 +30,8 @@ use self::kernel::Kernel;
 pub use self::launch::DEFAULT_STALL_TIMEOUT;
 use self::weights::DeviceWeights;
 use super::RunStats;
-use crate::config::ModelConfig;
 use crate::admission::check_fits;
+use crate::config::ModelConfig;
 use crate::cuda::layout::{self, ctl, rec, Arg, KernelOptions};
 use crate::cuda::nvrtc;
 use crate::cuda::prefill::{Prefill, PrefillWeights};
@@ -121,6 +121,18 @@ pub struct CudaRuntime {
     last_trace: Option<RawTrace>,
     /// Set when a run hung: the kernel may still occupy the device.
     poisoned: Option<String>,
+}
+
+/// The text a kernel measurement is keyed by: the GPUs, the architecture, the grid, the
+/// kernel sources, the shape and the parallelism (tune.rs adds the kernel options).
+fn kernel_identity_of(names: &[String], arch: &str, grid: u32, config: &ModelConfig, dtp: Option<&DtpSchedule>) -> String {
+    format!("{}|{arch}|grid {grid}|sources {:016x}|{config:?}|tp {}|{dtp:?}", names.join("+"), nvrtc::sources_hash(), names.len())
+}
+
+/// Where a load-time measurement keyed by `key` is kept: next to the cubins in `paths`.
+pub fn tune_file_in(paths: &CudaPaths, key: &str) -> Option<std::path::PathBuf> {
+    let h = nvrtc::fnv1a(&[key.as_bytes()]);
+    paths.cubin_cache.as_ref().map(|d| d.join("tune").join(format!("threads-{h:016x}.txt")))
 }
 
 // SAFETY: `host_ptr` points into `host`, which this struct owns; every use goes
@@ -339,23 +351,19 @@ impl CudaRuntime {
     /// What a measurement of this runtime's kernels depends on besides its options:
     /// the GPUs, the architecture, the kernel sources, the shape and the parallelism.
     pub fn kernel_identity(&self) -> String {
-        let names: Vec<&str> = self.ranks.iter().map(|r| r.device_name.as_str()).collect();
-        format!(
-            "{}|{}|grid {}|sources {:016x}|{:?}|tp {}|{:?}",
-            names.join("+"),
-            self.arch,
-            self.grid,
-            nvrtc::sources_hash(),
-            self.config,
-            self.ranks.len(),
-            self.dtp
-        )
+        let names: Vec<String> = self.ranks.iter().map(|r| r.device_name.clone()).collect();
+        kernel_identity_of(&names, &self.arch, self.grid, &self.config, self.dtp.as_ref())
+    }
+
+    /// [`Self::kernel_identity`] of a runtime not built yet, on `ordinals`.
+    pub fn kernel_identity_before(ordinals: &[usize], config: &ModelConfig, dtp: Option<&DtpSchedule>) -> Result<String> {
+        let (names, arch, grid) = devices::placement(ordinals)?;
+        Ok(kernel_identity_of(&names, &arch, grid, config, dtp))
     }
 
     /// Where a load-time measurement keyed by `key` is kept: next to the cubins.
     pub fn tune_file(&self, key: &str) -> Option<std::path::PathBuf> {
-        let h = nvrtc::fnv1a(&[key.as_bytes()]);
-        self.paths.cubin_cache.as_ref().map(|d| d.join("tune").join(format!("threads-{h:016x}.txt")))
+        tune_file_in(&self.paths, key)
     }
 
     /// Device, architecture, grid and kernel facts for logs and benchmarks.
