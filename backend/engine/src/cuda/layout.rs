@@ -59,11 +59,12 @@ slots! {
         Resid,
         /// Tensor parallelism: 1 when every rank needs every rank's logits (sampling, top log-probs).
         Gather,
-        /// `fuse_o`: f32 `[heads × hidden]`, each head's o-projection partial (kernels/ops/oproj.cuh).
+        /// Unused (set to 0): the slot of a removed variant, kept so the argument layout
+        /// of the measured kernels stays as it was (docs/history.md, `fuse_o`).
         OPart,
         /// `trace`: u64 `[grid × pg_trace_events × TRACE_WORDS_PER_EVENT]` stamps (zeroed per run), or 0 (off).
         Trace,
-        /// `fuse_down`: i64 `[2 × layers × hidden]` fixed-point down-projection sums (zeroed per run).
+        /// Unused (set to 0), as `OPart` (docs/history.md, `fuse_down`).
         DownAcc,
         /// `trace`: the step whose phases are stamped.
         TraceStep,
