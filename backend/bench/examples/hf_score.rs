@@ -62,7 +62,7 @@ fn score(args: &[String]) -> Result<()> {
             {
                 // Library folders and the kernel cache from the variables `peregrine` reads.
                 let var = |v: &str| std::env::var_os(v).filter(|p| !p.is_empty()).map(std::path::PathBuf::from);
-                let paths = peregrine_engine::CudaPaths::standard(var("PEREGRINE_NVRTC_DIR").as_deref(), var("PEREGRINE_CUBLAS_DIR").as_deref(), &[], var("HOME").as_deref(), var("PEREGRINE_CUBIN_CACHE"));
+                let paths = peregrine_engine::CudaPaths::from_vars(&var);
                 let cuda = peregrine_engine::CudaOptions { paths, ..Default::default() };
                 Box::new(CudaRuntime::new(&config, &weights, &(0..tp).collect::<Vec<_>>(), &cuda, dtp)?)
             }

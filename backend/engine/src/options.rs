@@ -157,6 +157,19 @@ impl CudaPaths {
     }
 }
 
+impl CudaPaths {
+    /// [`CudaPaths::standard`] from the variables the `peregrine` CLI reads
+    /// (PEREGRINE_NVRTC_DIR, PEREGRINE_CUBLAS_DIR, CUDA_HOME / CUDA_PATH, HOME,
+    /// PEREGRINE_CUBIN_CACHE, else ~/.cache/peregrine/cubins), looked up through `var`:
+    /// the checks and benchmarks that have no CLI of their own use it.
+    pub fn from_vars(var: &dyn Fn(&str) -> Option<PathBuf>) -> CudaPaths {
+        let homes: Vec<PathBuf> = ["CUDA_HOME", "CUDA_PATH"].iter().filter_map(|v| var(v)).collect();
+        let home = var("HOME");
+        let cache = var("PEREGRINE_CUBIN_CACHE").or_else(|| home.as_ref().map(|h| h.join(".cache/peregrine/cubins")));
+        CudaPaths::standard(var("PEREGRINE_NVRTC_DIR").as_deref(), var("PEREGRINE_CUBLAS_DIR").as_deref(), &homes, home.as_deref(), cache)
+    }
+}
+
 /// `root`/python3*/{site,dist}-packages/nvidia/{cu13,cublas}/lib, for the Pythons present.
 fn python_wheel_dirs(root: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(root) else { return Vec::new() };

@@ -7,7 +7,7 @@ mod presets;
 
 use std::sync::Arc;
 
-pub use presets::{dtp_preset, preset, DTP_2B_DELAY, PRESET_NAMES};
+pub use presets::{check_shapes, dtp_preset, preset, DTP_2B_DELAY, PRESET_NAMES};
 
 use crate::config::ModelConfig;
 use crate::rng::SplitMix64;

@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 
 use libtest_mimic::{Arguments, Failed, Trial};
-use peregrine_engine::config::{Architecture, ModelConfig, RopeLayout, RopeScaling};
+use peregrine_engine::config::ModelConfig;
 use peregrine_engine::cpu::reference::{KvCache, ReferenceModel};
 use peregrine_engine::cuda::{self, CudaRuntime, KernelOptions};
 use peregrine_engine::dtp::reference::{Execution, ShardedModel};
@@ -20,7 +20,7 @@ use peregrine_engine::dtp::DtpSchedule;
 use peregrine_engine::rng::SplitMix64;
 use peregrine_engine::runtime::{Cancel, DecodeJob, Flow, RunEnd, Runtime};
 use peregrine_engine::sampling::{log_softmax, sample, top_k_indices, Sampled, SamplingParams};
-use peregrine_engine::synthetic::{dtp_preset, preset, synthetic_weights};
+use peregrine_engine::synthetic::{check_shapes, dtp_preset, synthetic_weights};
 use peregrine_engine::weights::Weights;
 use peregrine_engine::{CudaOptions, CudaPaths, Diagnostics};
 
@@ -37,7 +37,7 @@ fn main() {
     args.test_threads = Some(1);
     let absent = cuda::devices().err().map(|e| e.to_string());
     let mut trials = Vec::new();
-    for config in tiny_shapes() {
+    for config in check_shapes() {
         let name = config.name.clone();
         let c = config.clone();
         trials.push(Trial::test(format!("{name}: scored logits and greedy tokens match the CPU reference"), move || reference_check(&c)));
@@ -60,70 +60,10 @@ fn main() {
     libtest_mimic::run(&args, trials).exit();
 }
 
-/// Small models of the shapes the kernels special-case: interleaved RoPE with Llama-3
-/// scaling (GQA, head_dim 64), Qwen2 with q/k/v bias and head_dim 128, MHA at head_dim 96.
-fn tiny_shapes() -> Vec<ModelConfig> {
-    let base = preset("smollm2-135m").expect("preset");
-    vec![
-        ModelConfig {
-            name: "tiny-llama3-interleaved".into(),
-            vocab_size: 3000,
-            hidden_size: 384,
-            intermediate_size: 1024,
-            num_layers: 3,
-            num_heads: 6,
-            num_kv_heads: 2,
-            head_dim: 64,
-            max_context: 4096,
-            rope_theta: 500_000.0,
-            rope_scaling: RopeScaling::Llama3 { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position: 256 },
-            rope_layout: RopeLayout::Interleaved,
-            tie_embeddings: false,
-            ..base.clone()
-        },
-        ModelConfig {
-            name: "tiny-qwen-bias-hd128".into(),
-            architecture: Architecture::Qwen2,
-            vocab_size: 5000,
-            hidden_size: 512,
-            intermediate_size: 1376,
-            num_layers: 4,
-            num_heads: 4,
-            num_kv_heads: 2,
-            head_dim: 128,
-            rms_norm_eps: 1e-6,
-            rope_theta: 1_000_000.0,
-            attention_bias: true,
-            tie_embeddings: false,
-            ..base.clone()
-        },
-        ModelConfig {
-            name: "tiny-mha-hd96".into(),
-            vocab_size: 2503,
-            hidden_size: 384,
-            intermediate_size: 1000,
-            num_layers: 2,
-            num_heads: 4,
-            num_kv_heads: 4,
-            head_dim: 96,
-            ..base
-        },
-    ]
-}
-
 /// The CUDA options of these checks: library folders and the kernel cache from the same
 /// variables `peregrine` reads (the test binary is the CLI here), ranks may share a GPU.
 fn cuda_options() -> CudaOptions {
-    let var = |v: &str| std::env::var_os(v).filter(|p| !p.is_empty()).map(PathBuf::from);
-    let homes: Vec<PathBuf> = ["CUDA_HOME", "CUDA_PATH"].iter().filter_map(|v| var(v)).collect();
-    let cache = var("PEREGRINE_CUBIN_CACHE").or_else(|| var("HOME").map(|h| h.join(".cache/peregrine/cubins")));
-    let paths = CudaPaths::standard(
-        var("PEREGRINE_NVRTC_DIR").as_deref(),
-        var("PEREGRINE_CUBLAS_DIR").as_deref(),
-        &homes,
-        var("HOME").as_deref(),
-        cache,
-    );
+    let paths = CudaPaths::from_vars(&|v| std::env::var_os(v).filter(|p| !p.is_empty()).map(PathBuf::from));
     CudaOptions { share_gpu: true, paths, ..CudaOptions::default() }
 }
 
@@ -373,7 +313,7 @@ fn tp_gpus() -> Vec<usize> {
 /// Qwen2.5-like tiny shape at TP 2 on [`tp_gpus`]:
 /// scored logits against one GPU, then chaos delays on each rank change no token.
 fn tp_check() -> Check {
-    let config = tiny_shapes()[1].clone();
+    let config = check_shapes()[1].clone();
     let weights = synthetic_weights(&config, WEIGHT_SEED);
     let tokens = SplitMix64(44).tokens(20, config.vocab_size);
     let one = runtime(&config, &weights, &[0], KernelOptions::default(), None)?.score(&tokens).map_err(|e| e.to_string())?;
@@ -396,7 +336,7 @@ fn tp_check() -> Check {
 /// kernel's scored logits against the CPU float32 DTP reference of the same lanes.
 fn dtp_check() -> Check {
     let dtp = dtp_preset("dtp-2b").expect("dtp preset");
-    let config = ModelConfig { name: "tiny-dtp".into(), num_layers: 6, ..tiny_shapes()[0].clone() };
+    let config = ModelConfig { name: "tiny-dtp".into(), num_layers: 6, ..check_shapes()[0].clone() };
     let weights = synthetic_weights(&config, WEIGHT_SEED);
     let sched = DtpSchedule::new(&dtp, &config, 2).map_err(|e| e.to_string())?;
     let tokens = SplitMix64(55).tokens(8, config.vocab_size);
@@ -413,7 +353,7 @@ fn dtp_check() -> Check {
 /// (or keeps the default) and records the choice, the second reads it before building.
 fn tuning_check() -> Check {
     use peregrine_engine::cuda::tune::{build_tuned, ThreadsSource};
-    let config = tiny_shapes()[0].clone();
+    let config = check_shapes()[0].clone();
     let weights = synthetic_weights(&config, WEIGHT_SEED);
     let dir = std::env::temp_dir().join(format!("pg-gpu-tune-{}", std::process::id()));
     let mut cuda = cuda_options();

@@ -92,3 +92,54 @@ pub fn preset(name: &str) -> Option<ModelConfig> {
         _ => return None,
     })
 }
+
+/// Small models of the shapes the kernels special-case, for the GPU checks: interleaved RoPE with Llama-3
+/// scaling (GQA, head_dim 64), Qwen2 with q/k/v bias and head_dim 128, MHA at head_dim 96.
+pub fn check_shapes() -> Vec<ModelConfig> {
+    let base = preset("smollm2-135m").expect("preset");
+    vec![
+        ModelConfig {
+            name: "tiny-llama3-interleaved".into(),
+            vocab_size: 3000,
+            hidden_size: 384,
+            intermediate_size: 1024,
+            num_layers: 3,
+            num_heads: 6,
+            num_kv_heads: 2,
+            head_dim: 64,
+            max_context: 4096,
+            rope_theta: 500_000.0,
+            rope_scaling: RopeScaling::Llama3 { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position: 256 },
+            rope_layout: RopeLayout::Interleaved,
+            tie_embeddings: false,
+            ..base.clone()
+        },
+        ModelConfig {
+            name: "tiny-qwen-bias-hd128".into(),
+            architecture: Architecture::Qwen2,
+            vocab_size: 5000,
+            hidden_size: 512,
+            intermediate_size: 1376,
+            num_layers: 4,
+            num_heads: 4,
+            num_kv_heads: 2,
+            head_dim: 128,
+            rms_norm_eps: 1e-6,
+            rope_theta: 1_000_000.0,
+            attention_bias: true,
+            tie_embeddings: false,
+            ..base.clone()
+        },
+        ModelConfig {
+            name: "tiny-mha-hd96".into(),
+            vocab_size: 2503,
+            hidden_size: 384,
+            intermediate_size: 1000,
+            num_layers: 2,
+            num_heads: 4,
+            num_kv_heads: 4,
+            head_dim: 96,
+            ..base
+        },
+    ]
+}
