@@ -23,6 +23,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("smem_plan.cuh", include_str!("../../../../kernels/smem_plan.cuh")),
     ("phases/common.cuh", include_str!("../../../../kernels/phases/common.cuh")),
     ("phases/attention.cuh", include_str!("../../../../kernels/phases/attention.cuh")),
+    ("phases/exchange.cuh", include_str!("../../../../kernels/phases/exchange.cuh")),
     ("phases/down.cuh", include_str!("../../../../kernels/phases/down.cuh")),
     ("ops/allreduce.cuh", include_str!("../../../../kernels/ops/allreduce.cuh")),
     ("ops/attend_own.cuh", include_str!("../../../../kernels/ops/attend_own.cuh")),
