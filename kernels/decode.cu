@@ -153,6 +153,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
 
     for (int l = 0; l < L; ++l) {
       const u64* lw = layers + (size_t)l * PG_LW_SLOTS;
+      const u64 fmts = layer_fmts(lw);  // the matrices' weight formats (all 0: bf16)
       bf16_t* kc = kv + (size_t)l * 2 * NKV * KV_CAP * HD;
       bf16_t* vc = kc + (size_t)NKV * KV_CAP * HD;
       u64* tl = tagged + (size_t)l * T_LAYER;  // tagged: this layer's words
@@ -161,13 +162,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       // ---- attention norm + q/k/v projection (+ bias) ----------------------------
       {
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WQKV);
+        const QMat wq = qkv_mat(w, fmts);
+        const bool quant = qkv_quant(fmts);
         // stage_ahead: layer 0's q/k/v now (layer l > 0's came with layer l-1's down), then the o rows.
-        if (AHEAD && l == 0) (void)stage_ahead<D, QKV>(w, slot);
-        auto start_o = [&] { return AHEAD && stage_ahead<QD, D>(LAYER_PTR(const bf16_t*, lw, WO), slot_b); };
+        if (AHEAD && l == 0) (void)stage_ahead<D, QKV>(w, slot, quant);
+        auto start_o = [&] { return AHEAD && stage_ahead<QD, D>(LAYER_PTR(const bf16_t*, lw, WO), slot_b, fmt_of(fmts, QR_O) != 0); };
         bool o_ahead = !LATE_QKV && start_o();
         if (LATE_QKV && !has_rows(QKV)) (void)start_o();
         if (has_rows(QKV)) {
-          if (!AHEAD) maybe_stage<D, QKV>(w, slot);
+          if (!AHEAD) maybe_stage<D, QKV>(w, slot, quant);
           const float* norm_w = LAYER_PTR(const float*, lw, ATTN_NORM);
           const auto norm_regs = early_norm(norm_w);
           u64* ev = trace_event(tr, l * PHASES + PH_QKV);
@@ -192,7 +195,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
                 if (TAGGED) st_tagged(tl + T_QKV + r, v, tag);
                 else qkv[r] = v;
               },
-              o_ahead);
+              o_ahead, NoWait{}, quant ? &wq : nullptr);
           (void)bias;
         }
         phase_end(layer_ctr(ctr, l, PH_QKV), trace_event(tr, l * PHASES + PH_QKV));
@@ -306,11 +309,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       // ---- o-projection + residual ------------------------------------------------
       {
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WO);
+        const QMat wq = qmat1(w, fmt_of(fmts, QR_O), D);
+        const bool quant = fmt_of(fmts, QR_O) != 0;
         // stage_ahead: the gate/up rows into set A (attention is done with it).
-        auto start_gu = [&] { return AHEAD && stage_ahead<D, 2 * F>(LAYER_PTR(const bf16_t*, lw, WGATE_UP), slot); };
+        auto start_gu = [&] { return AHEAD && stage_ahead<D, 2 * F>(LAYER_PTR(const bf16_t*, lw, WGATE_UP), slot, fmt_of(fmts, QR_GU) != 0); };
         bool gu_ahead = start_gu();
         if (has_rows(D)) {
-          if (!AHEAD) maybe_stage<QD, D>(w, slot);
+          if (!AHEAD) maybe_stage<QD, D>(w, slot, quant);
           load_phase_input<QD>(vec, tl + T_ATTN, tag, layer_ctr(ctr, l, PH_ATTN), done, attn, trace_event(tr, l * PHASES + PH_O));
           float* po[TP];
           const bool send = slots_of(po, s, l, 0);
@@ -326,7 +331,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
               st_tagged(tl + T_XO + r, res + v, tag);
             }
               },
-              gu_ahead);
+              gu_ahead, NoWait{}, quant ? &wq : nullptr);
         }
         phase_end(layer_ctr(ctr, l, PH_O), trace_event(tr, l * PHASES + PH_O));
       }
@@ -334,12 +339,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       // ---- ffn norm + gate/up + SwiGLU -------------------------------------------
       {
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WGATE_UP);
+        const QMat wq = qmat1(w, fmt_of(fmts, QR_GU), 2 * F);
+        const bool quant = fmt_of(fmts, QR_GU) != 0;
         // stage_ahead: the down rows into set B (the o-projection is done with it).
-        auto start_down = [&] { return AHEAD && stage_ahead<F, D>(LAYER_PTR(const bf16_t*, lw, WDOWN), slot_b); };
+        auto start_down = [&] { return AHEAD && stage_ahead<F, D>(LAYER_PTR(const bf16_t*, lw, WDOWN), slot_b, fmt_of(fmts, QR_DOWN) != 0); };
         bool down_ahead = !LATE_GU && start_down();
         if (LATE_GU && !has_rows(2 * F)) (void)start_down();
         if (has_rows(2 * F)) {
-          if (!AHEAD) maybe_stage<D, 2 * F>(w, slot);
+          if (!AHEAD) maybe_stage<D, 2 * F>(w, slot, quant);
           const float* norm_w = LAYER_PTR(const float*, lw, FFN_NORM);
           const auto norm_regs = early_norm(norm_w);
           u64* ev = trace_event(tr, l * PHASES + PH_GATE_UP);
@@ -352,22 +359,38 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           if (LATE_GU) down_ahead = start_down();
           norm_vec(vec, norm_regs, norm_w, red);
           // Rows interleave (gate_j, up_j); a group of NR rows holds NR/2 whole pairs.
-          const int gw = warp_id() * row_grid() + blockIdx.x;
-          const int nw = WARPS * row_grid();
-          constexpr int GROUPS = (2 * F + NR - 1) / NR;
-          for (int grp = gw; grp < GROUPS; grp += nw) {
-            float acc[NR];
-            // stage: the warp's first group (grp == gw, warp-uniform) was copied before the wait.
-            if (grp == gw && stage_fits(2 * F))
-              warp_rows_dot_staged<D, NR, STAGE_CAP, N_DOWN>(w, grp * NR, 2 * F, vec, slot, acc, down_ahead);
-            else warp_rows_dot<D, NR>(w, grp * NR, 2 * F, vec, acc);
-            if (lane_id() == 0) {
+          if (QUANT && quant) {
+            float gate = 0.f;  // lane 0 gets each pair's gate row just before its up row
+            qmat_grid_rows<D, NR, WARPS>(
+                wq, 2 * F, vec,
+                [&](int r, float v) {
+                  if ((r & 1) == 0) {
+                    gate = v;
+                  } else if (ACT_TAGGED) {
+                    st_tagged(tl + T_ACT + r / 2, swiglu(gate, v), tag);
+                  } else {
+                    act[r / 2] = swiglu(gate, v);
+                  }
+                },
+                row_grid());
+          } else {
+            const int gw = warp_id() * row_grid() + blockIdx.x;
+            const int nw = WARPS * row_grid();
+            constexpr int GROUPS = (2 * F + NR - 1) / NR;
+            for (int grp = gw; grp < GROUPS; grp += nw) {
+              float acc[NR];
+              // stage: the warp's first group (grp == gw, warp-uniform) was copied before the wait.
+              if (grp == gw && stage_fits(2 * F))
+                warp_rows_dot_staged<D, NR, STAGE_CAP, N_DOWN>(w, grp * NR, 2 * F, vec, slot, acc, down_ahead);
+              else warp_rows_dot<D, NR>(w, grp * NR, 2 * F, vec, acc);
+              if (lane_id() == 0) {
 #pragma unroll
-              for (int r = 0; r < NR; r += 2) {
-                const int j = (grp * NR + r) / 2;
-                if (j >= F) continue;
-                if (ACT_TAGGED) st_tagged(tl + T_ACT + j, swiglu(acc[r], acc[r + 1]), tag);
-                else act[j] = swiglu(acc[r], acc[r + 1]);
+                for (int r = 0; r < NR; r += 2) {
+                  const int j = (grp * NR + r) / 2;
+                  if (j >= F) continue;
+                  if (ACT_TAGGED) st_tagged(tl + T_ACT + j, swiglu(acc[r], acc[r + 1]), tag);
+                  else act[j] = swiglu(acc[r], acc[r + 1]);
+                }
               }
             }
           }
@@ -378,13 +401,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       // ---- down projection + residual --------------------------------------------
       {
         const bf16_t* w = LAYER_PTR(const bf16_t*, lw, WDOWN);
+        const QMat wq = qmat1(w, fmt_of(fmts, QR_DOWN), D);
+        const bool quant = fmt_of(fmts, QR_DOWN) != 0;
         // stage_ahead: the next layer's q/k/v rows into set A (gate/up is done with it).
-        auto start_qkv = [&] { return AHEAD && l + 1 < L && stage_ahead<D, QKV>(LAYER_PTR(const bf16_t*, lw + PG_LW_SLOTS, WQKV), slot); };
+        auto start_qkv = [&] {
+          return AHEAD && l + 1 < L && stage_ahead<D, QKV>(LAYER_PTR(const bf16_t*, lw + PG_LW_SLOTS, WQKV), slot, qkv_quant(layer_fmts(lw + PG_LW_SLOTS)));
+        };
         bool qkv_ahead = start_qkv();
         if (has_rows(D)) {
-          if (!AHEAD) maybe_stage<F, D>(w, slot);
+          if (!AHEAD) maybe_stage<F, D>(w, slot, quant);
           u64* ev = trace_event(tr, l * PHASES + PH_DOWN);
-          const bool waves = down_waves_here();
+          // down_waves' segments are counted in bf16 iterations: a quantized down waits for all of its input.
+          const bool waves = !(QUANT && quant) && down_waves_here();
           // down_waves: the row warps are the low ones (grid_rows hands out groups warp-major).
           const int row_warps = waves ? ((D + NR - 1) / NR - (int)blockIdx.x + row_grid() - 1) / row_grid() : WARPS;
           if (waves) {
@@ -403,7 +431,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
             else st_tagged(tl + T_XD + r, (res_here ? resid_s[r] : wait_tagged(tl + T_XO + r, tag)) + v, tag);
           };
           if (!waves) {
-            phase_rows<F, N_QKV>(w, D, vec, slot_b, down_epi, qkv_ahead);
+            phase_rows<F, N_QKV>(w, D, vec, slot_b, down_epi, qkv_ahead, NoWait{}, quant ? &wq : nullptr);
           } else if (warp_id() < row_warps) {
             // Sync on each segment's barrier before its first iteration reads it.
             auto seg_wait = [&](int it) {
@@ -481,7 +509,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
         if (dbg_row) dbg_row[r] = v;
         lm_stats_push(st, gr, v, a);
       };
-      grid_rows<D, LM_NR, WARPS>(lm_head, V, vec, lm_epi);
+      if constexpr (LM_FMT != QF_BF16) qmat_grid_rows<D, LM_NR, WARPS>(qmat1(lm_head, LM_FMT, V), V, vec, lm_epi);
+      else grid_rows<D, LM_NR, WARPS>(lm_head, V, vec, lm_epi);
       // Lane 0 of each warp holds its warp's statistics; merge them in warp order.
       LmStats* wst = reinterpret_cast<LmStats*>(red);
       if (lane_id() == 0) wst[warp_id()] = st;

@@ -4,6 +4,7 @@
 #pragma once
 #include "smem_plan.cuh"
 #include "ops/matvec.cuh"
+#include "ops/qmatvec.cuh"
 #include "ops/rmsnorm.cuh"
 #include "ops/tagged.cuh"
 #include "ops/trace.cuh"
@@ -23,20 +24,40 @@ __device__ __forceinline__ bool has_rows(int rows) { return block_has_rows<NR>(r
 /// polls (measured: Llama-3.2-1B's gate/up first wake 0.3 → 3.1 µs after the last arrival).
 __device__ __forceinline__ bool stage_fits(int rows) { return STAGE && rows <= row_grid() * WARPS * NR; }
 
+/// Layer slot FMTS: one format byte per matrix (QR_*), 0 everywhere for a bf16 model.
+enum QRole { QR_Q = 0, QR_K = 1, QR_V = 2, QR_O = 3, QR_GU = 4, QR_DOWN = 5 };
+__device__ __forceinline__ u64 layer_fmts(const u64* lw) {
+  if constexpr (QUANT) return __ldg(lw + PG_LW_FMTS);
+  else return 0;
+}
+__device__ __forceinline__ u32 fmt_of(u64 fmts, int role) { return (u32)(fmts >> (8 * role)) & 0xFFu; }
+/// Whether layer `lw`'s q/k/v matrix has a quantized segment (it then runs from registers).
+__device__ __forceinline__ bool qkv_quant(u64 fmts) { return (fmts & 0xFFFFFFu) != 0; }
+/// The fused q/k/v matrix's three segments.
+__device__ __forceinline__ QMat qkv_mat(const void* w, u64 fmts) {
+  return QMat{reinterpret_cast<const unsigned char*>(w), {fmt_of(fmts, QR_Q), fmt_of(fmts, QR_K), fmt_of(fmts, QR_V)}, {QD, QD + KVD, QKV}};
+}
+
 /// Before waiting for a phase's inputs, start copying this warp's first row group into
-/// its slot (stage_fits).
+/// its slot (stage_fits). Quantized matrices (`quant`) are not staged.
 template <int K, int ROWS>
-__device__ __forceinline__ void maybe_stage(const bf16_t* w, uint4* slot) {
+__device__ __forceinline__ void maybe_stage(const bf16_t* w, uint4* slot, bool quant = false) {
   if constexpr (STAGE) {
-    if (stage_fits(ROWS)) stage_rows<K, NR, WARPS, STAGE_CAP>(w, ROWS, slot, row_grid());
+    if (!quant && stage_fits(ROWS)) stage_rows<K, NR, WARPS, STAGE_CAP>(w, ROWS, slot, row_grid());
   }
 }
 
-/// grid_rows of a matrix phase, reading what maybe_stage copied.
+/// grid_rows of a matrix phase, reading what maybe_stage copied; a quantized matrix
+/// (`q` has a non-bf16 segment) runs qmat_grid_rows instead.
 /// `ahead`: the next phase's stage (PENDING commit groups) was started after this one's.
 template <int K, int PENDING = 0, class Epi, class Wait = NoWait>
 __device__ __forceinline__ void phase_rows(const bf16_t* w, int rows, const float* xs, const uint4* slot, Epi epi, bool ahead = false,
-                                           Wait wait = {}) {
+                                           Wait wait = {}, const QMat* q = nullptr) {
+  if (QUANT && q) {
+    // (A pending copy of the next phase's rows completes in that phase's own wait.)
+    qmat_grid_rows<K, NR, WARPS>(*q, rows, xs, epi, row_grid());
+    return;
+  }
   grid_rows<K, NR, WARPS, STAGE_CAP, PENDING>(w, rows, xs, epi, stage_fits(rows) ? slot : nullptr, ahead, row_grid(), wait);
 }
 
@@ -45,10 +66,10 @@ __device__ __forceinline__ bool stages_ahead(int rows) { return AHEAD && has_row
 
 /// stage_ahead: starts this warp's copy of a phase's first row group into `slot`, ahead
 /// of the phase before it; returns whether it did (the earlier phase then leaves the
-/// copy's groups pending).
+/// copy's groups pending). Quantized matrices (`quant`) are not staged.
 template <int K, int ROWS>
-__device__ __forceinline__ bool stage_ahead(const bf16_t* w, uint4* slot) {
-  if (!stages_ahead(ROWS)) return false;
+__device__ __forceinline__ bool stage_ahead(const bf16_t* w, uint4* slot, bool quant = false) {
+  if (quant || !stages_ahead(ROWS)) return false;
   stage_rows<K, NR, WARPS, STAGE_CAP>(w, ROWS, slot, row_grid());
   return true;
 }

@@ -14,7 +14,9 @@ use crate::cuda_shape::{
 use crate::torch_baseline::{self, BaselineFigures, BaselinePlan};
 use peregrine_engine::cuda::{self, measure_copy_bandwidth};
 use peregrine_engine::dtp::DtpSchedule;
-use peregrine_engine::synthetic::{dtp_preset, preset, synthetic_weights, PRESET_NAMES};
+use peregrine_engine::synthetic::{dtp_preset, preset, synthetic_quant_weights, synthetic_weights, QuantMix, PRESET_NAMES};
+use peregrine_engine::tensor::DType;
+use peregrine_engine::weights::Weights;
 use peregrine_engine::CudaOptions;
 use serde_json::json;
 
@@ -42,6 +44,12 @@ pub struct CudaBenchArgs {
     /// with this config (`delay=D[,early=present|none]`), or `none`; default: the shape's own DTP preset (dtp-2b).
     #[arg(long)]
     pub dtp: Option<String>,
+    /// With --shape: the weights each shape runs with, side by side (comma-separated):
+    /// bf16, or random quantized blocks streamed natively: q8_0, q4_0, q4_1, q4_k, q6_k
+    /// (every matrix), q4_k_m (llama.cpp's Q4_K_M mix of Q4_K and Q6_K) or q4_1+q8_0
+    /// (the default model file's mix: Q4_1 matrices, Q8_0 embedding).
+    #[arg(long, value_delimiter = ',', default_value = "bf16")]
+    pub weights: Vec<String>,
     /// With --shape: also run scripts/bench/torch_cuda_graph.py (PyTorch + transformers, CUDA graph) and print the ratio.
     #[arg(long)]
     pub baseline: bool,
@@ -74,6 +82,7 @@ pub fn run(args: &CudaBenchArgs, cuda: &CudaOptions, tps: &[usize], gpus: Option
     for c in &configs {
         plan.kernel_options(c, cuda)?;
     }
+    let mixes = args.weights.iter().map(|m| parse_mix(m).map(|mix| (m.clone(), mix))).collect::<Result<Vec<_>>>()?;
     let max_tp = tps.iter().copied().max().unwrap_or(1);
     let pool: Vec<usize> = match gpus {
         None => (0..max_tp).collect(),
@@ -96,44 +105,52 @@ pub fn run(args: &CudaBenchArgs, cuda: &CudaOptions, tps: &[usize], gpus: Option
     let mut failed: Vec<String> = Vec::new();
     // Index into `measured` (and the baseline's rows) of each row's shape.
     let mut shape_of_row: Vec<usize> = Vec::new();
+    // Each row's weights, and the tok/s of the same shape and degree with bf16 weights.
+    let mut mix_of_row: Vec<String> = Vec::new();
     for config in &configs {
-        let t0 = Instant::now();
-        let weights = synthetic_weights(config, WEIGHT_SEED);
-        say(format!(
-            "{}: {:.0}M parameters, weights built in {:.1}s",
-            config.name,
-            config.parameter_count() as f64 / 1e6,
-            t0.elapsed().as_secs_f64()
-        ));
-        // Each degree runs standard TP; a shape with a DTP preset also runs as DTP on 2+ GPUs.
-        let mut runs: Vec<(usize, Option<DtpSchedule>)> = Vec::new();
-        for &tp in tps {
-            runs.push((tp, None));
-            let dtp_config = match args.dtp.as_deref() {
-                Some("none") => None,
-                Some(spec) => Some(spec.parse::<peregrine_engine::dtp::DtpConfig>()?),
-                None => dtp_preset(&config.name),
-            };
-            if let (true, Some(d)) = (tp > 1, dtp_config) {
-                runs.push((tp, Some(DtpSchedule::new(&d, config, tp)?)));
-            }
-        }
-        for (tp, dtp) in runs {
-            let t1 = Instant::now();
-            let label = if dtp.is_some() { format!("tp {tp} DTP") } else { format!("tp {tp}") };
-            match bench::bench_shape(config, &weights, &pool[..tp], dtp.as_ref(), &plan, cuda, bandwidth) {
-                Ok(figures) => {
-                    say(format!("  {label}: {}", figures.describe));
-                    say(format!("  {label}: {} ({:.1}s)", shape_line(&figures, &plan), t1.elapsed().as_secs_f64()));
-                    if !(figures.tokens_match && figures.verification.passed() && figures.prefill_rel_err < bench::MAX_REL_ERR) {
-                        failed.push(format!("{} {label}: correctness check failed", config.name));
-                    }
-                    rows.push(figures);
-                    shape_of_row.push(measured.len());
+        for (mix_name, mix) in &mixes {
+            let t0 = Instant::now();
+            let weights = synthetic_mix(config, *mix);
+            say(format!(
+                "{} {mix_name}: {:.0}M parameters, weights built in {:.1}s",
+                config.name,
+                config.parameter_count() as f64 / 1e6,
+                t0.elapsed().as_secs_f64()
+            ));
+            // Each degree runs standard TP; a shape with a DTP preset also runs as DTP on 2+ GPUs.
+            let mut runs: Vec<(usize, Option<DtpSchedule>)> = Vec::new();
+            for &tp in tps {
+                runs.push((tp, None));
+                let dtp_config = match args.dtp.as_deref() {
+                    Some("none") => None,
+                    Some(spec) => Some(spec.parse::<peregrine_engine::dtp::DtpConfig>()?),
+                    None => dtp_preset(&config.name),
+                };
+                if let (true, Some(d)) = (tp > 1, dtp_config) {
+                    runs.push((tp, Some(DtpSchedule::new(&d, config, tp)?)));
                 }
-                Err(e) => {
-                    say(format!("  {} {label}: {e}", config.name));
-                    failed.push(format!("{} {label}: {e}", config.name));
+            }
+            for (tp, dtp) in runs {
+                let t1 = Instant::now();
+                let label = if dtp.is_some() { format!("tp {tp} DTP") } else { format!("tp {tp}") };
+                match bench::bench_shape(config, &weights, &pool[..tp], dtp.as_ref(), &plan, cuda, bandwidth) {
+                    Ok(mut figures) => {
+                        if *mix_name != "bf16" {
+                            figures.name = format!("{} {mix_name}", figures.name);
+                        }
+                        say(format!("  {label}: {}", figures.describe));
+                        say(format!("  {label}: {} ({:.1}s)", shape_line(&figures, &plan), t1.elapsed().as_secs_f64()));
+                        if !(figures.tokens_match && figures.verification.passed() && figures.prefill_rel_err < bench::MAX_REL_ERR) {
+                            failed.push(format!("{} {label}: correctness check failed", config.name));
+                        }
+                        rows.push(figures);
+                        shape_of_row.push(measured.len());
+                        mix_of_row.push(mix_name.clone());
+                    }
+                    Err(e) => {
+                        say(format!("  {} {label}: {e}", config.name));
+                        failed.push(format!("{} {label}: {e}", config.name));
+                    }
                 }
             }
         }
@@ -149,10 +166,18 @@ pub fn run(args: &CudaBenchArgs, cuda: &CudaOptions, tps: &[usize], gpus: Option
         }
         None => None,
     };
+    let report = Report {
+        rows: &rows,
+        shape_of_row: &shape_of_row,
+        mix_of_row: &mix_of_row,
+        baseline: baseline_rows.as_deref(),
+        bandwidth,
+        plan: &plan,
+    };
     if json {
-        println!("{}", report_json(&rows, &shape_of_row, baseline_rows.as_deref(), bandwidth, &plan));
+        println!("{}", report_json(report));
     } else {
-        print_table(&rows, &shape_of_row, baseline_rows.as_deref(), bandwidth, &plan);
+        print_table(report);
     }
     if failed.is_empty() {
         Ok(())
@@ -219,26 +244,78 @@ fn prefill_detail(r: &ShapeFigures) -> String {
     }
 }
 
-/// tok/s of the same shape at TP 1 in this run, for the speed-up column.
+/// tok/s of the same shape and weights at TP 1 in this run, for the speed-up column.
 fn tp1_rate(rows: &[ShapeFigures], shape_of_row: &[usize], i: usize) -> Option<f64> {
-    rows.iter().zip(shape_of_row).find(|(r, &s)| s == shape_of_row[i] && r.tp == 1).map(|(r, _)| r.decode_tok_s)
+    rows.iter().zip(shape_of_row).find(|(r, &s)| s == shape_of_row[i] && r.name == rows[i].name && r.tp == 1).map(|(r, _)| r.decode_tok_s)
 }
 
 /// tok/s of the same shape and degree with standard TP, for DTP rows' ratio.
 fn standard_rate(rows: &[ShapeFigures], shape_of_row: &[usize], i: usize) -> Option<f64> {
     let me = &rows[i];
     me.dtp?;
-    rows.iter().zip(shape_of_row).find(|(r, &s)| s == shape_of_row[i] && r.tp == me.tp && r.dtp.is_none()).map(|(r, _)| r.decode_tok_s)
+    rows.iter()
+        .zip(shape_of_row)
+        .find(|(r, &s)| s == shape_of_row[i] && r.name == me.name && r.tp == me.tp && r.dtp.is_none())
+        .map(|(r, _)| r.decode_tok_s)
 }
 
-fn print_table(rows: &[ShapeFigures], shape_of_row: &[usize], baseline: Option<&[BaselineFigures]>, bandwidth: f64, plan: &CudaBenchPlan) {
+/// The synthetic weights of one `--weights` entry.
+fn synthetic_mix(config: &peregrine_engine::config::ModelConfig, mix: Option<QuantMix>) -> Weights {
+    match mix {
+        None => synthetic_weights(config, WEIGHT_SEED),
+        Some(m) => synthetic_quant_weights(config, WEIGHT_SEED, m),
+    }
+}
+
+fn parse_mix(name: &str) -> Result<Option<QuantMix>> {
+    Ok(Some(match name {
+        "bf16" => return Ok(None),
+        "q8_0" => QuantMix::Uniform(DType::Q8_0),
+        "q4_0" => QuantMix::Uniform(DType::Q4_0),
+        "q4_1" => QuantMix::Uniform(DType::Q4_1),
+        "q4_k" => QuantMix::Uniform(DType::Q4_K),
+        "q6_k" => QuantMix::Uniform(DType::Q6_K),
+        "q4_k_m" => QuantMix::Q4KM,
+        "q4_1+q8_0" => QuantMix::Q4_1EmbedQ8_0,
+        other => {
+            return Err(Error::bad(
+                "weights",
+                format!("unknown weights `{other}` (bf16, q8_0, q4_0, q4_1, q4_k, q6_k, q4_k_m or q4_1+q8_0)"),
+            ))
+        }
+    }))
+}
+
+/// tok/s of the same shape and degree with bf16 weights, for quantized rows' ratio.
+fn bf16_rate(rows: &[ShapeFigures], shape_of_row: &[usize], mix_of_row: &[String], i: usize) -> Option<f64> {
+    let me = &rows[i];
+    rows.iter()
+        .enumerate()
+        .find(|(j, r)| shape_of_row[*j] == shape_of_row[i] && mix_of_row[*j] == "bf16" && r.tp == me.tp && r.dtp == me.dtp)
+        .map(|(_, r)| r.decode_tok_s)
+}
+
+/// Everything the table and the JSON report are made of.
+#[derive(Clone, Copy)]
+struct Report<'a> {
+    rows: &'a [ShapeFigures],
+    /// Index of each row's shape (into the baseline's rows), and its `--weights` entry.
+    shape_of_row: &'a [usize],
+    mix_of_row: &'a [String],
+    baseline: Option<&'a [BaselineFigures]>,
+    bandwidth: f64,
+    plan: &'a CudaBenchPlan,
+}
+
+fn print_table(report: Report) {
+    let Report { rows, shape_of_row, mix_of_row, baseline, bandwidth, plan } = report;
     println!(
         "decode: {}-token prompt, {} greedy tokens, median of {} runs · bound = {:.2} TB/s copy measured in this run / bytes per token · TTFT: {}-token prompt",
         plan.prompt_tokens, plan.gen_tokens, plan.runs, bandwidth / 1e12, plan.ttft_prompt_tokens
     );
     let with_base = baseline.is_some();
     let mut head =
-        "| shape | tp | tok/s | × tp 1 | × standard TP | µs/token | MB/token per GPU | % of bound | % of 4.8 TB/s | TTFT 512 (ms) | prefill GPU (ms) | TTFT 512 token by token (ms) | tokens = verified |"
+        "| shape | tp | tok/s | × tp 1 | × standard TP | × bf16 | µs/token | MB/token per GPU | % of bound | % of 4.8 TB/s | TTFT 512 (ms) | prefill GPU (ms) | TTFT 512 token by token (ms) | tokens = verified |"
             .to_string();
     if with_base {
         head += " PyTorch CUDA graph tok/s | ratio | PyTorch prefill 512 (ms) |";
@@ -249,8 +326,12 @@ fn print_table(rows: &[ShapeFigures], shape_of_row: &[usize], baseline: Option<&
         let ok = r.tokens_match && r.verification.passed();
         let speedup = tp1_rate(rows, shape_of_row, i).map_or("–".to_string(), |t1| format!("{:.2}×", r.decode_tok_s / t1));
         let vs_std = standard_rate(rows, shape_of_row, i).map_or("–".to_string(), |t| format!("{:.2}×", r.decode_tok_s / t));
+        let vs_bf16 = match bf16_rate(rows, shape_of_row, mix_of_row, i) {
+            Some(t) if mix_of_row[i] != "bf16" => format!("{:.2}×", r.decode_tok_s / t),
+            _ => "–".to_string(),
+        };
         let mut line = format!(
-            "| {} | {}{} | {:.0} | {speedup} | {vs_std} | {:.1} | {:.1} | {:.1}% | {:.1}% | {:.2} | {} | {:.1} | {} |",
+            "| {} | {}{} | {:.0} | {speedup} | {vs_std} | {vs_bf16} | {:.1} | {:.1} | {:.1}% | {:.1}% | {:.2} | {} | {:.1} | {} |",
             r.name,
             r.tp,
             r.dtp.map_or(String::new(), |d| format!(" DTP d={d}")),
@@ -283,13 +364,8 @@ fn print_table(rows: &[ShapeFigures], shape_of_row: &[usize], baseline: Option<&
     }
 }
 
-fn report_json(
-    rows: &[ShapeFigures],
-    shape_of_row: &[usize],
-    baseline: Option<&[BaselineFigures]>,
-    bandwidth: f64,
-    plan: &CudaBenchPlan,
-) -> serde_json::Value {
+fn report_json(report: Report) -> serde_json::Value {
+    let Report { rows, shape_of_row, mix_of_row, baseline, bandwidth, plan } = report;
     let shapes: Vec<serde_json::Value> = rows
         .iter()
         .enumerate()
@@ -299,6 +375,8 @@ fn report_json(
             json!({
                 "shape": r.name,
                 "tp": r.tp,
+                "weights": mix_of_row[i],
+                "speedup_vs_bf16": bf16_rate(rows, shape_of_row, mix_of_row, i).filter(|_| mix_of_row[i] != "bf16").map(|t| r.decode_tok_s / t),
                 "dtp_delay": r.dtp,
                 "speedup_vs_standard_tp": standard_rate(rows, shape_of_row, i).map(|t| r.decode_tok_s / t),
                 "speedup_vs_tp1": tp1_rate(rows, shape_of_row, i).map(|t1| r.decode_tok_s / t1),

@@ -26,8 +26,8 @@ macro_rules! internal_modules {
 }
 
 internal_modules!(
-    admission, config, cpu, cuda, dtp, generator, gguf, handle, hf, model, options, request, rng, runtime, sampling, stop, synthetic, template,
-    tensor, tokenizer, weights,
+    admission, config, cpu, cuda, dtp, generator, gguf, handle, hf, model, options, request, rng, runtime, sampling, stop, synthetic,
+    template, tensor, tokenizer, weights,
 );
 mod error;
 
@@ -35,7 +35,9 @@ pub use error::{Error, Result};
 pub use generator::TextModel;
 pub use handle::{CancelHandle, EngineHandle, EngineInfo, Rejected, Submission, DEFAULT_MAX_QUEUE};
 pub use model::{build_generator, load_model, parse_gpus, resolve_model_path, ModelFiles, DEFAULT_MODEL_FILE};
-pub use options::{CpuOptions, CpuRuntimeKind, CudaOptions, CudaPaths, Device, Diagnostics, EngineOptions, PrefillMode, ThreadsPolicy};
+pub use options::{
+    CpuOptions, CpuRuntimeKind, CudaOptions, CudaPaths, Device, Diagnostics, EngineOptions, GpuWeights, PrefillMode, ThreadsPolicy,
+};
 pub use request::{ErrorCode, Event, Prompt, PromptToken, Request, DEFAULT_MAX_TOKENS, STATS_INTERVAL};
 pub use sampling::{Sampled, SamplingParams, TokenLogprob, MAX_TOP_LOGPROBS};
 pub use template::ChatMessage;

@@ -84,6 +84,37 @@ impl std::str::FromStr for PrefillMode {
     }
 }
 
+/// How the GPU holds a model's weight matrices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GpuWeights {
+    /// Each quantized GGUF matrix in its own format (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K),
+    /// dequantized in the kernel's registers; float matrices as bf16. A matrix that
+    /// cannot run natively (a tensor-parallel column split off its block boundary, gate
+    /// and up of different types) runs as bf16, with one log line naming it.
+    #[default]
+    Auto,
+    /// As `Auto`, but a matrix that cannot run natively is an error.
+    Native,
+    /// Every matrix converted to bf16 at load (the engine before native formats).
+    Bf16,
+    /// Float matrices quantized to Q8_0 at load (changes outputs slightly); quantized
+    /// GGUF matrices keep their own format.
+    Q8_0,
+}
+
+impl std::str::FromStr for GpuWeights {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<GpuWeights> {
+        match s.trim() {
+            "auto" => Ok(GpuWeights::Auto),
+            "native" => Ok(GpuWeights::Native),
+            "bf16" => Ok(GpuWeights::Bf16),
+            "q8_0" => Ok(GpuWeights::Q8_0),
+            other => Err(Error::InvalidRequest(format!("unknown GPU weight format `{other}` (expected auto, native, bf16 or q8_0)"))),
+        }
+    }
+}
+
 /// Threads per block of the persistent kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ThreadsPolicy {
@@ -204,6 +235,8 @@ pub struct CudaOptions {
     /// Tensor parallelism: the down phase streams while its input lands (on one GPU
     /// always). Off until measured on two GPUs.
     pub tp_down_waves: bool,
+    /// How the weight matrices are held on the GPU.
+    pub weights: GpuWeights,
     pub diagnostics: Diagnostics,
     pub paths: CudaPaths,
 }

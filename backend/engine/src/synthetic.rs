@@ -1,13 +1,16 @@
 //! Synthetic models: any supported shape with seeded random F32 weights, built in
 //! memory (benchmarks and tests without a checkpoint). Linear weights are uniform
 //! with std 1/sqrt(fan_in) (activations keep their scale, like PyTorch's default
-//! init up to a constant); norms are near 1, biases near 0.
+//! init up to a constant); norms are near 1, biases near 0. `quantized` builds the
+//! same models with matrices in GGUF block types.
 
 mod presets;
+mod quantized;
 
 use std::sync::Arc;
 
 pub use presets::{check_shapes, dtp_preset, preset, DTP_2B_DELAY, PRESET_NAMES};
+pub use quantized::{q4_k_m_type, random_quant_tensor, synthetic_quant_weights, QuantMix};
 
 use crate::config::ModelConfig;
 use crate::rng::SplitMix64;
@@ -21,7 +24,11 @@ pub const DEFAULT_BIAS_SCALE: f32 = 0.02;
 
 /// Weights of `config`'s shape, identical for equal `(config, seed)`.
 pub fn synthetic_weights(config: &ModelConfig, seed: u64) -> Weights {
-    let make = |role: WeightRole| random_tensor(config, role, seed);
+    build_weights(config, &|role| random_tensor(config, role, seed))
+}
+
+/// Every weight of `config`'s shape from `make`, layers built on all cores.
+fn build_weights(config: &ModelConfig, make: &(dyn Fn(WeightRole) -> Tensor + Sync)) -> Weights {
     let layer = |i: usize| {
         let get = |r: LayerRole| make(WeightRole::Layer(i, r));
         let bias = |r: LayerRole| config.attention_bias.then(|| make(WeightRole::Layer(i, r)));
@@ -57,15 +64,21 @@ pub fn synthetic_weights(config: &ModelConfig, seed: u64) -> Weights {
     }
 }
 
-/// One tensor: its name, distribution and seed all follow from its role.
-fn random_tensor(config: &ModelConfig, role: WeightRole, seed: u64) -> Tensor {
-    let shape = role.expected_shape(config);
+/// A tensor's name and the generator seed it draws from, both from its role.
+fn name_and_seed(role: WeightRole, seed: u64) -> (String, u64) {
     let (name, id) = match role {
         WeightRole::Embed => ("embed".to_string(), 0),
         WeightRole::FinalNorm => ("final_norm".to_string(), 1),
         WeightRole::LmHead => ("lm_head".to_string(), 2),
         WeightRole::Layer(i, r) => (format!("layers.{i}.{r:?}"), 16 + 16 * i as u64 + r as u64),
     };
+    (name, seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+/// One tensor: its name, distribution and seed all follow from its role.
+fn random_tensor(config: &ModelConfig, role: WeightRole, seed: u64) -> Tensor {
+    let shape = role.expected_shape(config);
+    let (name, tensor_seed) = name_and_seed(role, seed);
     let is_norm = matches!(role, WeightRole::FinalNorm | WeightRole::Layer(_, LayerRole::AttnNorm | LayerRole::FfnNorm));
     let is_bias = matches!(role, WeightRole::Layer(_, r) if r.is_bias());
     // Uniform on [-a, a] has std a/sqrt(3); embeddings use fan_in = hidden so tied logits stay O(1).
@@ -77,7 +90,7 @@ fn random_tensor(config: &ModelConfig, role: WeightRole, seed: u64) -> Tensor {
     } else {
         (0.0, (3.0 / fan_in.max(1.0)).sqrt())
     };
-    let mut rng = SplitMix64(seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut rng = SplitMix64(tensor_seed);
     let numel: usize = shape.iter().product();
     let mut bytes = Vec::with_capacity(numel * 4);
     for _ in 0..numel {

@@ -3,11 +3,15 @@
 //! against the CPU sampler, stop tokens and cancellation through the host ring, the
 //! race check (chaos delays change no token), and tensor parallelism and DTP on two
 //! GPUs (or both ranks on one) against one GPU and the CPU DTP reference. Synthetic
-//! random-weight models of the shapes the kernels special-case.
+//! random-weight models of the shapes the kernels special-case; quantized weights
+//! (quant.rs) against float64 and the fast CPU runtime.
 //!
 //! Runs wherever a CUDA device is present. Elsewhere every check is reported as
 //! ignored with the reason (libtest-mimic), never as passed. scripts/gpu/test.sh
 //! builds this binary here and runs it on the GPU host.
+
+#[path = "gpu/quant.rs"]
+mod quant;
 
 use std::path::PathBuf;
 
@@ -53,6 +57,7 @@ fn main() {
     trials.push(Trial::test("threads per block: measured at the first load, read before building at the next", tuning_check));
     trials.push(Trial::test("tp 2: scored logits match one GPU, chaos on each rank changes no token", tp_check));
     trials.push(Trial::test("dtp 2: scored logits match the CPU DTP reference", dtp_check));
+    trials.extend(quant::trials());
     if let Some(why) = &absent {
         println!("GPU checks did not run: {why}");
         trials = trials.into_iter().map(|t| t.with_ignored_flag(true)).collect();

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use peregrine_engine::config::ModelConfig;
 use peregrine_engine::cuda::{compile_only, layout, nvrtc, KernelOptions};
 use peregrine_engine::dtp::{DtpSchedule, EarlyLayers};
-use peregrine_engine::synthetic::{dtp_preset, preset, PRESET_NAMES};
+use peregrine_engine::synthetic::{check_shapes, dtp_preset, preset, PRESET_NAMES};
 use peregrine_engine::Diagnostics;
 
 const ARCH: &str = "sm_90a";
@@ -134,5 +134,44 @@ fn prefill_kernels_compile() {
         }
         let mma = layout::prefill_shape(config).map(|p| p.mma).unwrap_or(false);
         assert_eq!(has("pg_pf_attention_mma"), mma, "{}: tensor-core attention present iff the shape allows it", config.name);
+    }
+}
+
+/// The decode kernel with quantized weights, for every benchmark shape: each build
+/// enables all five formats for the layer matrices (so every format × shape is
+/// compiled) with the LM head in a different format per shape, the check shapes (whose
+/// odd dimensions fit some formats only), one TP 2 build;
+/// and the per-format check kernel (qcheck.cu) the GPU tests run.
+#[test]
+fn quantized_decode_kernels_compile() {
+    if !nvrtc_loads() {
+        return;
+    }
+    let cache = cache();
+    // Bits 1..=5: Q8_0, Q4_0, Q4_1, Q4_K, Q6_K (cuda::quant::GpuFormat tags).
+    let all_formats = 0b11_1110;
+    for (i, name) in PRESET_NAMES.iter().enumerate() {
+        let config = preset(name).expect("preset");
+        // A K-quant LM head needs whole 256-element rows.
+        let lm = if config.hidden_size.is_multiple_of(256) { 1 + (i % 5) as u8 } else { 1 + (i % 3) as u8 };
+        let options = KernelOptions { weight_formats: all_formats, lm_head_format: lm, ..KernelOptions::default() };
+        let bytes = compile_only(&config, &options, 1, None, ARCH, cache.as_deref()).unwrap_or_else(|e| panic!("{name} quantized: {e}"));
+        assert!(bytes > 0, "{name}: empty cubin");
+    }
+    // The check shapes: dimensions that are not whole blocks of every format (those
+    // matrices run as bf16, and the kernel must still compile).
+    for config in check_shapes() {
+        let options = KernelOptions { weight_formats: all_formats, lm_head_format: 3, ..KernelOptions::default() };
+        let (cubin, _) = nvrtc::cubin(cache.as_deref(), ARCH, &layout::defines(&config, &options))
+            .unwrap_or_else(|e| panic!("{} quantized: {e}", config.name));
+        assert!(!cubin.is_empty(), "{}: empty cubin", config.name);
+    }
+    let llama = preset("llama-3.2-1b").expect("preset");
+    let options = KernelOptions { weight_formats: 0b11_0000, lm_head_format: 5, ..KernelOptions::default() };
+    compile_only(&llama, &options, 2, None, ARCH, cache.as_deref()).unwrap_or_else(|e| panic!("quantized tp 2: {e}"));
+    for k in [576, 2048] {
+        let (cubin, _) = nvrtc::cubin_of(nvrtc::QCHECK_SOURCE, cache.as_deref(), ARCH, &layout::qcheck_defines(k))
+            .unwrap_or_else(|e| panic!("qcheck {k}: {e}"));
+        assert!(cubin.windows(9).any(|w| w == b"pg_qcheck"), "qcheck {k}: no entry point");
     }
 }

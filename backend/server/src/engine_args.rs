@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use peregrine_engine::{
-    ActPrecision, CpuOptions, CpuRuntimeKind, CudaOptions, CudaPaths, Device, EngineOptions, Isa, PrefillMode, ThreadsPolicy,
+    ActPrecision, CpuOptions, CpuRuntimeKind, CudaOptions, CudaPaths, Device, EngineOptions, GpuWeights, Isa, PrefillMode, ThreadsPolicy,
 };
 
 use crate::error::{Error, Result};
@@ -47,6 +47,11 @@ pub struct EngineArgs {
     /// GPU prompts: batched (cuBLAS GEMMs before the persistent kernel) or tokens (one kernel step per token).
     #[arg(long, env = "PEREGRINE_PREFILL", default_value = "batched")]
     pub prefill: String,
+    /// GPU weight matrices: auto (quantized GGUF formats run natively, others bf16), native
+    /// (as auto, but refuse a matrix that cannot run natively), bf16 (convert all), or q8_0
+    /// (quantize float matrices at load: faster, outputs change slightly).
+    #[arg(long, env = "PEREGRINE_GPU_WEIGHTS", default_value = "auto")]
+    pub gpu_weights: String,
     /// GPU threads per block: tune (measured at a shape's first load, then cached) or a multiple of 32.
     #[arg(long, env = "PEREGRINE_THREADS", default_value = "tune")]
     pub threads: String,
@@ -141,6 +146,7 @@ impl EngineArgs {
     pub fn cuda_options(&self) -> Result<CudaOptions> {
         let prefill: PrefillMode = self.prefill.parse()?;
         let threads: ThreadsPolicy = self.threads.parse()?;
+        let weights: GpuWeights = self.gpu_weights.parse()?;
         let cuda_homes: Vec<PathBuf> =
             ["CUDA_HOME", "CUDA_PATH"].iter().filter_map(|v| std::env::var_os(v)).filter(|p| !p.is_empty()).map(PathBuf::from).collect();
         let home = std::env::var_os("HOME").map(PathBuf::from);
@@ -153,6 +159,7 @@ impl EngineArgs {
             share_gpu: self.tp_share_gpu,
             tp_weights_evict_first: self.tp_evict_first,
             tp_down_waves: self.tp_down_waves,
+            weights,
             diagnostics: Default::default(),
             paths,
         })
@@ -188,6 +195,7 @@ mod tests {
             cpu_runtime: "fast".into(),
             cpu_act_bits: 16,
             prefill: "batched".into(),
+            gpu_weights: "auto".into(),
             threads: "tune".into(),
             ..Default::default()
         };

@@ -110,7 +110,7 @@ pub fn decode_sub_blocks(dtype: DType, row: &[u8], sub: usize, each: &mut dyn Fn
 }
 
 /// ggml's `get_scale_min_k4`: 6-bit scale and min `j` of the 12 packed bytes.
-fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {

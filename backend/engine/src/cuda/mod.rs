@@ -5,6 +5,7 @@
 //! (candle's dummy backend pattern).
 
 pub mod layout;
+pub mod quant;
 mod run_stats;
 pub mod trace;
 pub mod tune;
@@ -17,6 +18,8 @@ mod hung;
 pub mod nvrtc;
 #[cfg(feature = "cuda")]
 pub mod prefill;
+#[cfg(feature = "cuda")]
+pub mod qcheck;
 #[cfg(feature = "cuda")]
 mod runtime;
 #[cfg(feature = "cuda")]

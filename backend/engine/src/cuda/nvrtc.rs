@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("decode.cu", include_str!("../../../../kernels/decode.cu")),
     ("prefill.cu", include_str!("../../../../kernels/prefill.cu")),
+    ("qcheck.cu", include_str!("../../../../kernels/qcheck.cu")),
     ("common.cuh", include_str!("../../../../kernels/common.cuh")),
     ("shape.cuh", include_str!("../../../../kernels/shape.cuh")),
     ("sync.cuh", include_str!("../../../../kernels/sync.cuh")),
@@ -31,6 +32,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("ops/emit.cuh", include_str!("../../../../kernels/ops/emit.cuh")),
     ("ops/lm_head.cuh", include_str!("../../../../kernels/ops/lm_head.cuh")),
     ("ops/matvec.cuh", include_str!("../../../../kernels/ops/matvec.cuh")),
+    ("ops/qmatvec.cuh", include_str!("../../../../kernels/ops/qmatvec.cuh")),
     ("ops/rmsnorm.cuh", include_str!("../../../../kernels/ops/rmsnorm.cuh")),
     ("ops/rope.cuh", include_str!("../../../../kernels/ops/rope.cuh")),
     ("ops/sample.cuh", include_str!("../../../../kernels/ops/sample.cuh")),
@@ -44,6 +46,8 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
 pub const MAIN_SOURCE: &str = "decode.cu";
 /// The batched prefill's translation unit (kernels named `pg_pf_*`).
 pub const PREFILL_SOURCE: &str = "prefill.cu";
+/// The quantized matrix-vector check (kernels/qcheck.cu, kernel `pg_qcheck`).
+pub const QCHECK_SOURCE: &str = "qcheck.cu";
 /// The kernel's entry point.
 pub const KERNEL_NAME: &str = "pg_decode";
 /// The first file in `dir` whose name starts with `prefix` and contains ".so".

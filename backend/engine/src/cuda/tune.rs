@@ -89,7 +89,9 @@ pub fn build_tuned(
     dtp: Option<DtpSchedule>,
     log: &mut dyn FnMut(&str),
 ) -> Result<(CudaRuntime, ThreadsChoice)> {
-    let base = KernelOptions::from_cuda(cuda);
+    // The weights' formats are part of the kernel, so of the cached choice's key.
+    let plan = crate::cuda::quant::WeightPlan::new(config, weights, cuda.weights, gpus.len())?;
+    let base = KernelOptions { weight_formats: plan.layer_mask(), lm_head_format: plan.lm_head.tag(), ..KernelOptions::from_cuda(cuda) };
     if cuda.threads == ThreadsPolicy::Tuned {
         // An earlier load's choice builds the runtime with it at once (no kernel compiled twice).
         if let Some(threads) = cached_choice(gpus, config, dtp.as_ref(), cuda, &base) {

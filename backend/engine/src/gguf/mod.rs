@@ -6,6 +6,7 @@ mod hparams;
 mod loader;
 mod meta;
 pub mod quant;
+pub mod quantize;
 mod reader;
 mod rope_freqs;
 

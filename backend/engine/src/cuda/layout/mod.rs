@@ -99,6 +99,9 @@ slots! {
         /// gate and up rows interleaved: row 2j = gate_j, row 2j+1 = up_j.
         WgateUp,
         Wdown, AttnNorm, FfnNorm,
+        /// The matrices' weight formats, one byte each (`quant::GpuFormat` tags; 0 = bf16):
+        /// q, k, v, o, gate/up, down. Quantized matrices use the layout of cuda/quant.
+        Fmts,
     }
 }
 
@@ -208,6 +211,12 @@ pub struct KernelOptions {
     /// `DOWN_WAVES`, on for one GPU), with gate/up publishing the rank-local activations
     /// as tagged words. Off until measured on two GPUs.
     pub tp_down_waves: bool,
+    /// Bit f set: some layer matrix is in `quant::GpuFormat` tag f (bit 0, bf16, is not
+    /// counted); 0 for a bf16 model. Set from the uploaded weights: the kernel compiles
+    /// the dequantizing row loops of these formats only.
+    pub weight_formats: u8,
+    /// The LM head's `GpuFormat` tag (a compile-time choice: one tensor).
+    pub lm_head_format: u8,
     pub diagnostics: Diagnostics,
 }
 
@@ -223,6 +232,8 @@ impl Default for KernelOptions {
             prefill_mma_attention: true,
             tp_weights_evict_first: false,
             tp_down_waves: false,
+            weight_formats: 0,
+            lm_head_format: 0,
             diagnostics: Diagnostics::default(),
         }
     }
@@ -400,6 +411,16 @@ pub fn exchange_table(num_layers: usize, dtp: Option<&DtpSchedule>) -> Vec<(XMod
         .collect()
 }
 
+/// The defines of kernels/qcheck.cu (the quantized matrix-vector product alone, every
+/// format compiled in) for rows of `k` elements.
+pub fn qcheck_defines(k: usize) -> Vec<(String, String)> {
+    let all_formats = (1..=5).fold(0u8, |m, t| m | (1 << t));
+    [("PG_QCHECK_K", k.to_string()), ("PG_UNROLL", UNROLL.to_string()), ("PG_QFMTS", all_formats.to_string())]
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b))
+        .collect()
+}
+
 /// Every `-D` define the kernel needs, as `(name, value)` (one GPU).
 pub fn defines(config: &ModelConfig, options: &KernelOptions) -> Vec<(String, String)> {
     defines_tp(config, options, 1, config.vocab_size, None)
@@ -464,6 +485,8 @@ pub fn defines_tp(
         put("PF_MMA", u8::from(pf.mma).to_string());
         put("PF_MMA_KT", PREFILL_MMA_KEY_TILE.to_string());
     }
+    put("QFMTS", options.weight_formats.to_string());
+    put("LM_FMT", options.lm_head_format.to_string());
     put("MAX_TOP", MAX_TOP_LOGPROBS.to_string());
     put("RING", options.ring.to_string());
     for (i, name) in Arg::NAMES.iter().enumerate() {

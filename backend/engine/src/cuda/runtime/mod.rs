@@ -34,6 +34,7 @@ use crate::admission::check_fits;
 use crate::config::ModelConfig;
 use crate::cuda::layout::{self, ctl, rec, Arg, KernelOptions};
 use crate::cuda::nvrtc;
+use crate::cuda::quant::WeightPlan;
 use crate::cuda::prefill::{Prefill, PrefillWeights};
 use crate::cuda::run_stats::PrefillSplit;
 use crate::cuda::trace::RawTrace;
@@ -91,6 +92,8 @@ pub struct CudaRuntime {
     /// Delayed Tensor Parallelism's schedule (`None`: standard tensor parallelism or one GPU).
     dtp: Option<DtpSchedule>,
     options: KernelOptions,
+    /// The weight matrices' formats, as the load log says them.
+    weight_formats: String,
     /// Library folders and the kernel cache.
     paths: CudaPaths,
     ranks: Vec<Rank>,
@@ -160,10 +163,17 @@ impl CudaRuntime {
         weights: &Weights,
         ordinals: &[usize],
         cuda: &CudaOptions,
-        options: KernelOptions,
+        mut options: KernelOptions,
         dtp: Option<DtpSchedule>,
     ) -> Result<CudaRuntime> {
         let tp = ordinals.len();
+        // The weights' formats are part of the kernel the runtime compiles.
+        let plan = WeightPlan::new(config, weights, cuda.weights, tp)?;
+        for note in &plan.notes {
+            eprintln!("GPU weights: {note}");
+        }
+        options.weight_formats = plan.layer_mask();
+        options.lm_head_format = plan.lm_head.tag();
         if let Some(s) = &dtp {
             if s.lanes != tp || s.num_layers != config.num_layers {
                 return Err(Error::Cuda(format!(
@@ -205,7 +215,7 @@ impl CudaRuntime {
             grid = grid.min(sm_count);
             let rank_options = options.for_rank(rank, tp);
             let kernel = Self::load_kernel(&ctx, &stream, config, &shard, &rank_options, &paths, tp, dtp.as_ref(), &arch)?;
-            let weights = Self::upload_weights(&stream, config, &shard, weights, rank, tp)?;
+            let weights = Self::upload_weights(&stream, config, &shard, weights, rank, tp, &plan)?;
             let state = Self::alloc_state(&stream, config, &shard, &options, kv_cap, &kernel, sm_count, tp)?;
             ranks.push(Rank {
                 ctx,
@@ -233,6 +243,7 @@ impl CudaRuntime {
             shard,
             dtp,
             options,
+            weight_formats: plan.describe(),
             paths,
             ranks,
             arch,
@@ -262,7 +273,10 @@ impl CudaRuntime {
     /// Recompiles the kernel with other variants, keeping weights and buffers
     /// (`kv_positions` and `ring` must stay as they are; other threads per block only
     /// where the new kernel's buffers fit the ones allocated).
-    pub fn set_options(&mut self, options: KernelOptions) -> Result<()> {
+    pub fn set_options(&mut self, mut options: KernelOptions) -> Result<()> {
+        // The uploaded weights fix their formats.
+        options.weight_formats = self.options.weight_formats;
+        options.lm_head_format = self.options.lm_head_format;
         if options.kv_positions != self.options.kv_positions
             || options.ring != self.options.ring
             || options.prefill_chunk != self.options.prefill_chunk
@@ -377,7 +391,7 @@ impl CudaRuntime {
             (None, true) => "prompt token by token (shape unsupported by the batched prefill)".to_string(),
         };
         format!(
-            "{} ({}, tp {}{}), grid {}×{} threads per GPU, {} B shared, kernel {} ({}); {prefill}",
+            "{} ({}, tp {}{}), grid {}×{} threads per GPU, {} B shared, kernel {} ({}); weights: {}; {prefill}",
             names.join(" + "),
             self.arch,
             self.ranks.len(),
@@ -386,7 +400,8 @@ impl CudaRuntime {
             self.options.threads,
             k.smem_bytes,
             if k.from_cache { "from cubin cache" } else { "compiled" },
-            self.options.summary()
+            self.options.summary(),
+            self.weight_formats
         )
     }
 

@@ -1,5 +1,7 @@
 //! The weights on the device: each rank's shard cut from the full matrices, converted
-//! to bf16 (norms and biases f32) and uploaded, with the per-layer pointer table.
+//! to bf16 (norms and biases f32) and uploaded, with the per-layer pointer table; the
+//! matrices the plan quantizes also in their repacked format (cuda/quant), which the
+//! decode kernel's table points at while the batched prefill's GEMMs read the bf16 copies.
 
 use std::sync::Arc;
 
@@ -9,6 +11,7 @@ use super::{cuda_err, CudaRuntime};
 use crate::config::ModelConfig;
 use crate::cpu::rope;
 use crate::cuda::layout::LayerSlot;
+use crate::cuda::quant::{repack, repack_rows_interleaved, GpuFormat, WeightPlan};
 use crate::dtp::ShardPlan;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -18,10 +21,13 @@ use crate::weights::Weights;
 pub(super) struct DeviceWeights {
     _bf16: Vec<CudaSlice<u16>>,
     _f32: Vec<CudaSlice<f32>>,
+    _quant: Vec<CudaSlice<u8>>,
+    /// The decode kernel's per-layer table (quantized matrices where the plan says so).
     pub(super) layer_table: CudaSlice<u64>,
-    /// The same table on the host (the batched prefill enqueues per-layer work).
+    /// The bf16 table on the host (the batched prefill enqueues per-layer work).
     pub(super) layer_ptrs: Vec<[u64; LayerSlot::COUNT]>,
     pub(super) embed: u64,
+    /// The decode kernel's LM head (quantized when the plan says so).
     pub(super) lm_head: u64,
     pub(super) final_norm: u64,
     pub(super) inv_freq: u64,
@@ -67,6 +73,7 @@ impl CudaRuntime {
         w: &Weights,
         rank: usize,
         tp: usize,
+        formats: &WeightPlan,
     ) -> Result<DeviceWeights> {
         let (d, f, hd) = (c.hidden_size, c.intermediate_size, c.head_dim);
         let (qd, kvd) = (c.num_heads * hd, c.num_kv_heads * hd);
@@ -103,9 +110,19 @@ impl CudaRuntime {
             f32s.push(s);
             Ok(p)
         };
+        let mut quants: Vec<CudaSlice<u8>> = Vec::new();
+        let mut quant_streamed: u64 = 0;
+        let put_bytes = |bytes: Vec<u8>, quants: &mut Vec<CudaSlice<u8>>, quant_streamed: &mut u64| -> Result<u64> {
+            *quant_streamed += bytes.len() as u64;
+            let s = stream.clone_htod(&bytes).map_err(cuda_err("upload quantized weights"))?;
+            let p = s.device_ptr(stream).0;
+            quants.push(s);
+            Ok(p)
+        };
         let mut table: Vec<u64> = Vec::with_capacity(c.num_layers * LayerSlot::COUNT);
         let mut layer_ptrs = Vec::with_capacity(c.num_layers);
-        for l in &w.layers {
+        for (li, l) in w.layers.iter().enumerate() {
+            let fm = formats.layers[li];
             expect_shape(&l.q, &[qd, d])?;
             expect_shape(&l.k, &[kvd, d])?;
             expect_shape(&l.v, &[kvd, d])?;
@@ -139,8 +156,44 @@ impl CudaRuntime {
             slots[LayerSlot::AttnNorm.index()] = put_f32(&l.attn_norm.to_f32()?, &mut f32s)?;
             slots[LayerSlot::FfnNorm.index()] = put_f32(&l.ffn_norm.to_f32()?, &mut f32s)?;
             streamed += 4 * 2 * d as u64;
-            table.extend_from_slice(&slots);
             layer_ptrs.push(slots);
+            // The decode table: each quantized matrix's repacked bytes instead of its bf16 copy.
+            let mut dslots = slots;
+            if fm.word() != 0 {
+                let q = |t: &Tensor, f: GpuFormat, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
+                    matrix_bytes(t, f, rows, cols, formats.quantize_floats)
+                };
+                let mut qkv = q(&l.q, fm.q, q0..q1, 0..d)?;
+                qkv.extend(q(&l.k, fm.k, k0..k1, 0..d)?);
+                qkv.extend(q(&l.v, fm.v, k0..k1, 0..d)?);
+                let bf16_bytes = |slot: LayerSlot| 2 * match slot {
+                    LayerSlot::Wqkv => (q1 - q0 + 2 * (k1 - k0)) * d,
+                    LayerSlot::Wo => d * (q1 - q0),
+                    LayerSlot::WgateUp => 2 * (f1 - f0) * d,
+                    _ => d * (f1 - f0),
+                } as u64;
+                let mut swap = |slot: LayerSlot, bytes: Vec<u8>, quants: &mut Vec<CudaSlice<u8>>, qs: &mut u64| -> Result<()> {
+                    // The bf16 copy is no longer what the decode kernel streams.
+                    streamed -= bf16_bytes(slot);
+                    dslots[slot.index()] = put_bytes(bytes, quants, qs)?;
+                    Ok(())
+                };
+                if [fm.q, fm.k, fm.v].iter().any(|f| *f != GpuFormat::Bf16) {
+                    swap(LayerSlot::Wqkv, qkv, &mut quants, &mut quant_streamed)?;
+                }
+                if fm.o != GpuFormat::Bf16 {
+                    swap(LayerSlot::Wo, q(&l.o, fm.o, 0..d, q0..q1)?, &mut quants, &mut quant_streamed)?;
+                }
+                if fm.gate_up != GpuFormat::Bf16 {
+                    let gu = gate_up_bytes(&l.gate, &l.up, fm.gate_up, f0..f1, formats.quantize_floats)?;
+                    swap(LayerSlot::WgateUp, gu, &mut quants, &mut quant_streamed)?;
+                }
+                if fm.down != GpuFormat::Bf16 {
+                    swap(LayerSlot::Wdown, q(&l.down, fm.down, 0..d, f0..f1)?, &mut quants, &mut quant_streamed)?;
+                }
+                dslots[LayerSlot::Fmts.index()] = fm.word();
+            }
+            table.extend_from_slice(&dslots);
         }
         expect_shape(&w.embed, &[c.vocab_size, d])?;
         let embed_f32 = w.embed.to_f32()?;
@@ -157,7 +210,11 @@ impl CudaRuntime {
             }
         };
         let embed = put_bf16(embed_f32, false, &mut bf16s, &mut streamed)?;
-        let lm_head = lm_head.unwrap_or(embed);
+        let mut lm_head = lm_head.unwrap_or(embed);
+        if formats.lm_head != GpuFormat::Bf16 {
+            streamed -= 2 * ((v1 - v0) * d) as u64;
+            lm_head = put_bytes(matrix_bytes(w.lm_head(), formats.lm_head, v0..v1, 0..d, formats.quantize_floats)?, &mut quants, &mut quant_streamed)?;
+        }
         let final_norm = put_f32(&w.final_norm.to_f32()?, &mut f32s)?;
         let inv_freq = put_f32(&rope::inv_freq(c), &mut f32s)?;
         // The embedding row read per token.
@@ -166,13 +223,48 @@ impl CudaRuntime {
         Ok(DeviceWeights {
             _bf16: bf16s,
             _f32: f32s,
+            _quant: quants,
             layer_table,
             layer_ptrs,
             embed,
             lm_head,
             final_norm,
             inv_freq,
-            streamed_bytes: streamed,
+            streamed_bytes: streamed + quant_streamed,
         })
     }
+}
+
+/// Rows × columns of `t` in format `f` (the plan's choice for it): repacked in its own
+/// quantization, or quantized to Q8_0 first when `t` is a float matrix.
+fn matrix_bytes(t: &Tensor, f: GpuFormat, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>, quantize_floats: bool) -> Result<Vec<u8>> {
+    let q8;
+    let src = if quantize_floats && GpuFormat::native(t.dtype) == Some(GpuFormat::Bf16) {
+        q8 = crate::gguf::quantize::q8_0_tensor(t.name.as_str(), t.shape.clone(), &t.to_f32()?)?;
+        &q8
+    } else {
+        t
+    };
+    let (got, bytes) = repack(src, rows, cols)?;
+    if got != f {
+        return Err(Error::Cuda(format!("{}: planned as {} but repacked as {}", t.name, f.name(), got.name())));
+    }
+    Ok(bytes)
+}
+
+/// The fused gate/up rows (gate_j, up_j interleaved) of FFN columns `ffn` in format `f`.
+fn gate_up_bytes(gate: &Tensor, up: &Tensor, f: GpuFormat, ffn: std::ops::Range<usize>, quantize_floats: bool) -> Result<Vec<u8>> {
+    let (g8, u8t);
+    let (g, u) = if quantize_floats && GpuFormat::native(gate.dtype) == Some(GpuFormat::Bf16) {
+        g8 = crate::gguf::quantize::q8_0_tensor(gate.name.as_str(), gate.shape.clone(), &gate.to_f32()?)?;
+        u8t = crate::gguf::quantize::q8_0_tensor(up.name.as_str(), up.shape.clone(), &up.to_f32()?)?;
+        (&g8, &u8t)
+    } else {
+        (gate, up)
+    };
+    let (got, bytes) = repack_rows_interleaved(g, u, ffn)?;
+    if got != f {
+        return Err(Error::Cuda(format!("{}: planned as {} but repacked as {}", gate.name, f.name(), got.name())));
+    }
+    Ok(bytes)
 }

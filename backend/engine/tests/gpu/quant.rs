@@ -1,0 +1,168 @@
+//! The GPU checks of native quantized weights: each format's matrix-vector product
+//! against float64, and synthetic quantized models teacher-forced against the fast CPU
+//! runtime on the same weights (top-1 agreement), plus the race check under chaos.
+
+use libtest_mimic::{Failed, Trial};
+use peregrine_engine::config::ModelConfig;
+use peregrine_engine::cpu::fast_runtime::{FastOptions, FastRuntime};
+use peregrine_engine::cuda::qcheck::quant_matvec;
+use peregrine_engine::cuda::quant::{repack, GpuFormat};
+use peregrine_engine::cuda::KernelOptions;
+use peregrine_engine::rng::SplitMix64;
+use peregrine_engine::runtime::Runtime;
+use peregrine_engine::sampling::SamplingParams;
+use peregrine_engine::synthetic::{check_shapes, random_quant_tensor, synthetic_quant_weights, QuantMix};
+use peregrine_engine::tensor::DType;
+use peregrine_engine::weights::Weights;
+use peregrine_engine::Diagnostics;
+
+use super::{argmax, cuda_options, ensure, ids, run, runtime, Check};
+
+/// Normwise error allowed against float64: |y − y64| / Σ|w·x| per row (f32 accumulation).
+const MAX_MATVEC_ERR: f64 = 1e-5;
+/// Teacher-forced positions per model, and the top-1 agreement required: on a real model,
+/// and on random-weight ones, whose logits are flat enough that near-ties are common
+/// (every disagreement must then be a near-tie the measured logit difference explains).
+const POSITIONS: usize = 512;
+const MIN_TOP1: f64 = 0.99;
+const MIN_TOP1_RANDOM: f64 = 0.98;
+
+pub fn trials() -> Vec<Trial> {
+    let mut t = Vec::new();
+    for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q6_K] {
+        t.push(Trial::test(format!("quantized matvec {dtype:?}: matches float64 on random blocks"), move || matvec_check(dtype)));
+    }
+    // The default model file (Q4_1 matrices, Q8_0 embedding) where it was fetched or carried.
+    let file = default_model();
+    let why = match &file {
+        Some(p) if p.exists() => None,
+        Some(p) => Some(format!("{} is absent", p.display())),
+        None => Some("PEREGRINE_DEFAULT_MODEL is not set".to_string()),
+    };
+    let trial = Trial::test("default model file: teacher-forced top-1 matches the CPU fast runtime", move || {
+        let path = file.ok_or("no model path")?;
+        let (_, config, weights) = peregrine_engine::gguf::load_gguf(&path).map_err(|e| e.to_string())?;
+        top1_agreement(&config, &weights, MIN_TOP1)
+    });
+    if let Some(why) = why {
+        println!("default model check does not run: {why}");
+        t.push(trial.with_ignored_flag(true));
+    } else {
+        t.push(trial);
+    }
+    for (config, mix) in quant_models() {
+        let name = format!("{} {mix:?}", config.name);
+        let (c, m) = (config.clone(), mix);
+        t.push(Trial::test(format!("{name}: teacher-forced top-1 matches the CPU fast runtime"), move || top1_check(&c, m)));
+        t.push(Trial::test(format!("{name}: chaos delays change no token"), move || quant_race_check(&config, mix)));
+    }
+    t
+}
+
+/// The check shapes with each mix, and one shape whose every dimension takes K-quants.
+fn quant_models() -> Vec<(ModelConfig, QuantMix)> {
+    let shapes = check_shapes();
+    let k_quant = ModelConfig {
+        name: "tiny-k-quant".into(),
+        hidden_size: 512,
+        intermediate_size: 1536,
+        num_layers: 8,
+        num_heads: 8,
+        num_kv_heads: 2,
+        head_dim: 64,
+        vocab_size: 4096,
+        ..shapes[0].clone()
+    };
+    vec![
+        (k_quant, QuantMix::Q4KM),
+        (shapes[0].clone(), QuantMix::Uniform(DType::Q8_0)),
+        (shapes[1].clone(), QuantMix::Uniform(DType::Q4_0)),
+        (shapes[2].clone(), QuantMix::Uniform(DType::Q4_1)),
+    ]
+}
+
+fn matvec_check(dtype: DType) -> Check {
+    let fmt = GpuFormat::native(dtype).ok_or("no GPU format")?;
+    let ks: &[usize] = if fmt.block() == 256 { &[512, 2048, 2816] } else { &[576, 2048, 1376] };
+    let mut rng = SplitMix64(77 + fmt.tag() as u64);
+    let mut worst = 0.0f64;
+    for &k in ks {
+        let rows = 301;
+        let t = random_quant_tensor("w", dtype, rows, k, 5 + k as u64).map_err(|e| e.to_string())?;
+        let (got_fmt, packed) = repack(&t, 0..rows, 0..k).map_err(|e| e.to_string())?;
+        ensure(got_fmt == fmt, || format!("repacked as {got_fmt:?}"))?;
+        let x: Vec<f32> = (0..k).map(|_| rng.next_signed()).collect();
+        let y = quant_matvec(0, &cuda_options().paths, fmt, k, rows, &packed, &x).map_err(|e| e.to_string())?;
+        let w = t.to_f32().map_err(|e| e.to_string())?;
+        for r in 0..rows {
+            let row = &w[r * k..(r + 1) * k];
+            let exact: f64 = row.iter().zip(&x).map(|(&a, &b)| a as f64 * b as f64).sum();
+            let scale: f64 = row.iter().zip(&x).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum::<f64>().max(1e-30);
+            worst = worst.max((y[r] as f64 - exact).abs() / scale);
+        }
+    }
+    println!("  {dtype:?}: worst normwise error {worst:.2e} (K = {ks:?})");
+    ensure(worst <= MAX_MATVEC_ERR, || format!("{dtype:?}: error {worst:.2e} > {MAX_MATVEC_ERR:.0e}"))
+}
+
+/// Teacher-forced scoring of POSITIONS random tokens on the GPU and on the fast CPU
+/// runtime (the quantized formats' reference) with the same weights: the top-1 tokens
+/// agree at ≥ 99 % of positions, every disagreement a near-tie (reported).
+fn top1_check(config: &ModelConfig, mix: QuantMix) -> Check {
+    top1_agreement(config, &synthetic_quant_weights(config, 99, mix), MIN_TOP1_RANDOM)
+}
+
+/// PEREGRINE_DEFAULT_MODEL (scripts/env.sh sets it; the GPU host gets it carried).
+fn default_model() -> Option<std::path::PathBuf> {
+    std::env::var_os("PEREGRINE_DEFAULT_MODEL").filter(|p| !p.is_empty()).map(std::path::PathBuf::from)
+}
+
+fn top1_agreement(config: &ModelConfig, weights: &Weights, min_top1: f64) -> Check {
+    let mut gpu = runtime(config, weights, &[0], KernelOptions::default(), None)?;
+    println!("  {}", gpu.describe());
+    let mut cpu = FastRuntime::new(config, weights, FastOptions::defaults()).map_err(|e| e.to_string())?;
+    let tokens = SplitMix64(0xBEEF).tokens(POSITIONS, config.vocab_size);
+    let g = gpu.score(&tokens).map_err(|e| e.to_string())?;
+    let c = cpu.score(&tokens).map_err(|e| e.to_string())?;
+    ensure(g.len() == POSITIONS && c.len() == POSITIONS, || format!("{} and {} scored positions", g.len(), c.len()))?;
+    let (mut agree, mut unexplained, mut worst_rel) = (0, Vec::new(), 0.0f64);
+    for (t, (gr, cr)) in g.iter().zip(&c).enumerate() {
+        let (a, b) = (argmax(gr), argmax(cr));
+        let max_diff = gr.iter().zip(cr).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+        let scale = cr.iter().map(|y| y.abs()).fold(0.0f32, f32::max).max(1e-6);
+        worst_rel = worst_rel.max((max_diff / scale) as f64);
+        if a == b {
+            agree += 1;
+        } else {
+            // A near-tie: the CPU's margin between the two picks is within the logit difference.
+            let margin = cr[b as usize] - cr[a as usize];
+            if margin > 2.0 * max_diff {
+                unexplained.push(format!("position {t}: GPU {a}, CPU {b}, margin {margin:.2e} > 2 × {max_diff:.2e}"));
+            }
+        }
+    }
+    let rate = agree as f64 / POSITIONS as f64;
+    println!(
+        "  top-1 agreement {agree}/{POSITIONS} ({:.1} %), {} disagreements near-ties, logits max rel diff {worst_rel:.2e}",
+        100.0 * rate,
+        POSITIONS - agree - unexplained.len()
+    );
+    ensure(rate >= min_top1 && unexplained.is_empty(), || {
+        format!("top-1 agreement {agree}/{POSITIONS} (need {min_top1}); not near-ties: {}", unexplained.join("; "))
+    })
+}
+
+/// Greedy and sampled tokens of a quantized model are the same with chaos delays.
+fn quant_race_check(config: &ModelConfig, mix: QuantMix) -> Result<(), Failed> {
+    let weights = synthetic_quant_weights(config, 99, mix);
+    let mut rt = runtime(config, &weights, &[0], KernelOptions::default(), None)?;
+    let prompt = SplitMix64(33).tokens(8, config.vocab_size);
+    let sampled = SamplingParams { temperature: 0.9, seed: 3, ..Default::default() };
+    let (greedy, _) = run(&mut rt, &prompt, 200, &SamplingParams::default(), &[])?;
+    let (drawn, _) = run(&mut rt, &prompt, 32, &sampled, &[])?;
+    rt.set_options(KernelOptions { diagnostics: Diagnostics { chaos: true, ..Diagnostics::default() }, ..KernelOptions::default() })
+        .map_err(|e| e.to_string())?;
+    let (g, _) = run(&mut rt, &prompt, 200, &SamplingParams::default(), &[])?;
+    let (d, _) = run(&mut rt, &prompt, 32, &sampled, &[])?;
+    ensure(ids(&g) == ids(&greedy) && ids(&d) == ids(&drawn), || "chaos changed the tokens".into())
+}
