@@ -17,7 +17,7 @@ use peregrine_engine::dtp::DtpSchedule;
 use peregrine_engine::synthetic::{dtp_preset, preset, synthetic_quant_weights, synthetic_weights, QuantMix, PRESET_NAMES};
 use peregrine_engine::tensor::DType;
 use peregrine_engine::weights::Weights;
-use peregrine_engine::CudaOptions;
+use peregrine_engine::{CudaOptions, GpuWeights};
 use serde_json::json;
 
 use crate::error::{Error, Result};
@@ -133,6 +133,9 @@ pub fn run(args: &CudaBenchArgs, cuda: &CudaOptions, tps: &[usize], gpus: Option
             for (tp, dtp) in runs {
                 let t1 = Instant::now();
                 let label = if dtp.is_some() { format!("tp {tp} DTP") } else { format!("tp {tp}") };
+                // Quantized synthetic weights are streamed as they are.
+                let native = CudaOptions { weights: GpuWeights::Native, ..cuda.clone() };
+                let cuda = if mix.is_some() { &native } else { cuda };
                 match bench::bench_shape(config, &weights, &pool[..tp], dtp.as_ref(), &plan, cuda, bandwidth) {
                     Ok(mut figures) => {
                         if *mix_name != "bf16" {

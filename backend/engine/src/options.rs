@@ -87,16 +87,17 @@ impl std::str::FromStr for PrefillMode {
 /// How the GPU holds a model's weight matrices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum GpuWeights {
+    /// Every matrix converted to bf16 at load. The default while the quantized row loop
+    /// streams fewer bytes but runs slower than the bf16 one (docs/benchmarks.md).
+    #[default]
+    Bf16,
     /// Each quantized GGUF matrix in its own format (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K),
     /// dequantized in the kernel's registers; float matrices as bf16. A matrix that
     /// cannot run natively (a tensor-parallel column split off its block boundary, gate
     /// and up of different types) runs as bf16, with one log line naming it.
-    #[default]
     Auto,
     /// As `Auto`, but a matrix that cannot run natively is an error.
     Native,
-    /// Every matrix converted to bf16 at load (the engine before native formats).
-    Bf16,
     /// Float matrices quantized to Q8_0 at load (changes outputs slightly); quantized
     /// GGUF matrices keep their own format.
     Q8_0,

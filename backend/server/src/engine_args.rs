@@ -47,10 +47,11 @@ pub struct EngineArgs {
     /// GPU prompts: batched (cuBLAS GEMMs before the persistent kernel) or tokens (one kernel step per token).
     #[arg(long, env = "PEREGRINE_PREFILL", default_value = "batched")]
     pub prefill: String,
-    /// GPU weight matrices: auto (quantized GGUF formats run natively, others bf16), native
-    /// (as auto, but refuse a matrix that cannot run natively), bf16 (convert all), or q8_0
-    /// (quantize float matrices at load: faster, outputs change slightly).
-    #[arg(long, env = "PEREGRINE_GPU_WEIGHTS", default_value = "auto")]
+    /// GPU weight matrices: bf16 (convert all; the fastest today), auto (quantized GGUF
+    /// formats streamed as they are, others bf16), native (as auto, but refuse a matrix
+    /// that cannot run natively), or q8_0 (quantize float matrices at load too; outputs
+    /// change slightly).
+    #[arg(long, env = "PEREGRINE_GPU_WEIGHTS", default_value = "bf16")]
     pub gpu_weights: String,
     /// GPU threads per block: tune (measured at a shape's first load, then cached) or a multiple of 32.
     #[arg(long, env = "PEREGRINE_THREADS", default_value = "tune")]
@@ -195,7 +196,7 @@ mod tests {
             cpu_runtime: "fast".into(),
             cpu_act_bits: 16,
             prefill: "batched".into(),
-            gpu_weights: "auto".into(),
+            gpu_weights: "bf16".into(),
             threads: "tune".into(),
             ..Default::default()
         };
@@ -218,6 +219,13 @@ mod tests {
         assert!(bad.cpu_options().expect_err("bits").to_string().contains("16 or 8"));
         let bad = EngineArgs { cpu_isa: Some("sse9".into()), ..e.clone() };
         assert!(bad.cpu_options().expect_err("isa").to_string().contains("avx2"));
+        assert_eq!(e.cuda_options().expect("defaults").weights, GpuWeights::Bf16);
+        for (value, want) in [("auto", GpuWeights::Auto), ("native", GpuWeights::Native), ("q8_0", GpuWeights::Q8_0)] {
+            let a = EngineArgs { gpu_weights: value.into(), ..e.clone() };
+            assert_eq!(a.cuda_options().expect(value).weights, want);
+        }
+        let bad = EngineArgs { gpu_weights: "q3_k".into(), ..e.clone() };
+        assert!(bad.cuda_options().expect_err("weights").to_string().contains("auto, native, bf16 or q8_0"));
         let bad = EngineArgs { cpu_runtime: "turbo".into(), ..e };
         assert!(bad.cpu_options().expect_err("runtime").to_string().contains("fast or reference"));
     }

@@ -7,16 +7,16 @@ use peregrine_engine::config::ModelConfig;
 use peregrine_engine::cpu::fast_runtime::{FastOptions, FastRuntime};
 use peregrine_engine::cuda::qcheck::quant_matvec;
 use peregrine_engine::cuda::quant::{repack, GpuFormat};
-use peregrine_engine::cuda::KernelOptions;
+use peregrine_engine::cuda::{CudaRuntime, KernelOptions};
 use peregrine_engine::rng::SplitMix64;
 use peregrine_engine::runtime::Runtime;
 use peregrine_engine::sampling::SamplingParams;
 use peregrine_engine::synthetic::{check_shapes, random_quant_tensor, synthetic_quant_weights, QuantMix};
 use peregrine_engine::tensor::DType;
 use peregrine_engine::weights::Weights;
-use peregrine_engine::Diagnostics;
+use peregrine_engine::{CudaOptions, Diagnostics, GpuWeights};
 
-use super::{argmax, cuda_options, ensure, ids, run, runtime, Check};
+use super::{argmax, cuda_options, ensure, ids, run, Check};
 
 /// Normwise error allowed against float64: |y − y64| / Σ|w·x| per row (f32 accumulation).
 const MAX_MATVEC_ERR: f64 = 1e-5;
@@ -57,6 +57,12 @@ pub fn trials() -> Vec<Trial> {
         t.push(Trial::test(format!("{name}: chaos delays change no token"), move || quant_race_check(&config, mix)));
     }
     t
+}
+
+/// A one-GPU runtime that streams the quantized matrices as they are (`--gpu-weights native`).
+fn runtime(config: &ModelConfig, weights: &Weights) -> Result<CudaRuntime, Failed> {
+    let cuda = CudaOptions { weights: GpuWeights::Native, ..cuda_options() };
+    Ok(CudaRuntime::with_kernel(config, weights, &[0], &cuda, KernelOptions::default(), None).map_err(|e| e.to_string())?)
 }
 
 /// The check shapes with each mix, and one shape whose every dimension takes K-quants.
@@ -118,7 +124,7 @@ fn default_model() -> Option<std::path::PathBuf> {
 }
 
 fn top1_agreement(config: &ModelConfig, weights: &Weights, min_top1: f64) -> Check {
-    let mut gpu = runtime(config, weights, &[0], KernelOptions::default(), None)?;
+    let mut gpu = runtime(config, weights)?;
     println!("  {}", gpu.describe());
     let mut cpu = FastRuntime::new(config, weights, FastOptions::defaults()).map_err(|e| e.to_string())?;
     let tokens = SplitMix64(0xBEEF).tokens(POSITIONS, config.vocab_size);
@@ -155,7 +161,7 @@ fn top1_agreement(config: &ModelConfig, weights: &Weights, min_top1: f64) -> Che
 /// Greedy and sampled tokens of a quantized model are the same with chaos delays.
 fn quant_race_check(config: &ModelConfig, mix: QuantMix) -> Result<(), Failed> {
     let weights = synthetic_quant_weights(config, 99, mix);
-    let mut rt = runtime(config, &weights, &[0], KernelOptions::default(), None)?;
+    let mut rt = runtime(config, &weights)?;
     let prompt = SplitMix64(33).tokens(8, config.vocab_size);
     let sampled = SamplingParams { temperature: 0.9, seed: 3, ..Default::default() };
     let (greedy, _) = run(&mut rt, &prompt, 200, &SamplingParams::default(), &[])?;
