@@ -50,6 +50,8 @@ pub fn trials() -> Vec<Trial> {
     } else {
         t.push(trial);
     }
+    t.push(Trial::test("tp 2 quantized (Q4_K_M mix): scored logits match one GPU, chaos on each rank changes no token", tp_quant_check));
+    t.push(Trial::test("--gpu-weights q8_0 on float weights: the logits of the same matrices quantized on the host", q8_at_load_check));
     for (config, mix) in quant_models() {
         let name = format!("{} {mix:?}", config.name);
         let (c, m) = (config.clone(), mix);
@@ -61,8 +63,12 @@ pub fn trials() -> Vec<Trial> {
 
 /// A one-GPU runtime that streams the quantized matrices as they are (`--gpu-weights native`).
 fn runtime(config: &ModelConfig, weights: &Weights) -> Result<CudaRuntime, Failed> {
-    let cuda = CudaOptions { weights: GpuWeights::Native, ..cuda_options() };
-    Ok(CudaRuntime::with_kernel(config, weights, &[0], &cuda, KernelOptions::default(), None).map_err(|e| e.to_string())?)
+    runtime_on(config, weights, &[0], GpuWeights::Native)
+}
+
+fn runtime_on(config: &ModelConfig, weights: &Weights, gpus: &[usize], choice: GpuWeights) -> Result<CudaRuntime, Failed> {
+    let cuda = CudaOptions { weights: choice, ..cuda_options() };
+    Ok(CudaRuntime::with_kernel(config, weights, gpus, &cuda, KernelOptions::default(), None).map_err(|e| e.to_string())?)
 }
 
 /// The check shapes with each mix, and one shape whose every dimension takes K-quants.
@@ -171,4 +177,54 @@ fn quant_race_check(config: &ModelConfig, mix: QuantMix) -> Result<(), Failed> {
     let (g, _) = run(&mut rt, &prompt, 200, &SamplingParams::default(), &[])?;
     let (d, _) = run(&mut rt, &prompt, 32, &sampled, &[])?;
     ensure(ids(&g) == ids(&greedy) && ids(&d) == ids(&drawn), || "chaos changed the tokens".into())
+}
+
+/// Tensor parallelism over quantized shards (row splits, and the o/down column splits on
+/// block boundaries): scored logits within the bf16 TP check's bound of one GPU, and
+/// chaos on either rank changes no greedy token.
+fn tp_quant_check() -> Check {
+    let config = quant_models()[0].0.clone();
+    let weights = synthetic_quant_weights(&config, 99, QuantMix::Q4KM);
+    let tokens = SplitMix64(44).tokens(20, config.vocab_size);
+    let one = runtime(&config, &weights)?.score(&tokens).map_err(|e| e.to_string())?;
+    let gpus = super::tp_gpus();
+    let mut rt = runtime_on(&config, &weights, &gpus, GpuWeights::Native)?;
+    println!("  {}", rt.describe());
+    let two = rt.score(&tokens).map_err(|e| e.to_string())?;
+    let worst = one.iter().zip(&two).map(|(a, b)| super::rel_err(b, a)).fold(0.0, f64::max);
+    println!("  TP 2 vs one GPU: logits rel err max {worst:.2e}");
+    ensure(two.len() == tokens.len() && worst < super::MAX_REL_ERR, || format!("TP 2 vs one GPU: rel err max {worst:.2e}"))?;
+    let prompt = &tokens[..8];
+    let (want, _) = run(&mut rt, prompt, 100, &SamplingParams::default(), &[])?;
+    for rank in 0..2 {
+        let chaos = KernelOptions { diagnostics: Diagnostics { chaos: true, chaos_rank: rank, trace: false }, ..KernelOptions::default() };
+        rt.set_options(chaos).map_err(|e| e.to_string())?;
+        let (got, _) = run(&mut rt, prompt, 100, &SamplingParams::default(), &[])?;
+        ensure(ids(&got) == ids(&want), || format!("chaos on rank {rank} changed the quantized TP tokens"))?;
+    }
+    Ok(())
+}
+
+/// `--gpu-weights q8_0` quantizes float matrices at load (ggml's Q8_0): the same bits as
+/// a model whose matrices were quantized on the host first and run natively.
+fn q8_at_load_check() -> Check {
+    let config = check_shapes()[0].clone();
+    let float = peregrine_engine::synthetic::synthetic_weights(&config, 99);
+    let mut host = float.clone();
+    let q8 = |t: &peregrine_engine::tensor::Tensor| -> Result<peregrine_engine::tensor::Tensor, Failed> {
+        let v = t.to_f32().map_err(|e| e.to_string())?;
+        Ok(peregrine_engine::gguf::quantize::q8_0_tensor(t.name.as_str(), t.shape.clone(), &v).map_err(|e| e.to_string())?)
+    };
+    for l in &mut host.layers {
+        for t in [&mut l.q, &mut l.k, &mut l.v, &mut l.o, &mut l.gate, &mut l.up, &mut l.down] {
+            *t = q8(t)?;
+        }
+    }
+    if let Some(h) = &mut host.lm_head {
+        *h = q8(h)?;
+    }
+    let tokens = SplitMix64(7).tokens(16, config.vocab_size);
+    let at_load = runtime_on(&config, &float, &[0], GpuWeights::Q8_0)?.score(&tokens).map_err(|e| e.to_string())?;
+    let native = runtime(&config, &host)?.score(&tokens).map_err(|e| e.to_string())?;
+    ensure(at_load == native, || "q8_0 at load and host-quantized Q8_0 give different logits".into())
 }

@@ -124,3 +124,64 @@ impl WeightPlan {
         counts.iter().map(|(f, n)| format!("{n} {}", f.name())).collect::<Vec<_>>().join(", ")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synthetic::{preset, synthetic_quant_weights, synthetic_weights, QuantMix};
+    use crate::tensor::DType;
+
+    /// 12 heads of 64 (o's 768 columns split over 2 GPUs: 384 each, off Q4_K's
+    /// 256-blocks), FFN 1024 (512 per GPU: whole blocks of every type).
+    fn config() -> ModelConfig {
+        let mut c = preset("qwen2.5-coder-1.5b").unwrap();
+        (c.vocab_size, c.hidden_size, c.intermediate_size, c.num_layers) = (300, 512, 1024, 2);
+        (c.num_heads, c.num_kv_heads, c.head_dim, c.max_context, c.tie_embeddings) = (12, 2, 64, 64, true);
+        c
+    }
+
+    #[test]
+    fn quantized_matrices_keep_their_format_and_floats_are_bf16() {
+        let c = config();
+        let w = synthetic_quant_weights(&c, 1, QuantMix::Uniform(DType::Q4_K));
+        let p = WeightPlan::new(&c, &w, GpuWeights::Auto, 1).unwrap();
+        assert!(p.notes.is_empty(), "{:?}", p.notes);
+        assert!(p.layers.iter().all(|l| l.all().iter().all(|f| *f == GpuFormat::Q4_K)));
+        assert_eq!((p.lm_head, p.layer_mask()), (GpuFormat::Q4_K, 1 << GpuFormat::Q4_K.tag()));
+        assert_eq!(p.layers[0].word(), (0..6).map(|i| 4u64 << (8 * i)).sum::<u64>());
+        assert!(p.describe().contains("q4_K"), "{}", p.describe());
+        // bf16 converts everything; a float model is bf16 unless q8_0 is asked for.
+        let b = WeightPlan::new(&c, &w, GpuWeights::Bf16, 1).unwrap();
+        assert!(!b.any_quantized());
+        let f = synthetic_weights(&c, 1);
+        assert!(!WeightPlan::new(&c, &f, GpuWeights::Auto, 1).unwrap().any_quantized());
+        let q8 = WeightPlan::new(&c, &f, GpuWeights::Q8_0, 1).unwrap();
+        assert!(q8.quantize_floats && q8.layers.iter().all(|l| l.all().iter().all(|f| *f == GpuFormat::Q8_0)));
+    }
+
+    #[test]
+    fn a_split_off_the_block_boundary_falls_back_to_bf16_or_is_refused() {
+        let c = config();
+        let w = synthetic_quant_weights(&c, 1, QuantMix::Uniform(DType::Q4_K));
+        let p = WeightPlan::new(&c, &w, GpuWeights::Auto, 2).unwrap();
+        assert!(p.layers.iter().all(|l| l.o == GpuFormat::Bf16 && l.down == GpuFormat::Q4_K && l.q == GpuFormat::Q4_K));
+        assert_eq!(p.notes.len(), c.num_layers, "{:?}", p.notes);
+        assert!(p.notes[0].contains(&w.layers[0].o.name) && p.notes[0].contains("off its 256-element blocks"), "{}", p.notes[0]);
+        let e = WeightPlan::new(&c, &w, GpuWeights::Native, 2).expect_err("native refuses");
+        assert!(e.to_string().contains("--gpu-weights native"), "{e}");
+        // Q8_0's 32-element blocks split fine.
+        let w8 = synthetic_quant_weights(&c, 1, QuantMix::Uniform(DType::Q8_0));
+        assert!(WeightPlan::new(&c, &w8, GpuWeights::Native, 2).unwrap().notes.is_empty());
+    }
+
+    #[test]
+    fn gate_and_up_of_different_types_run_as_bf16() {
+        let c = config();
+        let mut w = synthetic_quant_weights(&c, 1, QuantMix::Uniform(DType::Q4_K));
+        w.layers[1].up = synthetic_quant_weights(&c, 1, QuantMix::Uniform(DType::Q6_K)).layers[1].up.clone();
+        let p = WeightPlan::new(&c, &w, GpuWeights::Auto, 1).unwrap();
+        assert_eq!((p.layers[0].gate_up, p.layers[1].gate_up), (GpuFormat::Q4_K, GpuFormat::Bf16));
+        assert!(p.notes.len() == 1 && p.notes[0].contains("both run as bf16"), "{:?}", p.notes);
+        assert!(WeightPlan::new(&c, &w, GpuWeights::Native, 1).is_err());
+    }
+}
