@@ -322,16 +322,23 @@ fn tp_check() -> Check {
     let weights = synthetic_weights(&config, WEIGHT_SEED);
     let tokens = SplitMix64(44).tokens(20, config.vocab_size);
     let one = runtime(&config, &weights, &[0], KernelOptions::default(), None)?.score(&tokens).map_err(|e| e.to_string())?;
-    let mut rt = runtime(&config, &weights, &tp_gpus(), KernelOptions::default(), None)?;
-    let two = rt.score(&tokens).map_err(|e| e.to_string())?;
+    let rt = runtime(&config, &weights, &tp_gpus(), KernelOptions::default(), None)?;
+    tp_agrees(rt, &one, &tokens, 200)
+}
+
+/// A TP 2 runtime against one GPU's scored logits `one` of `tokens` (within
+/// MAX_REL_ERR), then `gen` greedy tokens unchanged by chaos delays on either rank.
+fn tp_agrees(mut rt: CudaRuntime, one: &[Vec<f32>], tokens: &[u32], gen: usize) -> Check {
+    let two = rt.score(tokens).map_err(|e| e.to_string())?;
     let worst = one.iter().zip(&two).map(|(a, b)| rel_err(b, a)).fold(0.0, f64::max);
+    println!("  TP 2 vs one GPU: logits rel err max {worst:.2e}");
     ensure(two.len() == tokens.len() && worst < MAX_REL_ERR, || format!("TP 2 vs one GPU: rel err max {worst:.2e}"))?;
     let prompt = &tokens[..8];
-    let (want, _) = run(&mut rt, prompt, 200, &SamplingParams::default(), &[])?;
+    let (want, _) = run(&mut rt, prompt, gen, &SamplingParams::default(), &[])?;
     for rank in 0..2 {
         let chaos = KernelOptions { diagnostics: Diagnostics { chaos: true, chaos_rank: rank, trace: false }, ..KernelOptions::default() };
         rt.set_options(chaos).map_err(|e| e.to_string())?;
-        let (got, _) = run(&mut rt, prompt, 200, &SamplingParams::default(), &[])?;
+        let (got, _) = run(&mut rt, prompt, gen, &SamplingParams::default(), &[])?;
         ensure(ids(&got) == ids(&want), || format!("chaos on rank {rank} changed the TP tokens"))?;
     }
     Ok(())

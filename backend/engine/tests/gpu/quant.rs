@@ -188,21 +188,9 @@ fn tp_quant_check() -> Check {
     let tokens = SplitMix64(44).tokens(20, config.vocab_size);
     let one = runtime(&config, &weights)?.score(&tokens).map_err(|e| e.to_string())?;
     let gpus = super::tp_gpus();
-    let mut rt = runtime_on(&config, &weights, &gpus, GpuWeights::Native)?;
+    let rt = runtime_on(&config, &weights, &gpus, GpuWeights::Native)?;
     println!("  {}", rt.describe());
-    let two = rt.score(&tokens).map_err(|e| e.to_string())?;
-    let worst = one.iter().zip(&two).map(|(a, b)| super::rel_err(b, a)).fold(0.0, f64::max);
-    println!("  TP 2 vs one GPU: logits rel err max {worst:.2e}");
-    ensure(two.len() == tokens.len() && worst < super::MAX_REL_ERR, || format!("TP 2 vs one GPU: rel err max {worst:.2e}"))?;
-    let prompt = &tokens[..8];
-    let (want, _) = run(&mut rt, prompt, 100, &SamplingParams::default(), &[])?;
-    for rank in 0..2 {
-        let chaos = KernelOptions { diagnostics: Diagnostics { chaos: true, chaos_rank: rank, trace: false }, ..KernelOptions::default() };
-        rt.set_options(chaos).map_err(|e| e.to_string())?;
-        let (got, _) = run(&mut rt, prompt, 100, &SamplingParams::default(), &[])?;
-        ensure(ids(&got) == ids(&want), || format!("chaos on rank {rank} changed the quantized TP tokens"))?;
-    }
-    Ok(())
+    super::tp_agrees(rt, &one, &tokens, 100)
 }
 
 /// `--gpu-weights q8_0` quantizes float matrices at load (ggml's Q8_0): the same bits as
