@@ -59,6 +59,10 @@ struct Report {
     plan: PlanOut,
     runs: Vec<FiguresOut>,
     median: FiguresOut,
+    /// On the CPU: the weight bytes a decoded token reads, and the read loop's bytes per
+    /// second with the same threads, measured in this run.
+    decode_bytes_per_token: Option<u64>,
+    read_loop_bytes_per_s: Option<f64>,
     llamacpp: Option<Side>,
 }
 
@@ -115,6 +119,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let plan =
         BenchPlan::new(Some(&files.tokenizer), files.config.vocab_size, args.prompt_tokens, args.short_prompt_tokens, args.gen_tokens)?;
     let model_name = format!("{} ({:.1}M parameters)", files.config.name, files.config.parameter_count() as f64 / 1e6);
+    let decode_bytes = decode_bytes_per_token(&files.weights);
     // llama.cpp gets the same threads (--cpu-threads, else every core).
     let options = FastOptions::from_options(&engine.cpu);
     let mut runtime: Box<dyn Runtime> = match (device, engine.cpu.runtime) {
@@ -145,6 +150,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if let Some(l) = llama.as_mut() {
         l.measure(&plan)?;
     }
+    let read_loop = on_cpu.then(|| peregrine_engine::cpu::read_bandwidth::read_bandwidth(options.threads));
+    if let Some(bw) = read_loop {
+        say(format!("read loop, {} MiB, {} threads: {:.1} GB/s", peregrine_engine::cpu::read_bandwidth::READ_BYTES >> 20, options.threads, bw / 1e9));
+    }
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for i in 0..args.runs.max(1) {
         ours.push(FiguresOut::from(measure(runtime.as_mut(), &plan)?));
@@ -164,6 +173,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         plan: PlanOut { prompt: plan.prompt.clone(), short_prompt: plan.short_prompt.clone(), gen_tokens: plan.gen_tokens },
         median: medians(&ours),
         runs: ours,
+        decode_bytes_per_token: on_cpu.then_some(decode_bytes),
+        read_loop_bytes_per_s: read_loop,
         llamacpp: llama.as_ref().map(|l| Side { version: l.version.clone(), median: medians(&theirs), runs: theirs }),
     };
     if args.json {
@@ -172,6 +183,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
         print_table(&report, &plan);
     }
     Ok(())
+}
+
+/// Weight bytes one decoded token reads: every layer tensor and the LM head (the
+/// embedding when it is tied; otherwise the embedding's one row is left out).
+fn decode_bytes_per_token(w: &peregrine_engine::weights::Weights) -> u64 {
+    let layers: usize = w.layers.iter().map(|l| l.tensors().map(|t| t.bytes().len()).sum::<usize>()).sum();
+    (layers + w.lm_head().bytes().len() + w.final_norm.bytes().len()) as u64
 }
 
 fn print_table(r: &Report, plan: &BenchPlan) {
@@ -198,5 +216,15 @@ fn print_table(r: &Report, plan: &BenchPlan) {
                 println!("{label:<32} {ours:>10.1}");
             }
         }
+    }
+    if let (Some(bytes), Some(bw)) = (r.decode_bytes_per_token, r.read_loop_bytes_per_s) {
+        let gbs = r.median.decode_tok_s * bytes as f64 / 1e9;
+        println!(
+            "decode reads {:.1} MB/token: {gbs:.1} GB/s, {:.0} % of the read loop's {:.1} GB/s ({} threads)",
+            bytes as f64 / 1e6,
+            100.0 * gbs * 1e9 / bw,
+            bw / 1e9,
+            r.threads.unwrap_or(1)
+        );
     }
 }

@@ -25,6 +25,15 @@ pub struct LayerWeights {
     pub down: Tensor,
 }
 
+impl LayerWeights {
+    /// Every tensor of the layer (biases where present).
+    pub fn tensors(&self) -> impl Iterator<Item = &Tensor> {
+        [&self.attn_norm, &self.q, &self.k, &self.v, &self.o, &self.ffn_norm, &self.gate, &self.up, &self.down]
+            .into_iter()
+            .chain([&self.q_bias, &self.k_bias, &self.v_bias].into_iter().flatten())
+    }
+}
+
 /// All weights of a model.
 #[derive(Debug, Clone)]
 pub struct Weights {

@@ -11,6 +11,7 @@ pub mod kernels;
 pub mod kv_cache;
 pub mod packed;
 pub mod pool;
+pub mod read_bandwidth;
 pub mod reference;
 pub mod reference_runtime;
 pub mod rope;

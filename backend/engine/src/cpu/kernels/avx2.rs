@@ -80,8 +80,8 @@ unsafe fn quant_tile<K: QKind, const TT: usize, const DUAL: bool>(
                     for v in 0..nv / 2 {
                         let x = load_half(p, v, h);
                         let (lo, hi) = (_mm256_and_si256(x, mask), _mm256_and_si256(_mm256_srli_epi16::<4>(x), mask));
-                        for t in 0..TT {
-                            for (sum, base) in s16[t].iter_mut().zip(planes(t)).take(np) {
+                        for (t, sums) in s16.iter_mut().enumerate() {
+                            for (sum, base) in sums.iter_mut().zip(planes(t)).take(np) {
                                 let a_lo = _mm256_set1_epi32(base.add(e0 + 4 * v).cast::<i32>().read_unaligned());
                                 let a_hi = _mm256_set1_epi32(base.add(e0 + 4 * (v + nv / 2)).cast::<i32>().read_unaligned());
                                 let pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo, a_lo), _mm256_maddubs_epi16(hi, a_hi));
@@ -89,15 +89,15 @@ unsafe fn quant_tile<K: QKind, const TT: usize, const DUAL: bool>(
                             }
                         }
                     }
-                    for t in 0..TT {
-                        for pl in 0..np {
-                            isum[t][pl] = _mm256_madd_epi16(s16[t][pl], ones);
+                    for (sums, s16) in isum.iter_mut().zip(&s16) {
+                        for (sum, s) in sums.iter_mut().zip(s16).take(np) {
+                            *sum = _mm256_madd_epi16(*s, ones);
                         }
                     }
                 } else {
                     for k in 0..nv {
-                        for t in 0..TT {
-                            for (sum, base) in isum[t].iter_mut().zip(planes(t)).take(np) {
+                        for (t, sums) in isum.iter_mut().enumerate() {
+                            for (sum, base) in sums.iter_mut().zip(planes(t)).take(np) {
                                 let a = _mm256_set1_epi32(base.add(e0 + 4 * k).cast::<i32>().read_unaligned());
                                 let pairs = match q.codes {
                                     Codes::Nibble if k < nv / 2 => _mm256_maddubs_epi16(_mm256_and_si256(load_half(p, k, h), mask), a),
