@@ -42,16 +42,21 @@ pub struct TextModel {
 }
 
 impl TextModel {
+    /// Every id inside the vocabulary, else a client error naming the first that is not.
+    pub fn check_ids(&self, ids: &[u32]) -> Result<()> {
+        match ids.iter().find(|&&id| id as usize >= self.vocab_size) {
+            Some(bad) => Err(Error::InvalidRequest(format!("token id {bad} is outside the vocabulary ({})", self.vocab_size))),
+            None => Ok(()),
+        }
+    }
+
     /// Turns a prompt into ids.
     pub fn prompt_ids(&self, prompt: &Prompt) -> Result<Vec<u32>> {
         let need_tok =
             || self.tokenizer.as_ref().ok_or_else(|| Error::InvalidRequest("this model has no tokenizer; send token ids".into()));
         match prompt {
             Prompt::Tokens(ids) => {
-                let vocab = self.vocab_size;
-                if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab) {
-                    return Err(Error::InvalidRequest(format!("token id {bad} is outside the vocabulary ({vocab})")));
-                }
+                self.check_ids(ids)?;
                 Ok(ids.clone())
             }
             Prompt::Text(text) => need_tok()?.encode(text, true),

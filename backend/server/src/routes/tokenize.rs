@@ -59,8 +59,9 @@ pub async fn detokenize(State(state): State<AppState>, body: Result<JsonBody<Det
     let engine = state.engine.get()?;
     let text = engine.handle.text();
     let tok = text.tokenizer.as_ref().ok_or_else(|| Error::bad("tokens", "this model has no tokenizer"))?;
-    if let Some(bad) = req.tokens.iter().find(|&&id| id as usize >= text.vocab_size) {
-        return Err(Error::bad("tokens", format!("token id {bad} is outside the vocabulary ({})", text.vocab_size)));
-    }
+    text.check_ids(&req.tokens).map_err(|e| match e {
+        peregrine_engine::Error::InvalidRequest(why) => Error::bad("tokens", why),
+        other => other.into(),
+    })?;
     Ok(Json(DetokenizeResponse { content: tok.decode(&req.tokens)? }))
 }
