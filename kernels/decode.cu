@@ -364,13 +364,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
             qmat_grid_rows<D, NR, WARPS>(
                 wq, 2 * F, vec,
                 [&](int r, float v) {
-                  if ((r & 1) == 0) {
-                    gate = v;
-                  } else if (ACT_TAGGED) {
-                    st_tagged(tl + T_ACT + r / 2, swiglu(gate, v), tag);
-                  } else {
-                    act[r / 2] = swiglu(gate, v);
-                  }
+                  if ((r & 1) == 0) gate = v;
+                  else if (ACT_TAGGED) st_tagged(tl + T_ACT + r / 2, swiglu(gate, v), tag);
+                  else act[r / 2] = swiglu(gate, v);
                 },
                 row_grid());
           } else {
@@ -465,30 +461,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       load_after(s, L - 1, 1, x, nullptr, nullptr, 1);
     }
     norm_vec(vec, final_nw, final_norm, red);
-    if (IS_DTP) {
-      // DTP: the LM head reads the mean of every lane's h. Each block holds this lane's
-      // h (the same bits in every block); writer blocks push their share to the other
-      // lanes, then every block sums all lanes' h in lane order.
-      if ((int)blockIdx.x < w_d) {
-        for (int i = threadIdx.x * 4; i < D; i += THREADS * 4) {
-          if ((i / 4) % w_d != (int)blockIdx.x) continue;
-          const float4 h = *reinterpret_cast<const float4*>(vec + i);
-#pragma unroll
-          for (int r = 0; r < TP; ++r)
-            if (r != rank) *reinterpret_cast<float4*>(reinterpret_cast<float*>(peer_xc[r]) + X_HMEAN + rank * D + i) = h;
-        }
-        __syncthreads();
-        arrive_peers(XC_HMEAN);
-      }
-      if (threadIdx.x == 0) wait_peers(my_xc + XC_HMEAN, (lm_runs + 1) * w_d * (TP - 1));
-      __syncthreads();
-      for (int i = threadIdx.x; i < D; i += THREADS) {
-        float h = 0.f;
-        for (int r = 0; r < TP; ++r) h += r == rank ? vec[i] : ld_shared_f32(my_xch + X_HMEAN + r * D + i);
-        vec[i] = h * (1.0f / TP);
-      }
-      __syncthreads();
-    }
+    if (IS_DTP) dtp_mean_h(vec, peer_xc, my_xc, my_xch, rank, w_d, lm_runs);
     {
       LmStats st = lm_stats_empty();
       float* dbg_row = dbg ? dbg + (size_t)lm_runs * V : nullptr;
@@ -558,34 +531,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
     // token; the raw logit at the winning index comes with the winner's message.
     float* win_raw = red + 4;
     u32* any_stop = reinterpret_cast<u32*>(red + 5);
-    if (IS_TP && threadIdx.x == 0) {
-      const LmStats mine = *total;
-      const float raw_mine = mine.adj_idx < (u32)VF ? ld_shared_f32(logits + mine.adj_idx) : NEG_INF;
-#pragma unroll
-      for (int r = 0; r < TP; ++r) {
-        float4* dst = reinterpret_cast<float4*>(reinterpret_cast<float*>(peer_xc[r]) + X_LMX + rank * LMX_FLOATS);
-        dst[0] = lm_stats_pack(mine);
-        dst[1] = make_float4(raw_mine, __uint_as_float(host_stop), 0.f, 0.f);
-      }
-#pragma unroll
-      for (int r = 0; r < TP; ++r)
-        if (r != rank) peer_arrive(peer_xc[r] + XC_LMX);
-      wait_peers(my_xc + XC_LMX, lm_runs * (TP - 1));
-      if (gather) wait_peers(my_xc + XC_GATHER, lm_runs * G * (TP - 1));
-      LmStats m = lm_stats_empty();
-      float raw = NEG_INF;
-      u32 stop = 0;
-      for (int r = 0; r < TP; ++r) {
-        const LmStats o = lm_stats_unpack(ld_shared_f32x4(my_xch + X_LMX + r * LMX_FLOATS));
-        const float4 extra = ld_shared_f32x4(my_xch + X_LMX + r * LMX_FLOATS + 4);
-        if (o.adj_max > m.adj_max || (o.adj_max == m.adj_max && o.adj_idx < m.adj_idx)) raw = extra.x;
-        m = lm_stats_merge(m, o);
-        stop |= __float_as_uint(extra.y);
-      }
-      *total = m;
-      *win_raw = raw;
-      *any_stop = stop;
-    }
+    if (IS_TP && threadIdx.x == 0) tp_merge_sampler(total, win_raw, any_stop, peer_xc, my_xc, my_xch, rank, logits, host_stop, lm_runs, gather);
     __syncthreads();
     const LmStats tot = *total;
     if (IS_TP && threadIdx.x == 0) host_stop = *any_stop;

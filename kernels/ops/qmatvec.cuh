@@ -241,14 +241,7 @@ __device__ __forceinline__ QSeg q_segment(const QMat& m, int row0) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     if (row0 >= m.ends[i]) {
-      const u32 f = m.fmt[i];
-      const int bytes = f == QF_BF16   ? 2 * K
-                        : f == QF_Q8_0 ? q_row_bytes(QF_Q8_0, K)
-                        : f == QF_Q4_0 ? q_row_bytes(QF_Q4_0, K)
-                        : f == QF_Q4_1 ? q_row_bytes(QF_Q4_1, K)
-                        : f == QF_Q4_K ? q_row_bytes(QF_Q4_K, K)
-                                       : q_row_bytes(QF_Q6_K, K);
-      base += (size_t)(m.ends[i] - begin) * bytes;
+      base += (size_t)(m.ends[i] - begin) * q_row_bytes(m.fmt[i], K);
       begin = m.ends[i];
       seg = i + 1;
     }

@@ -1,18 +1,26 @@
 //! Prints the decode kernel's `-D` flags for a preset shape, one per line, so nvcc can
-//! compile-check kernels/decode.cu outside NVRTC: `kernel_defines <preset> [formats-mask lm-format]`.
+//! compile-check kernels/decode.cu outside NVRTC:
+//! `kernel_defines <preset> [formats-mask lm-format [tp [dtp]]]` (rank 0's kernel; `dtp`
+//! uses the preset's DTP schedule).
 
 use peregrine_engine::cuda::{layout, KernelOptions};
-use peregrine_engine::synthetic::preset;
+use peregrine_engine::dtp::DtpSchedule;
+use peregrine_engine::synthetic::{dtp_preset, preset};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(config) = args.first().and_then(|n| preset(n)) else {
-        eprintln!("usage: kernel_defines <preset> [weight-formats-mask lm-head-format]");
+        eprintln!("usage: kernel_defines <preset> [weight-formats-mask lm-head-format [tp [dtp]]]");
         std::process::exit(2);
     };
     let num = |i: usize| args.get(i).and_then(|v| v.parse::<u8>().ok()).unwrap_or(0);
     let options = KernelOptions { weight_formats: num(1), lm_head_format: num(2), ..KernelOptions::default() };
-    for (name, value) in layout::defines(&config, &options) {
+    let tp = (num(3) as usize).max(1);
+    let sched = (args.get(4).map(String::as_str) == Some("dtp"))
+        .then(|| dtp_preset(&config.name).and_then(|d| DtpSchedule::new(&d, &config, tp).ok()))
+        .flatten();
+    let shard = layout::shard(&config, tp).unwrap_or_else(|e| panic!("tp {tp}: {e}"));
+    for (name, value) in layout::defines_tp(&shard, &options, tp, config.vocab_size, sched.as_ref()) {
         // nvcc splits -D values on commas; escape them.
         println!("-D{name}={}", value.replace(',', "\\,"));
     }

@@ -31,4 +31,10 @@ mod stub;
 pub use stub::{compile_only, devices, measure_copy_bandwidth, tune_file_in, CudaRuntime};
 
 pub use layout::KernelOptions;
+
+/// A driver call's error as the engine's, naming what failed.
+#[cfg(feature = "cuda")]
+pub(crate) fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> crate::error::Error + '_ {
+    move |e| crate::error::Error::Cuda(format!("{what}: {e:?}"))
+}
 pub use run_stats::{PrefillSplit, RunStats};

@@ -15,18 +15,15 @@ use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 
+use super::cuda_err;
 use crate::config::ModelConfig;
 use crate::cuda::cublas::{self, Blas};
-use crate::options::CudaPaths;
 use crate::cuda::layout::{self, KernelOptions, LayerSlot, PrefillShape, XMode, PREFILL_ATTN_THREADS, PREFILL_ROW_THREADS};
 use crate::cuda::nvrtc;
 use crate::cuda::run_stats::PrefillSplit;
 use crate::dtp::DtpSchedule;
 use crate::error::{Error, Result};
-
-fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> Error + '_ {
-    move |e| Error::Cuda(format!("{what}: {e:?}"))
-}
+use crate::options::CudaPaths;
 
 /// Kinds of prefill work, for the GPU time split.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

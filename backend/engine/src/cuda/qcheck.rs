@@ -3,18 +3,22 @@
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
-use super::{layout, nvrtc};
 use super::quant::GpuFormat;
+use super::{cuda_err, layout, nvrtc};
 use crate::error::{Error, Result};
 use crate::options::CudaPaths;
 
-fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> Error + '_ {
-    move |e| Error::Cuda(format!("{what}: {e:?}"))
-}
-
 /// y = W x on GPU `ordinal` for `rows` rows of `k` elements of `packed` in `fmt`
 /// (the layout cuda/quant writes).
-pub fn quant_matvec(ordinal: usize, paths: &CudaPaths, fmt: GpuFormat, k: usize, rows: usize, packed: &[u8], x: &[f32]) -> Result<Vec<f32>> {
+pub fn quant_matvec(
+    ordinal: usize,
+    paths: &CudaPaths,
+    fmt: GpuFormat,
+    k: usize,
+    rows: usize,
+    packed: &[u8],
+    x: &[f32],
+) -> Result<Vec<f32>> {
     let row_bytes = fmt.row_bytes(k).ok_or_else(|| Error::InvalidRequest(format!("{k} columns are not whole {} blocks", fmt.name())))?;
     if packed.len() != rows * row_bytes || x.len() != k || rows == 0 {
         return Err(Error::InvalidRequest(format!("{} bytes and {} inputs for {rows} rows of {k} {}", packed.len(), x.len(), fmt.name())));

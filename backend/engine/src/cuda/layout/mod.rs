@@ -5,8 +5,8 @@
 
 use crate::config::{ModelConfig, RopeLayout};
 use crate::dtp::{Combine, DtpSchedule, ShardPlan};
-use crate::options::{CudaOptions, PrefillMode, ThreadsPolicy};
 pub use crate::options::Diagnostics;
+use crate::options::{CudaOptions, PrefillMode, ThreadsPolicy};
 use crate::sampling::MAX_TOP_LOGPROBS;
 
 /// Declares an enum of consecutive slots plus their names, for `PG_<PREFIX>_<NAME>`.

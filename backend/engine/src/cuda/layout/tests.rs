@@ -151,7 +151,10 @@ fn start_step_has_a_slot() {
 fn every_define_the_kernel_names_is_generated() {
     let config = crate::synthetic::preset("llama-3.2-1b").expect("preset");
     let generated: std::collections::HashSet<String> =
-        defines(&config, &KernelOptions { diagnostics: Diagnostics { chaos: true, trace: true, chaos_rank: 0 }, ..Default::default() }).into_iter().map(|(k, _)| k).collect();
+        defines(&config, &KernelOptions { diagnostics: Diagnostics { chaos: true, trace: true, chaos_rank: 0 }, ..Default::default() })
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
     let qcheck: std::collections::HashSet<String> = super::qcheck_defines(512).into_iter().map(|(k, _)| k).collect();
     for (file, src) in super::super::nvrtc::KERNEL_SOURCES {
         let generated = if *file == "qcheck.cu" { &qcheck } else { &generated };

@@ -32,10 +32,11 @@ use self::weights::DeviceWeights;
 use super::RunStats;
 use crate::admission::check_fits;
 use crate::config::ModelConfig;
+pub(super) use crate::cuda::cuda_err;
 use crate::cuda::layout::{self, ctl, rec, Arg, KernelOptions};
 use crate::cuda::nvrtc;
-use crate::cuda::quant::WeightPlan;
 use crate::cuda::prefill::{Prefill, PrefillWeights};
+use crate::cuda::quant::WeightPlan;
 use crate::cuda::run_stats::PrefillSplit;
 use crate::cuda::trace::RawTrace;
 use crate::dtp::DtpSchedule;
@@ -44,10 +45,6 @@ use crate::options::{CudaOptions, CudaPaths};
 use crate::runtime::{BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
 use crate::sampling::Sampled;
 use crate::weights::Weights;
-
-fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> Error + '_ {
-    move |e| Error::Cuda(format!("{what}: {e:?}"))
-}
 
 /// One GPU of the run: its context, stream, kernel, weight shard and buffers.
 struct Rank {

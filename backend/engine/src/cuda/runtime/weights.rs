@@ -166,12 +166,14 @@ impl CudaRuntime {
                 let mut qkv = q(&l.q, fm.q, q0..q1, 0..d)?;
                 qkv.extend(q(&l.k, fm.k, k0..k1, 0..d)?);
                 qkv.extend(q(&l.v, fm.v, k0..k1, 0..d)?);
-                let bf16_bytes = |slot: LayerSlot| 2 * match slot {
-                    LayerSlot::Wqkv => (q1 - q0 + 2 * (k1 - k0)) * d,
-                    LayerSlot::Wo => d * (q1 - q0),
-                    LayerSlot::WgateUp => 2 * (f1 - f0) * d,
-                    _ => d * (f1 - f0),
-                } as u64;
+                let bf16_bytes = |slot: LayerSlot| {
+                    2 * match slot {
+                        LayerSlot::Wqkv => (q1 - q0 + 2 * (k1 - k0)) * d,
+                        LayerSlot::Wo => d * (q1 - q0),
+                        LayerSlot::WgateUp => 2 * (f1 - f0) * d,
+                        _ => d * (f1 - f0),
+                    } as u64
+                };
                 let mut swap = |slot: LayerSlot, bytes: Vec<u8>, quants: &mut Vec<CudaSlice<u8>>, qs: &mut u64| -> Result<()> {
                     // The bf16 copy is no longer what the decode kernel streams.
                     streamed -= bf16_bytes(slot);
@@ -213,7 +215,11 @@ impl CudaRuntime {
         let mut lm_head = lm_head.unwrap_or(embed);
         if formats.lm_head != GpuFormat::Bf16 {
             streamed -= 2 * ((v1 - v0) * d) as u64;
-            lm_head = put_bytes(matrix_bytes(w.lm_head(), formats.lm_head, v0..v1, 0..d, formats.quantize_floats)?, &mut quants, &mut quant_streamed)?;
+            lm_head = put_bytes(
+                matrix_bytes(w.lm_head(), formats.lm_head, v0..v1, 0..d, formats.quantize_floats)?,
+                &mut quants,
+                &mut quant_streamed,
+            )?;
         }
         let final_norm = put_f32(&w.final_norm.to_f32()?, &mut f32s)?;
         let inv_freq = put_f32(&rope::inv_freq(c), &mut f32s)?;
@@ -235,36 +241,38 @@ impl CudaRuntime {
     }
 }
 
-/// Rows × columns of `t` in format `f` (the plan's choice for it): repacked in its own
-/// quantization, or quantized to Q8_0 first when `t` is a float matrix.
-fn matrix_bytes(t: &Tensor, f: GpuFormat, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>, quantize_floats: bool) -> Result<Vec<u8>> {
-    let q8;
-    let src = if quantize_floats && GpuFormat::native(t.dtype) == Some(GpuFormat::Bf16) {
-        q8 = crate::gguf::quantize::q8_0_tensor(t.name.as_str(), t.shape.clone(), &t.to_f32()?)?;
-        &q8
+/// `t` as the plan stores it: quantized to Q8_0 first when it is a float matrix and
+/// `quantize_floats` (`--gpu-weights q8_0`), else `t` itself.
+fn planned_source(t: &Tensor, quantize_floats: bool) -> Result<std::borrow::Cow<'_, Tensor>> {
+    if quantize_floats && GpuFormat::native(t.dtype) == Some(GpuFormat::Bf16) {
+        Ok(std::borrow::Cow::Owned(crate::gguf::quantize::q8_0_tensor(t.name.as_str(), t.shape.clone(), &t.to_f32()?)?))
     } else {
-        t
-    };
-    let (got, bytes) = repack(src, rows, cols)?;
-    if got != f {
-        return Err(Error::Cuda(format!("{}: planned as {} but repacked as {}", t.name, f.name(), got.name())));
+        Ok(std::borrow::Cow::Borrowed(t))
+    }
+}
+
+/// The repacked bytes, checked to be in the format the plan chose for `name`.
+fn expect_format(name: &str, want: GpuFormat, (got, bytes): (GpuFormat, Vec<u8>)) -> Result<Vec<u8>> {
+    if got != want {
+        return Err(Error::Cuda(format!("{name}: planned as {} but repacked as {}", want.name(), got.name())));
     }
     Ok(bytes)
 }
 
+/// Rows × columns of `t` in format `f` (the plan's choice for it).
+fn matrix_bytes(
+    t: &Tensor,
+    f: GpuFormat,
+    rows: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+    quantize_floats: bool,
+) -> Result<Vec<u8>> {
+    let src = planned_source(t, quantize_floats)?;
+    expect_format(&t.name, f, repack(&src, rows, cols)?)
+}
+
 /// The fused gate/up rows (gate_j, up_j interleaved) of FFN columns `ffn` in format `f`.
 fn gate_up_bytes(gate: &Tensor, up: &Tensor, f: GpuFormat, ffn: std::ops::Range<usize>, quantize_floats: bool) -> Result<Vec<u8>> {
-    let (g8, u8t);
-    let (g, u) = if quantize_floats && GpuFormat::native(gate.dtype) == Some(GpuFormat::Bf16) {
-        g8 = crate::gguf::quantize::q8_0_tensor(gate.name.as_str(), gate.shape.clone(), &gate.to_f32()?)?;
-        u8t = crate::gguf::quantize::q8_0_tensor(up.name.as_str(), up.shape.clone(), &up.to_f32()?)?;
-        (&g8, &u8t)
-    } else {
-        (gate, up)
-    };
-    let (got, bytes) = repack_rows_interleaved(g, u, ffn)?;
-    if got != f {
-        return Err(Error::Cuda(format!("{}: planned as {} but repacked as {}", gate.name, f.name(), got.name())));
-    }
-    Ok(bytes)
+    let (g, u) = (planned_source(gate, quantize_floats)?, planned_source(up, quantize_floats)?);
+    expect_format(&gate.name, f, repack_rows_interleaved(&g, &u, ffn)?)
 }
