@@ -24,8 +24,10 @@ constexpr bool QUANT = QFMTS != 0;
 /// The LM head's format (one tensor, so a compile-time choice).
 constexpr u32 LM_FMT = PG_LM_FMT;
 
-/// Chunks in flight per lane per row while streaming a quantized row.
-constexpr int Q_UNROLL = 2;
+/// Chunks in flight per lane per row while streaming a quantized row: one. Two keep
+/// twice the loads live, and under 512 threads' 128 registers ptxas then spills them to
+/// local memory inside the row loop (docs/quantized.md has the figures).
+constexpr int Q_UNROLL = 1;
 
 /// Bytes of one row of K elements in format `f` (a multiple of 16).
 __host__ __device__ constexpr int q_row_bytes(u32 f, int k) {

@@ -14,9 +14,7 @@ use crate::cuda_shape::{
 use crate::torch_baseline::{self, BaselineFigures, BaselinePlan};
 use peregrine_engine::cuda::{self, measure_copy_bandwidth};
 use peregrine_engine::dtp::DtpSchedule;
-use peregrine_engine::synthetic::{dtp_preset, preset, synthetic_quant_weights, synthetic_weights, QuantMix, PRESET_NAMES};
-use peregrine_engine::tensor::DType;
-use peregrine_engine::weights::Weights;
+use peregrine_engine::synthetic::{dtp_preset, preset, synthetic_mix_weights, QuantMix, PRESET_NAMES};
 use peregrine_engine::{CudaOptions, GpuWeights};
 use serde_json::json;
 
@@ -110,7 +108,7 @@ pub fn run(args: &CudaBenchArgs, cuda: &CudaOptions, tps: &[usize], gpus: Option
     for config in &configs {
         for (mix_name, mix) in &mixes {
             let t0 = Instant::now();
-            let weights = synthetic_mix(config, *mix);
+            let weights = synthetic_mix_weights(config, WEIGHT_SEED, *mix);
             say(format!(
                 "{} {mix_name}: {:.0}M parameters, weights built in {:.1}s",
                 config.name,
@@ -262,31 +260,10 @@ fn standard_rate(rows: &[ShapeFigures], shape_of_row: &[usize], i: usize) -> Opt
         .map(|(r, _)| r.decode_tok_s)
 }
 
-/// The synthetic weights of one `--weights` entry.
-fn synthetic_mix(config: &peregrine_engine::config::ModelConfig, mix: Option<QuantMix>) -> Weights {
-    match mix {
-        None => synthetic_weights(config, WEIGHT_SEED),
-        Some(m) => synthetic_quant_weights(config, WEIGHT_SEED, m),
-    }
-}
-
 fn parse_mix(name: &str) -> Result<Option<QuantMix>> {
-    Ok(Some(match name {
-        "bf16" => return Ok(None),
-        "q8_0" => QuantMix::Uniform(DType::Q8_0),
-        "q4_0" => QuantMix::Uniform(DType::Q4_0),
-        "q4_1" => QuantMix::Uniform(DType::Q4_1),
-        "q4_k" => QuantMix::Uniform(DType::Q4_K),
-        "q6_k" => QuantMix::Uniform(DType::Q6_K),
-        "q4_k_m" => QuantMix::Q4KM,
-        "q4_1+q8_0" => QuantMix::Q4_1EmbedQ8_0,
-        other => {
-            return Err(Error::bad(
-                "weights",
-                format!("unknown weights `{other}` (bf16, q8_0, q4_0, q4_1, q4_k, q6_k, q4_k_m or q4_1+q8_0)"),
-            ))
-        }
-    }))
+    QuantMix::from_name(name).ok_or_else(|| {
+        Error::bad("weights", format!("unknown weights `{name}` (one of {})", peregrine_engine::synthetic::MIX_NAMES.join(", ")))
+    })
 }
 
 /// tok/s of the same shape and degree with bf16 weights, for quantized rows' ratio.

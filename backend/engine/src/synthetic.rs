@@ -10,7 +10,7 @@ mod quantized;
 use std::sync::Arc;
 
 pub use presets::{check_shapes, dtp_preset, preset, DTP_2B_DELAY, PRESET_NAMES};
-pub use quantized::{q4_k_m_type, random_quant_tensor, synthetic_quant_weights, QuantMix};
+pub use quantized::{q4_k_m_type, random_quant_tensor, synthetic_quant_weights, QuantMix, MIX_NAMES};
 
 use crate::config::ModelConfig;
 use crate::rng::SplitMix64;
@@ -21,6 +21,15 @@ use crate::weights::{LayerRole, LayerWeights, WeightRole, Weights};
 pub const DEFAULT_NORM_JITTER: f32 = 0.1;
 /// Half-width of the uniform q/k/v biases.
 pub const DEFAULT_BIAS_SCALE: f32 = 0.02;
+
+/// [`synthetic_weights`], or with `mix` random quantized blocks of that mix
+/// ([`synthetic_quant_weights`]): what a `--weights` name builds.
+pub fn synthetic_mix_weights(config: &ModelConfig, seed: u64, mix: Option<QuantMix>) -> Weights {
+    match mix {
+        None => synthetic_weights(config, seed),
+        Some(m) => synthetic_quant_weights(config, seed, m),
+    }
+}
 
 /// Weights of `config`'s shape, identical for equal `(config, seed)`.
 pub fn synthetic_weights(config: &ModelConfig, seed: u64) -> Weights {

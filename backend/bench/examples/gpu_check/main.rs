@@ -13,10 +13,11 @@
 //! long prompts with it against the default kernel (every position's logits: the
 //! split-attention merge path included) and runs the chaos race check with it;
 //! `gpu_check trace --shapes a,b [--variants default,default+threads448]` prints the
-//! phase trace. Builds are named as `variant` below says.
+//! phase trace (`--weights q8_0` etc.: of random quantized weights streamed natively).
+//! Builds are named as `variant` below says.
 //!
 //! Usage: gpu_check [all|correctness|bench|sanitize|prefill|precompile|precompile-tp|tp|tp-prefill|trace|kernel-check|defines] [--quick]
-//!        [--tp N] [--shapes a,b] [--runs N] [--prompt N] [--gen N] [--variants v1,v2,...] [--kernel NAME] [--no-tiny] [--no-chaos] [--dtp SPEC;SPEC]
+//!        [--tp N] [--shapes a,b] [--runs N] [--prompt N] [--gen N] [--variants v1,v2,...] [--kernel NAME] [--no-tiny] [--no-chaos] [--dtp SPEC;SPEC] [--weights MIX]
 
 #[cfg(feature = "cuda")]
 fn main() {

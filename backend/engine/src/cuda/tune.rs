@@ -13,8 +13,20 @@ use crate::runtime::{Cancel, DecodeJob, Flow, Runtime};
 use crate::sampling::SamplingParams;
 use crate::weights::Weights;
 /// Block sizes tried, the default first (more warps per SM than 512 do not fit the
-/// kernel's registers; fewer than 384 were measured far slower).
+/// kernel's registers; fewer than 384 were measured far slower for bf16 weights).
 pub const CANDIDATES: [u32; 3] = [512, 448, 384];
+/// A kernel with quantized matrices also tries 256: it then has twice the registers
+/// per thread, and which wins depends on the formats (docs/quantized.md).
+pub const QUANT_CANDIDATES: [u32; 4] = [512, 448, 384, 256];
+
+/// The block sizes tried for kernels with `options`' weight formats.
+pub fn candidates(options: &KernelOptions) -> &'static [u32] {
+    if options.weight_formats != 0 || options.lm_head_format != 0 {
+        &QUANT_CANDIDATES
+    } else {
+        &CANDIDATES
+    }
+}
 /// A candidate replaces the default only when it is at least this much faster: short
 /// runs differ by ~0.3 % between repeats, the gains found are 1.5–2 %.
 pub const MIN_GAIN: f64 = 0.01;
@@ -72,10 +84,10 @@ pub fn pick(default: u32, measured: &[(u32, f64)]) -> u32 {
     }
 }
 
-/// A cached choice: the first line of the file, a block size among the candidates.
-pub fn parse_cached(text: &str) -> Option<u32> {
+/// A cached choice: the first line of the file, a block size among `candidates`.
+pub fn parse_cached(text: &str, candidates: &[u32]) -> Option<u32> {
     let t: u32 = text.lines().next()?.trim().parse().ok()?;
-    CANDIDATES.contains(&t).then_some(t)
+    candidates.contains(&t).then_some(t)
 }
 
 /// Builds the runtime `cuda` describes with its threads per block: fixed by the
@@ -118,7 +130,7 @@ fn tune_key(identity: &str, base: &KernelOptions) -> String {
 fn cached_choice(gpus: &[usize], config: &ModelConfig, dtp: Option<&DtpSchedule>, cuda: &CudaOptions, base: &KernelOptions) -> Option<u32> {
     let identity = CudaRuntime::kernel_identity_before(gpus, config, dtp).ok()?;
     let file = super::tune_file_in(&cuda.paths, &tune_key(&identity, base))?;
-    std::fs::read_to_string(file).ok().and_then(|s| parse_cached(&s))
+    std::fs::read_to_string(file).ok().and_then(|s| parse_cached(&s, candidates(base)))
 }
 
 /// Sets `rt`'s threads per block: cached, or measured now (and cached).
@@ -127,7 +139,7 @@ pub fn choose_threads(rt: &mut CudaRuntime, log: &mut dyn FnMut(&str)) -> Result
     let base = rt.options().clone();
     let key = tune_key(&rt.kernel_identity(), &base);
     let file = rt.tune_file(&key);
-    if let Some(t) = file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()).and_then(|s| parse_cached(&s)) {
+    if let Some(t) = file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()).and_then(|s| parse_cached(&s, candidates(&base))) {
         if t == base.threads || rt.set_options(KernelOptions { threads: t, ..base.clone() }).is_ok() {
             return Ok(ThreadsChoice { threads: t, source: ThreadsSource::Cached });
         }
@@ -164,7 +176,7 @@ fn measure(rt: &mut CudaRuntime, base: &KernelOptions, gen: usize, log: &mut dyn
     let sampling = SamplingParams::default();
     let job = DecodeJob { prompt: &prompt, max_tokens: gen, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER };
     let mut runnable = Vec::new();
-    for t in CANDIDATES {
+    for &t in candidates(base) {
         log(&format!("threads per block: preparing the {t}-thread kernel"));
         match rt.set_options(KernelOptions { threads: t, ..base.clone() }) {
             Ok(()) => runnable.push(t),
@@ -209,11 +221,25 @@ mod tests {
 
     #[test]
     fn cached_choices_are_candidates_only() {
-        assert_eq!(parse_cached("448\n# tok/s ...\n"), Some(448));
-        assert_eq!(parse_cached(" 384 "), Some(384));
-        assert_eq!(parse_cached("500\n"), None);
-        assert_eq!(parse_cached("fast\n"), None);
-        assert_eq!(parse_cached(""), None);
+        assert_eq!(parse_cached("448\n# tok/s ...\n", &CANDIDATES), Some(448));
+        assert_eq!(parse_cached(" 384 ", &CANDIDATES), Some(384));
+        assert_eq!(parse_cached("500\n", &CANDIDATES), None);
+        assert_eq!(parse_cached("fast\n", &CANDIDATES), None);
+        assert_eq!(parse_cached("", &CANDIDATES), None);
+        // 256 is a choice for quantized kernels only.
+        assert_eq!(parse_cached("256\n", &CANDIDATES), None);
+        assert_eq!(parse_cached("256\n", &QUANT_CANDIDATES), Some(256));
+    }
+
+    #[test]
+    fn quantized_kernels_also_try_256_threads() {
+        let bf16 = KernelOptions::default();
+        assert_eq!(candidates(&bf16), &CANDIDATES[..]);
+        let q8 = KernelOptions { weight_formats: 1 << 1, lm_head_format: 1, ..KernelOptions::default() };
+        assert!(candidates(&q8).contains(&256));
+        // A bf16 model with only a quantized LM head is a quantized kernel too.
+        assert!(candidates(&KernelOptions { lm_head_format: 1, ..KernelOptions::default() }).contains(&256));
+        assert_eq!(candidates(&q8)[0], bf16.threads, "the default is tried first");
     }
 
     #[test]

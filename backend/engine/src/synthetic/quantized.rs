@@ -42,6 +42,26 @@ pub enum QuantMix {
     Q4_1EmbedQ8_0,
 }
 
+/// The names `--weights` takes, bf16 (no mix) first.
+pub const MIX_NAMES: [&str; 8] = ["bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "q4_k_m", "q4_1+q8_0"];
+
+impl QuantMix {
+    /// The mix a `--weights` name means (`bf16`: none), or None for an unknown name.
+    pub fn from_name(name: &str) -> Option<Option<QuantMix>> {
+        Some(Some(match name {
+            "bf16" => return Some(None),
+            "q8_0" => QuantMix::Uniform(DType::Q8_0),
+            "q4_0" => QuantMix::Uniform(DType::Q4_0),
+            "q4_1" => QuantMix::Uniform(DType::Q4_1),
+            "q4_k" => QuantMix::Uniform(DType::Q4_K),
+            "q6_k" => QuantMix::Uniform(DType::Q6_K),
+            "q4_k_m" => QuantMix::Q4KM,
+            "q4_1+q8_0" => QuantMix::Q4_1EmbedQ8_0,
+            _ => return None,
+        }))
+    }
+}
+
 /// A `[rows, cols]` tensor of random valid `dtype` blocks, zero mean with std about
 /// 1/sqrt(cols) like [`super::synthetic_weights`]' matrices; floats are uniform.
 pub fn random_quant_tensor(name: &str, dtype: DType, rows: usize, cols: usize, seed: u64) -> Result<Tensor> {

@@ -13,7 +13,9 @@ pub(super) fn trace_mode(args: &Args, v: &mut Verdict) -> Result<()> {
     let greedy = SamplingParams::default();
     for shape in &args.shapes {
         let config = preset(shape).unwrap_or_else(|| panic!("unknown shape {shape}"));
-        let w = synthetic_weights(&config, WEIGHT_SEED);
+        let mix = peregrine_engine::synthetic::QuantMix::from_name(&args.weights)
+            .unwrap_or_else(|| panic!("unknown --weights {} (one of {})", args.weights, peregrine_engine::synthetic::MIX_NAMES.join(", ")));
+        let w = peregrine_engine::synthetic::synthetic_mix_weights(&config, WEIGHT_SEED, mix);
         let prompt = Rng(7).tokens(args.prompt, config.vocab_size);
         // --tp N: rank 0's blocks of a tensor-parallel run over GPUs 0..N, standard TP, and
         // for a shape with a DTP preset (dtp-2b) also as DTP; one runtime at a time.
@@ -26,12 +28,13 @@ pub(super) fn trace_mode(args: &Args, v: &mut Verdict) -> Result<()> {
             }
         }
         for (label, sched) in kinds {
-            let mut rt = if tp > 1 {
-                rt_with(&config, &w, &(0..tp).collect::<Vec<_>>(), variant(&names[0]), sched)?
-            } else {
-                rt_with(&config, &w, &[0], variant(&names[0]), None)?
+            let gpus: Vec<usize> = (0..tp).collect();
+            let cuda = peregrine_engine::CudaOptions {
+                weights: if mix.is_some() { peregrine_engine::GpuWeights::Native } else { peregrine_engine::GpuWeights::Bf16 },
+                ..cuda_options()
             };
-            let shape = format!("{shape}{label}");
+            let mut rt = CudaRuntime::with_kernel(&config, &w, &gpus, &cuda, variant(&names[0]), sched)?;
+            let shape = format!("{shape}{label} {}", args.weights);
             for name in &names {
                 rt.set_options(variant(name))?;
                 let (plain, _) = collect(&mut rt, &prompt, gen, &greedy, &[], 0)?;
@@ -157,9 +160,8 @@ pub(super) fn bench(args: &Args, bw: f64, v: &mut Verdict) -> Result<Vec<BenchRo
             let mut check = true;
             for _ in 0..args.runs {
                 let (out, end) = collect(&mut rt, &prompt, args.gen, &greedy, &[], 0)?;
-                check &= end == RunEnd::Length
-                    && out.len() == args.gen
-                    && ids(&out)[..16.min(out.len())] == ids(&verified)[..16.min(out.len())];
+                check &=
+                    end == RunEnd::Length && out.len() == args.gen && ids(&out)[..16.min(out.len())] == ids(&verified)[..16.min(out.len())];
                 let st = rt.last_run();
                 rates.push(st.decode_tokens_per_s().unwrap_or(0.0));
                 ttfts.push(st.first_token.map_or(0.0, |d| d.as_secs_f64() * 1e3));

@@ -40,7 +40,13 @@ fn cache() -> Option<std::path::PathBuf> {
 }
 
 /// A runtime with `options` on `gpus` (several: tensor parallelism; `dtp`: its schedule).
-fn rt_with(config: &ModelConfig, weights: &Weights, gpus: &[usize], options: KernelOptions, dtp: Option<peregrine_engine::dtp::DtpSchedule>) -> Result<CudaRuntime> {
+fn rt_with(
+    config: &ModelConfig,
+    weights: &Weights,
+    gpus: &[usize],
+    options: KernelOptions,
+    dtp: Option<peregrine_engine::dtp::DtpSchedule>,
+) -> Result<CudaRuntime> {
     CudaRuntime::with_kernel(config, weights, gpus, &cuda_options(), options, dtp)
 }
 
@@ -69,6 +75,9 @@ struct Args {
     /// them); without it `tp` checks the shape's own DTP preset, if it has one, and
     /// `bench --tp N` runs standard TP (with it: DTP of the first config).
     dtp: Vec<String>,
+    /// `--weights MIX` (`trace`): random quantized blocks of this mix streamed natively
+    /// (peregrine_engine::synthetic::MIX_NAMES), default bf16.
+    weights: String,
 }
 
 fn parse() -> Args {
@@ -87,6 +96,7 @@ fn parse() -> Args {
         no_tiny: false,
         no_chaos: false,
         dtp: Vec::new(),
+        weights: "bf16".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
@@ -109,6 +119,7 @@ fn parse() -> Args {
             "--prompt" => a.prompt = val().parse().unwrap_or(32),
             "--gen" => a.gen = val().parse().unwrap_or(256),
             "--tp" => a.tp = val().parse().ok(),
+            "--weights" => a.weights = val(),
             m => a.mode = m.to_string(),
         }
     }
@@ -384,10 +395,7 @@ pub fn main() -> Result<()> {
                 let t = Instant::now();
                 let choice = cuda::tune::choose_threads(&mut rt, &mut |l| println!("  {l}"))?;
                 println!("{shape}: {} in {:.1}s; runtime: {}", choice.describe(), t.elapsed().as_secs_f64(), rt.describe());
-                v.check(
-                    rt.options().threads == choice.threads,
-                    format!("{shape}: the runtime runs the chosen {} threads", choice.threads),
-                );
+                v.check(rt.options().threads == choice.threads, format!("{shape}: the runtime runs the chosen {} threads", choice.threads));
                 choices.push(choice);
             }
             v.check(
