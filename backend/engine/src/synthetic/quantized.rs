@@ -255,6 +255,18 @@ mod tests {
     use crate::synthetic::{preset, synthetic_weights};
 
     #[test]
+    fn every_mix_name_parses_and_others_do_not() {
+        assert_eq!(QuantMix::from_name("bf16"), Some(None));
+        assert_eq!(QuantMix::from_name("q4_k_m"), Some(Some(QuantMix::Q4KM)));
+        assert_eq!(QuantMix::from_name("q4_1+q8_0"), Some(Some(QuantMix::Q4_1EmbedQ8_0)));
+        assert_eq!(QuantMix::from_name("q6_k"), Some(Some(QuantMix::Uniform(DType::Q6_K))));
+        assert!(MIX_NAMES[1..].iter().all(|n| matches!(QuantMix::from_name(n), Some(Some(_)))));
+        for bad in ["", "Q8_0", "q5_k", "bf16 "] {
+            assert_eq!(QuantMix::from_name(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
     fn packed_scales_read_back() {
         let mut rng = SplitMix64(3);
         for _ in 0..100 {
