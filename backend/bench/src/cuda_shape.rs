@@ -196,12 +196,8 @@ fn argmax(v: &[f32]) -> u32 {
 fn greedy(rt: &mut CudaRuntime, prompt: &[u32], max_tokens: usize) -> Result<(Vec<u32>, RunEnd)> {
     let sampling = SamplingParams::default();
     let job = DecodeJob { prompt, max_tokens, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER };
-    let mut out = Vec::with_capacity(max_tokens);
-    let end = rt.generate(&job, &mut |s: &Sampled| {
-        out.push(s.id);
-        Flow::Continue
-    })?;
-    Ok((out, end))
+    let (out, end) = rt.generate_all(&job)?;
+    Ok((out.iter().map(|s| s.id).collect(), end))
 }
 
 /// The verified run: greedy with the kernel's logits kept, checked against its own

@@ -91,6 +91,15 @@ pub trait Runtime: Send {
     fn generate(&mut self, job: &DecodeJob<'_>, on_token: &mut dyn FnMut(&Sampled) -> Flow) -> Result<RunEnd>;
     /// Logits of every position of `tokens` (prompt scoring).
     fn score(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>>;
+    /// [`Runtime::generate`] to the run's end, every sampled token kept (checks and benchmarks).
+    fn generate_all(&mut self, job: &DecodeJob<'_>) -> Result<(Vec<Sampled>, RunEnd)> {
+        let mut out = Vec::new();
+        let end = self.generate(job, &mut |s: &Sampled| {
+            out.push(s.clone());
+            Flow::Continue
+        })?;
+        Ok((out, end))
+    }
 }
 
 /// The architecture this binary was built for (when /proc/cpuinfo names no model).

@@ -109,15 +109,8 @@ fn run_top(
     stops: &[u32],
     top: usize,
 ) -> Result<(Vec<Sampled>, RunEnd), Failed> {
-    let mut out = Vec::new();
     let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: stops, top_logprobs: top, cancel: Cancel::NEVER };
-    let end = rt
-        .generate(&job, &mut |s: &Sampled| {
-            out.push(s.clone());
-            Flow::Continue
-        })
-        .map_err(|e| e.to_string())?;
-    Ok((out, end))
+    Ok(rt.generate_all(&job).map_err(|e| e.to_string())?)
 }
 
 fn ids(v: &[Sampled]) -> Vec<u32> {

@@ -225,13 +225,8 @@ fn collect(
     stops: &[u32],
     top: usize,
 ) -> Result<(Vec<Sampled>, RunEnd)> {
-    let mut out = Vec::new();
     let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: stops, top_logprobs: top, cancel: Cancel::NEVER };
-    let end = rt.generate(&job, &mut |s: &Sampled| {
-        out.push(s.clone());
-        Flow::Continue
-    })?;
-    Ok((out, end))
+    rt.generate_all(&job)
 }
 
 fn ids(v: &[Sampled]) -> Vec<u32> {
