@@ -119,7 +119,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
   auto slots_of = [&](float* (&dst)[TP], u32 step, int l, int kind) {
 #pragma unroll
     for (int r = 0; r < TP; ++r) dst[r] = IS_TP ? peer_rx[r] + rx_off(step, l, kind) : nullptr;
-    return x_mode[l] == XM_ALL || (x_mode[l] == XM_DELAYED && x_send[l] != 0);
+    return x_mode[l] == XM_ALL || x_send[l] != 0;
   };
   const u32 steps = score ? n_prompt : n_prompt + max_tokens - 1;
   // Steps before `start` ran in the batched prefill (KV rows written); counters count this launch's.

@@ -20,7 +20,7 @@ __device__ __forceinline__ void refill_receive_slots(float* rx, int rank, int wr
   for (int c = blockIdx.x * THREADS + threadIdx.x; c < 2 * L * TP * CHUNKS; c += writers * THREADS) {
     const int group = c / (TP * CHUNKS), slot = (c / CHUNKS) % TP, lyr = group / 2;
     if (slot == rank) continue;
-    if (x_mode[lyr] == XM_ALL || (x_mode[lyr] == XM_DELAYED && x_send[lyr] != 0)) (void)ld_peer_ready(rx + (size_t)c * 4);
+    if (x_mode[lyr] == XM_ALL || x_send[lyr] != 0) (void)ld_peer_ready(rx + (size_t)c * 4);
     *reinterpret_cast<float4*>(rx + (size_t)c * 4) = make_float4(sentinel, sentinel, sentinel, sentinel);
   }
   __threadfence_system();

@@ -26,7 +26,7 @@ macro_rules! internal_modules {
 }
 
 internal_modules!(
-    admission, config, cpu, cuda, dtp, generator, gguf, handle, hf, model, options, request, rng, runtime, sampling, stop, synthetic,
+    admission, config, cpu, cuda, dtp, generator, gguf, handle, hf, laneformer, model, options, request, rng, runtime, sampling, stop, synthetic,
     template, tensor, tokenizer, weights,
 );
 mod error;

@@ -4,7 +4,7 @@
 mod common;
 
 use common::gguf_writer::{model_writer, temp_dir};
-use peregrine_engine::config::{Architecture, ModelConfig, RopeLayout, RopeScaling};
+use peregrine_engine::config::{Architecture, LaneConfig, ModelConfig, RopeLayout, RopeScaling, SlidingWindow};
 use peregrine_engine::gguf::{llama3_factors, llama3_from_factors, load_gguf, MetaValue};
 use peregrine_engine::Error;
 
@@ -26,6 +26,8 @@ fn tiny(arch: Architecture, bias: bool, tied: bool) -> ModelConfig {
         rope_layout: RopeLayout::HalfSplit,
         attention_bias: bias,
         tie_embeddings: tied,
+        sliding_window: SlidingWindow::default(),
+        lanes: LaneConfig::default(),
     }
 }
 

@@ -6,7 +6,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::gguf_writer::temp_dir;
-use peregrine_engine::config::{Architecture, ModelConfig, RopeLayout, RopeScaling};
+use peregrine_engine::config::{Architecture, LaneConfig, ModelConfig, RopeLayout, RopeScaling, SlidingWindow};
 use peregrine_engine::hf::{load_hf_dir, tensor_name};
 use peregrine_engine::tensor::DType;
 use peregrine_engine::weights::{LayerRole, WeightRole};
@@ -71,6 +71,8 @@ fn write_dir(tag: &str, config: &serde_json::Value, edit: impl FnOnce(&mut Vec<(
         rope_layout: RopeLayout::HalfSplit,
         attention_bias: false,
         tie_embeddings: false,
+        sliding_window: SlidingWindow::default(),
+        lanes: LaneConfig::default(),
     };
     let mut roles = vec![WeightRole::Embed, WeightRole::FinalNorm, WeightRole::LmHead];
     roles.extend(LayerRole::ALL.iter().filter(|r| !r.is_bias()).map(|&r| WeightRole::Layer(0, r)));

@@ -170,17 +170,20 @@ impl std::str::FromStr for DtpConfig {
 }
 
 /// How layer `n`'s partial sums `p_j[n]` (of one block: attention or MLP, the same rule
-/// for both) enter lane `i`'s residual stream `r_i`.
+/// for both) enter lane `i`'s residual stream `r_i` (Kog's Laneformer, docs/dtp.md).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Combine {
-    /// `r_i += Σ_j p_j[n]`: a blocking all-reduce (early layers in `present` mode).
+    /// `r_i += Σ_j p_j[n]`: a blocking all-reduce (early layers with early communication).
+    /// Every lane's partial is on every lane afterwards, so it is also there to be added
+    /// again at layer `n + d`.
     AllReduce,
-    /// `r_i += scale · p_i[n]`, `scale = sqrt(L)`: nothing exchanged (early layers in `none` mode).
-    LaneLocal { scale: f32 },
-    /// `r_i += p_i[n] + Σ_{j≠i} p_j[m]` with `m = received` (`None`: add only the own
-    /// partial); `send`: this layer's `p_i[n]` goes to every other lane, to be added at
-    /// layer `n + delay`. With delay 0, `received == Some(n)`: a blocking all-reduce.
-    Delayed { received: Option<usize>, send: bool },
+    /// `r_i += scale · p_i[n]`, `scale = sqrt(L)`: nothing added from the other lanes
+    /// now; `send`: `p_i[n]` still goes to them, to be added at layer `n + d`.
+    LaneLocal { scale: f32, send: bool },
+    /// `r_i += p_i[n] + Σ_{j≠i} p_j[received]` with `received = n − d`; `send`: this
+    /// layer's `p_i[n]` goes to every other lane. With delay 0, `received == n`: a
+    /// blocking all-reduce.
+    Delayed { received: usize, send: bool },
 }
 
 /// A [`DtpConfig`] bound to a run: lanes, layers and delay checked, the per-layer rule fixed.
@@ -189,6 +192,9 @@ pub struct DtpSchedule {
     pub lanes: usize,
     pub delay: usize,
     pub early_layers: EarlyLayers,
+    /// Layers `n ≥ d` add the other lanes' partials (Laneformer's `use_comm`); without it
+    /// every such layer is lane-local.
+    pub comm: bool,
     pub num_layers: usize,
 }
 
@@ -207,12 +213,20 @@ impl DtpSchedule {
                 "delay 0 reduces every layer at once (standard tensor parallelism); early_layers `none` needs delay ≥ 1".into()
             ));
         }
-        if 2 * d > layers {
-            return Err(bad(format!("delay {d} needs 2·delay ≤ layers, and {} has {layers} layers", model.name)));
+        if d > layers {
+            return Err(bad(format!("delay {d} exceeds the {layers} layers of {}", model.name)));
         }
         // Lanes shard the heads, FFN columns and vocabulary exactly as standard TP does.
         ShardPlan::new(model, degree)?;
-        Ok(DtpSchedule { lanes: degree, delay: d, early_layers: dtp.early_layers, num_layers: layers })
+        Ok(DtpSchedule { lanes: degree, delay: d, early_layers: dtp.early_layers, comm: true, num_layers: layers })
+    }
+
+    /// The schedule of a Laneformer model (`model.lanes`), on one lane per shard.
+    pub fn of_laneformer(model: &ModelConfig) -> Result<DtpSchedule> {
+        let l = &model.lanes;
+        let early_layers = if l.early_comm || l.delay == 0 { EarlyLayers::Present } else { EarlyLayers::None };
+        let config = DtpConfig { lanes: Lanes::Fixed(l.count), delay: l.delay, early_layers };
+        Ok(DtpSchedule { comm: l.comm, ..DtpSchedule::new(&config, model, l.count)? })
     }
 
     /// Standard tensor parallelism on `lanes` lanes, written as a schedule (delay 0).
@@ -220,18 +234,22 @@ impl DtpSchedule {
         DtpSchedule::new(&DtpConfig { lanes: Lanes::RunTime, delay: 0, early_layers: EarlyLayers::Present }, model, lanes)
     }
 
-    /// How layer `n`'s partials combine (docs/dtp.md's pseudo-code, literally).
+    /// How layer `n`'s partials combine (docs/dtp.md's rule, literally).
     pub fn combine(&self, n: usize) -> Combine {
         let (d, layers) = (self.delay, self.num_layers);
+        // Layer n's partials are added by the other lanes at layer n + d, if there is one.
+        let send = self.comm && n + d < layers;
+        let lane_local = Combine::LaneLocal { scale: (self.lanes as f32).sqrt(), send };
         if n < d {
             return match self.early_layers {
                 EarlyLayers::Present => Combine::AllReduce,
-                EarlyLayers::None => Combine::LaneLocal { scale: (self.lanes as f32).sqrt() },
+                EarlyLayers::None => lane_local,
             };
         }
-        // Partials of layers d..N-d are sent; the early and the last d layers never are.
-        let received = (n >= 2 * d).then(|| n - d);
-        Combine::Delayed { received, send: n + d < layers }
+        if !self.comm {
+            return lane_local;
+        }
+        Combine::Delayed { received: n - d, send }
     }
 
     /// The schedule as NVRTC `-D` values (name, value), so the kernel never restates the
@@ -245,9 +263,14 @@ impl DtpSchedule {
         ]
     }
 
-    /// Layers whose partials travel between lanes (`d..N-d`; every layer when delay is 0).
+    /// Layers whose partials travel between lanes: those with a layer `d` later (every
+    /// layer when delay is 0), none without communication.
     pub fn sent_layers(&self) -> std::ops::Range<usize> {
-        self.delay..self.num_layers - self.delay
+        if self.comm {
+            0..self.num_layers - self.delay
+        } else {
+            0..0
+        }
     }
 }
 

@@ -1,10 +1,12 @@
-//! The float32 CPU reference of multi-GPU execution: a model split into lanes exactly
-//! as the kernel splits it ([`ShardPlan`]), run as standard tensor parallelism or as
-//! Delayed Tensor Parallelism ([`DtpSchedule`], docs/dtp.md). Plain loops like
-//! `cpu::reference` (whose helpers it reuses, so one lane is that model bit for bit);
-//! it anchors the GPU kernel and scripts/gpu/dtp_reference.py.
+//! The float32 CPU reference of lanes: a model split into lanes exactly as the kernel
+//! splits it ([`ShardPlan`]), run as standard tensor parallelism or as Delayed Tensor
+//! Parallelism ([`DtpSchedule`], docs/dtp.md) — Kog's Laneformer as published, with its
+//! per-lane norm scales, sliding-window layers and three LM-head kinds
+//! ([`crate::config::LaneConfig`]). Plain loops like `cpu::reference` (whose helpers it
+//! reuses, so one lane is that model bit for bit); it anchors the GPU kernel, the fast
+//! CPU runtime's lanes and scripts/fixtures/make_laneformer_fixtures.py.
 
-use crate::config::ModelConfig;
+use crate::config::{LaneHead, ModelConfig};
 use crate::cpu::reference::{add_in_place, matvec, project_qkv, rms_norm, silu, softmax_in_place};
 use crate::cpu::rope;
 use crate::dtp::config::{Combine, DtpSchedule};
@@ -32,7 +34,7 @@ struct LaneLayer {
 struct Lane {
     shard: LaneShard,
     layers: Vec<LaneLayer>,
-    /// `[lane's vocab rows, hidden]`.
+    /// `[lane's vocab rows, hidden]` (empty for a `Lane` head, which reads every lane).
     lm_head: Vec<f32>,
 }
 
@@ -48,9 +50,11 @@ pub struct ShardedModel {
     pub config: ModelConfig,
     pub plan: ShardPlan,
     embed: Vec<f32>,
-    /// `(attn_norm, ffn_norm)` per layer, replicated on every lane.
+    /// `(attn_norm, ffn_norm)` per layer: one scale row, or one per lane (`lane_norms`).
     norms: Vec<(Vec<f32>, Vec<f32>)>,
     final_norm: Vec<f32>,
+    /// A `Lane` head's `[vocab, lanes × hidden]` (empty otherwise).
+    lane_head: Vec<f32>,
     inv_freq: Vec<f32>,
     lanes: Vec<Lane>,
 }
@@ -65,8 +69,12 @@ pub enum Execution {
 }
 
 impl ShardedModel {
-    /// Dequantizes `weights` and splits them over `degree` lanes (an error when the shape does not divide).
+    /// Dequantizes `weights` and splits them over `degree` lanes (an error when the shape
+    /// does not divide, or when a Laneformer is split into other than its own lanes).
     pub fn new(config: &ModelConfig, weights: &Weights, degree: usize) -> Result<ShardedModel> {
+        if config.lanes.is_laneformer() && degree != config.lanes.count {
+            return Err(Error::InvalidRequest(format!("{} has {} lanes; its reference runs all of them, not {degree}", config.name, config.lanes.count)));
+        }
         let plan = ShardPlan::new(config, degree)?;
         let c = config;
         let (d, hd) = (c.hidden_size, c.head_dim);
@@ -85,6 +93,7 @@ impl ShardedModel {
             })
             .collect::<Result<Vec<_>>>()?;
         let head = weights.lm_head().to_f32()?;
+        let lane_head = config.lanes.head == LaneHead::Lane;
         let lanes = plan
             .lanes
             .iter()
@@ -105,7 +114,8 @@ impl ShardedModel {
                         down: slice_cols(down, c.intermediate_size, s.ffn.clone()),
                     })
                     .collect();
-                Lane { shard: s.clone(), layers, lm_head: slice_rows(&head, d, s.vocab.clone()) }
+                let lm_head = if lane_head { Vec::new() } else { slice_rows(&head, d, s.vocab.clone()) };
+                Lane { shard: s.clone(), layers, lm_head }
             })
             .collect();
         Ok(ShardedModel {
@@ -114,6 +124,7 @@ impl ShardedModel {
             embed: weights.embed.to_f32()?,
             norms: layers.into_iter().map(|(_, _, n)| n).collect(),
             final_norm: weights.final_norm.to_f32()?,
+            lane_head: if lane_head { head } else { Vec::new() },
             inv_freq: rope::inv_freq(c),
             lanes,
         })
@@ -141,11 +152,18 @@ impl ShardedModel {
         Ok(ShardedSession { model: self, execution, caches, len: 0 })
     }
 
-    fn norm(&self, layer: usize, block: Block) -> &[f32] {
-        match block {
+    /// The norm scales lane `lane` applies before `block` of `layer`.
+    fn norm(&self, layer: usize, block: Block, lane: usize) -> &[f32] {
+        let all = match block {
             Block::Attention => &self.norms[layer].0,
             Block::Mlp => &self.norms[layer].1,
-        }
+        };
+        lane_row(all, self.config.hidden_size, lane)
+    }
+
+    /// The final norm's scales of lane `lane`.
+    fn final_norm(&self, lane: usize) -> &[f32] {
+        lane_row(&self.final_norm, self.config.hidden_size, lane)
     }
 
     /// Lane `lane`'s partial sum `p_lane ∈ R^hidden` of one block, from its input `h`.
@@ -182,19 +200,40 @@ impl ShardedModel {
             let kvh = (lane.shard.q_heads.start + local) / group - lane.shard.kv_heads.start;
             let qh = &q[local * hd..(local + 1) * hd];
             let at = |p: usize| p * kv_dim + kvh * hd..p * kv_dim + (kvh + 1) * hd;
-            let mut scores: Vec<f32> = (0..=pos).map(|p| crate::cpu::reference::dot(qh, &keys[at(p)]) * scale).collect();
+            let first = c.sliding_window.first_key(li, pos);
+            let mut scores: Vec<f32> = (first..=pos).map(|p| crate::cpu::reference::dot(qh, &keys[at(p)]) * scale).collect();
             softmax_in_place(&mut scores);
             let oh = &mut out[local * hd..(local + 1) * hd];
-            for (p, &s) in scores.iter().enumerate() {
+            for (p, &s) in (first..=pos).zip(&scores) {
                 oh.iter_mut().zip(&values[at(p)]).for_each(|(o, &vv)| *o += s * vv);
             }
         }
         matvec(&l.o, &out, c.hidden_size)
     }
 
-    /// Vocabulary-parallel LM head: each lane's rows of the logits, concatenated.
-    fn logits(&self, h: &[f32]) -> Vec<f32> {
-        self.lanes.iter().flat_map(|l| matvec(&l.lm_head, h, l.shard.vocab.len())).collect()
+    /// Vocabulary-parallel LM head: each lane's rows of the logits from `h(lane)`, concatenated.
+    fn logits(&self, h: impl Fn(usize) -> Vec<f32>) -> Vec<f32> {
+        self.lanes.iter().enumerate().flat_map(|(i, l)| matvec(&l.lm_head, &h(i), l.shard.vocab.len())).collect()
+    }
+
+    /// The logits of the lanes' final residuals `r`, per the model's head kind.
+    fn head(&self, r: &[Vec<f32>]) -> Vec<f32> {
+        let (c, lanes) = (&self.config, &self.config.lanes);
+        let eps = c.rms_norm_eps;
+        if lanes.sum_before_norm {
+            let h = rms_norm(&sum(r), self.final_norm(0), eps);
+            return self.logits(|_| h.clone());
+        }
+        let hs: Vec<Vec<f32>> = r.iter().enumerate().map(|(i, ri)| rms_norm(ri, self.final_norm(i), eps)).collect();
+        match lanes.head {
+            LaneHead::Replicate => {
+                // The lanes' mean (one small all-reduce on the GPU).
+                let mean: Vec<f32> = sum(&hs).into_iter().map(|v| v / hs.len() as f32).collect();
+                self.logits(|_| mean.clone())
+            }
+            LaneHead::VocabParallel => self.logits(|i| hs[i].clone()),
+            LaneHead::Lane => matvec(&self.lane_head, &hs.concat(), c.vocab_size),
+        }
     }
 }
 
@@ -259,27 +298,28 @@ impl ShardedSession<'_> {
         let mut r = embedded.to_vec();
         for li in 0..c.num_layers {
             for block in [Block::Attention, Block::Mlp] {
-                let h = rms_norm(&r, m.norm(li, block), c.rms_norm_eps);
+                let h = rms_norm(&r, m.norm(li, block, 0), c.rms_norm_eps);
                 let partials: Vec<Vec<f32>> =
                     self.caches.iter_mut().enumerate().map(|(j, cache)| m.partial(j, li, block, &h, self.len, cache)).collect();
                 add_in_place(&mut r, &sum(&partials));
             }
         }
-        m.logits(&rms_norm(&r, &m.final_norm, c.rms_norm_eps))
+        m.head(&[r])
     }
 
-    /// DTP, literally the pseudo-code of docs/dtp.md: lane `i` keeps its own `r_i`.
+    /// DTP, literally the rule of docs/dtp.md: lane `i` keeps its own `r_i`.
     fn delayed(&mut self, s: &DtpSchedule, embedded: &[f32]) -> Vec<f32> {
         let (m, c) = (self.model, &self.model.config);
         let lanes = m.degree();
         let mut r: Vec<Vec<f32>> = vec![embedded.to_vec(); lanes];
-        // sent[layer][block][lane]: the partials other lanes may add d layers later.
-        let mut sent: Vec<[Option<Vec<Vec<f32>>>; 2]> = vec![[None, None]; c.num_layers];
+        // partials[layer][block][lane]: what other lanes may add d layers later.
+        let mut partials: Vec<[Vec<Vec<f32>>; 2]> = Vec::with_capacity(c.num_layers);
         for li in 0..c.num_layers {
+            let mut layer: [Vec<Vec<f32>>; 2] = [Vec::new(), Vec::new()];
             for block in [Block::Attention, Block::Mlp] {
                 let p: Vec<Vec<f32>> = (0..lanes)
                     .map(|i| {
-                        let h = rms_norm(&r[i], m.norm(li, block), c.rms_norm_eps);
+                        let h = rms_norm(&r[i], m.norm(li, block, i), c.rms_norm_eps);
                         m.partial(i, li, block, &h, self.len, &mut self.caches[i])
                     })
                     .collect();
@@ -288,32 +328,37 @@ impl ShardedSession<'_> {
                         let total = sum(&p);
                         r.iter_mut().for_each(|ri| add_in_place(ri, &total));
                     }
-                    Combine::LaneLocal { scale } => {
+                    Combine::LaneLocal { scale, .. } => {
                         for (ri, pi) in r.iter_mut().zip(&p) {
                             ri.iter_mut().zip(pi).for_each(|(a, &b)| *a += scale * b);
                         }
                     }
-                    Combine::Delayed { received, send } => {
-                        // Stored before use: with delay 0 a layer receives its own partials.
-                        if send {
-                            sent[li][block as usize] = Some(p.clone());
-                        }
-                        let others = received.and_then(|n| sent[n][block as usize].as_ref());
+                    Combine::Delayed { received, .. } => {
+                        // With delay 0 a layer receives its own partials.
+                        let others = if received == li { &p } else { &partials[received][block as usize] };
                         for (i, ri) in r.iter_mut().enumerate() {
                             let mut add = p[i].clone();
-                            for (_, pj) in others.into_iter().flatten().enumerate().filter(|(j, _)| *j != i) {
+                            for (_, pj) in others.iter().enumerate().filter(|(j, _)| *j != i) {
                                 add_in_place(&mut add, pj);
                             }
                             add_in_place(ri, &add);
                         }
                     }
                 }
+                layer[block as usize] = p;
             }
+            partials.push(layer);
         }
-        // h = rmsnorm(r_i) per lane; the LM head reads the lanes' mean (one small all-reduce).
-        let hs: Vec<Vec<f32>> = r.iter().map(|ri| rms_norm(ri, &m.final_norm, c.rms_norm_eps)).collect();
-        let mean: Vec<f32> = sum(&hs).into_iter().map(|v| v / lanes as f32).collect();
-        m.logits(&mean)
+        m.head(&r)
+    }
+}
+
+/// Lane `lane`'s row of a norm's scales (`all`: one row of `d`, or one per lane).
+fn lane_row(all: &[f32], d: usize, lane: usize) -> &[f32] {
+    if all.len() == d {
+        all
+    } else {
+        &all[lane * d..(lane + 1) * d]
     }
 }
 

@@ -119,26 +119,32 @@ fn dtp_with_a_delay_is_a_different_function_on_several_lanes() {
 }
 
 #[test]
-fn schedule_follows_gpu_md_for_dtp_2b() {
+fn schedule_follows_the_published_rule_for_dtp_2b() {
     let c = preset("dtp-2b").expect("dtp-2b");
     let s = DtpSchedule::new(&dtp_preset("dtp-2b").expect("dtp preset"), &c, 8).expect("schedule");
     assert_eq!((s.lanes, s.delay, s.num_layers), (8, 2, 15));
     assert_eq!(s.combine(0), Combine::AllReduce);
     assert_eq!(s.combine(1), Combine::AllReduce);
-    assert_eq!(s.combine(2), Combine::Delayed { received: None, send: true });
-    assert_eq!(s.combine(3), Combine::Delayed { received: None, send: true });
-    assert_eq!(s.combine(4), Combine::Delayed { received: Some(2), send: true });
-    assert_eq!(s.combine(12), Combine::Delayed { received: Some(10), send: true });
-    assert_eq!(s.combine(13), Combine::Delayed { received: Some(11), send: false });
-    assert_eq!(s.combine(14), Combine::Delayed { received: Some(12), send: false });
-    assert_eq!(s.sent_layers(), 2..13);
+    // Every layer from d on adds layer n − d's partials, the early layers' included.
+    assert_eq!(s.combine(2), Combine::Delayed { received: 0, send: true });
+    assert_eq!(s.combine(3), Combine::Delayed { received: 1, send: true });
+    assert_eq!(s.combine(4), Combine::Delayed { received: 2, send: true });
+    assert_eq!(s.combine(12), Combine::Delayed { received: 10, send: true });
+    assert_eq!(s.combine(13), Combine::Delayed { received: 11, send: false });
+    assert_eq!(s.combine(14), Combine::Delayed { received: 12, send: false });
+    assert_eq!(s.sent_layers(), 0..13);
     let none = DtpSchedule::new(&DtpConfig { early_layers: EarlyLayers::None, ..dtp_preset("dtp-2b").unwrap() }, &c, 4).unwrap();
-    assert_eq!(none.combine(1), Combine::LaneLocal { scale: 2.0 });
+    assert_eq!(none.combine(1), Combine::LaneLocal { scale: 2.0, send: true });
     let defines: Vec<(&str, String)> = none.kernel_defines();
     let want = [("DTP_LANES", "4"), ("DTP_DELAY", "2"), ("DTP_EARLY_NONE", "1"), ("DTP_LANE_SCALE", "2.0f")];
     assert_eq!(defines, want.map(|(k, v)| (k, v.to_string())));
+    // Without communication every layer from d on is lane-local, and nothing is sent.
+    let silent = DtpSchedule { comm: false, ..none.clone() };
+    assert_eq!(silent.combine(1), Combine::LaneLocal { scale: 2.0, send: false });
+    assert_eq!(silent.combine(7), Combine::LaneLocal { scale: 2.0, send: false });
+    assert_eq!(silent.sent_layers(), 0..0);
     let standard = DtpSchedule::standard(&c, 2).unwrap();
-    assert!((0..15).all(|n| standard.combine(n) == Combine::Delayed { received: Some(n), send: true }));
+    assert!((0..15).all(|n| standard.combine(n) == Combine::Delayed { received: n, send: true }));
 }
 
 #[test]
@@ -204,8 +210,9 @@ fn dtp_config_validation_names_the_problem() {
     let cfg = |delay, early| DtpConfig { lanes: Lanes::RunTime, delay, early_layers: early };
     let e = DtpSchedule::new(&cfg(0, EarlyLayers::None), &c, 2).unwrap_err().to_string();
     assert!(e.contains("early_layers `none` needs delay ≥ 1"), "{e}");
-    let e = DtpSchedule::new(&cfg(3, EarlyLayers::Present), &c, 2).unwrap_err().to_string();
-    assert!(e.contains("2·delay ≤ layers") && e.contains("5 layers"), "{e}");
+    let e = DtpSchedule::new(&cfg(6, EarlyLayers::Present), &c, 2).unwrap_err().to_string();
+    assert!(e.contains("delay 6 exceeds the 5 layers"), "{e}");
+    assert!(DtpSchedule::new(&cfg(3, EarlyLayers::Present), &c, 2).is_ok());
     let fixed = DtpConfig { lanes: Lanes::Fixed(8), ..cfg(2, EarlyLayers::Present) };
     let e = DtpSchedule::new(&fixed, &c, 2).unwrap_err().to_string();
     assert!(e.contains("trained for 8 DTP lanes"), "{e}");

@@ -3,7 +3,7 @@
 
 use super::rope_freqs::llama3_from_factors;
 use super::{GgufFile, MetaValue};
-use crate::config::{Architecture, ModelConfig, RopeLayout, RopeScaling};
+use crate::config::{Architecture, LaneConfig, ModelConfig, RopeLayout, RopeScaling, SlidingWindow};
 use crate::error::{Error, Result};
 
 /// RoPE base when `{arch}.rope.freq_base` is absent (llama.cpp's default).
@@ -119,6 +119,8 @@ pub fn model_config(g: &GgufFile) -> Result<ModelConfig> {
         rope_layout,
         attention_bias: architecture == Architecture::Qwen2 || first_bias,
         tie_embeddings: g.tensor_info("output.weight").is_none(),
+        sliding_window: SlidingWindow::default(),
+        lanes: LaneConfig::default(),
     };
     config.validate().map_err(|reason| bad(g, reason))?;
     Ok(config)

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::config::{Architecture, ModelConfig, RopeLayout, RopeScaling};
+use crate::config::{Architecture, LaneConfig, ModelConfig, RopeLayout, RopeScaling, SlidingWindow};
 use crate::error::{Error, Result};
 
 /// RoPE base when the config gives none (transformers' LlamaConfig/Qwen2Config default).
@@ -102,6 +102,8 @@ impl HfConfig {
                 Architecture::Llama => self.attention_bias.unwrap_or(false),
             },
             tie_embeddings: self.tie_word_embeddings.unwrap_or(!lm_head_present),
+            sliding_window: SlidingWindow::default(),
+            lanes: LaneConfig::default(),
         };
         config.validate().map_err(|reason| bad(path, reason))?;
         Ok(config)

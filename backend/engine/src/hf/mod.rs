@@ -42,13 +42,23 @@ fn layer_suffix(role: LayerRole) -> &'static str {
     }
 }
 
-/// Reads `dir/config.json` and maps the safetensors weights, checking every shape.
+/// Reads `dir/config.json` and maps the safetensors weights, checking every shape
+/// (a Laneformer checkpoint through [`crate::laneformer`]).
 pub fn load_hf_dir(dir: &Path) -> Result<(ModelConfig, Weights)> {
     let config_path = dir.join("config.json");
+    if read_json(&config_path).is_ok_and(|json| crate::laneformer::is_laneformer(&json)) {
+        return crate::laneformer::load_dir(dir);
+    }
     let hf = HfConfig::read(&config_path)?;
     let tensors = SafetensorsDir::open(dir)?;
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| dir.display().to_string());
     let config = hf.to_model_config(&config_path, &name, tensors.contains(&tensor_name(WeightRole::LmHead)))?;
     let weights = Weights::assemble(&config, &dir.display().to_string(), |role| tensors.tensor(&tensor_name(role)), |_, _| {})?;
     Ok((config, weights))
+}
+
+/// `config.json` as plain JSON (errors are reported by the typed read that follows).
+fn read_json(path: &Path) -> Result<serde_json::Value> {
+    let text = std::fs::read_to_string(path).map_err(|source| crate::error::Error::Io { path: path.display().to_string(), source })?;
+    serde_json::from_str(&text).map_err(|e| crate::error::Error::BadConfig { path: path.display().to_string(), reason: e.to_string() })
 }

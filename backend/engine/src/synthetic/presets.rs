@@ -1,7 +1,7 @@
 //! Shapes of the models Peregrine is benchmarked on, copied from each model's
 //! Hugging Face `config.json`, for synthetic weights without a download.
 
-use crate::config::{Architecture, ModelConfig, RopeLayout, RopeScaling};
+use crate::config::{Architecture, LaneConfig, ModelConfig, RopeLayout, RopeScaling, SlidingWindow};
 use crate::dtp::{DtpConfig, EarlyLayers, Lanes};
 
 /// Every name [`preset`] accepts.
@@ -38,6 +38,8 @@ pub fn preset(name: &str) -> Option<ModelConfig> {
         rope_layout: RopeLayout::HalfSplit,
         attention_bias: false,
         tie_embeddings: true,
+        sliding_window: SlidingWindow::default(),
+        lanes: LaneConfig::default(),
     };
     Some(match name.to_ascii_lowercase().as_str() {
         "smollm2-135m" => llama("SmolLM2-135M"),

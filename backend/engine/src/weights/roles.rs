@@ -57,11 +57,14 @@ impl WeightRole {
     pub fn expected_shape(self, c: &ModelConfig) -> Vec<usize> {
         let (d, f) = (c.hidden_size, c.intermediate_size);
         let (q, kv) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+        // Per-lane norm scales are `[lanes, hidden]` (one lane too); ordinary norms a vector.
+        let norm = |per_lane: bool| if per_lane { vec![c.lanes.count, d] } else { vec![d] };
         match self {
-            WeightRole::Embed | WeightRole::LmHead => vec![c.vocab_size, d],
-            WeightRole::FinalNorm => vec![d],
+            WeightRole::Embed => vec![c.vocab_size, d],
+            WeightRole::LmHead => vec![c.vocab_size, c.lanes.head_cols(d)],
+            WeightRole::FinalNorm => norm(c.lanes.final_norm_per_lane()),
             WeightRole::Layer(_, role) => match role {
-                LayerRole::AttnNorm | LayerRole::FfnNorm => vec![d],
+                LayerRole::AttnNorm | LayerRole::FfnNorm => norm(c.lanes.lane_norms),
                 LayerRole::Q => vec![q, d],
                 LayerRole::K | LayerRole::V => vec![kv, d],
                 LayerRole::QBias => vec![q],

@@ -403,10 +403,10 @@ pub fn exchange_table(num_layers: usize, dtp: Option<&DtpSchedule>) -> Vec<(XMod
         .map(|n| match dtp.map(|s| s.combine(n)) {
             None => (XMode::All, -1, true),
             Some(Combine::AllReduce) => (XMode::All, -1, true),
-            Some(Combine::LaneLocal { .. }) => (XMode::Local, -1, false),
+            Some(Combine::LaneLocal { send, .. }) => (XMode::Local, -1, send),
             // Delay 0: received this very layer, i.e. a blocking all-reduce.
-            Some(Combine::Delayed { received: Some(m), .. }) if m == n => (XMode::All, -1, true),
-            Some(Combine::Delayed { received, send }) => (XMode::Delayed, received.map_or(-1, |m| m as i64), send),
+            Some(Combine::Delayed { received, .. }) if received == n => (XMode::All, -1, true),
+            Some(Combine::Delayed { received, send }) => (XMode::Delayed, received as i64, send),
         })
         .collect()
 }

@@ -65,14 +65,19 @@ fn exchange_table_follows_the_dtp_schedule() {
     let dtp = crate::synthetic::dtp_preset("dtp-2b").expect("dtp preset");
     let sched = DtpSchedule::new(&dtp, &shape, 2).expect("schedule");
     let t = exchange_table(shape.num_layers, Some(&sched));
-    // delay 2, 15 layers, early layers present: 0-1 all-reduce, 2-3 own only (sent),
-    // 4..12 add layer n-2 (sent), 13-14 add n-2 (not sent).
+    // delay 2, 15 layers, early layers present: 0-1 all-reduce, 2..12 add layer n-2
+    // (the early layers' partials a second time at 2-3) and are sent, 13-14 are not sent.
     assert_eq!(t[0], (XMode::All, -1, true));
-    assert_eq!(t[2], (XMode::Delayed, -1, true));
+    assert_eq!(t[2], (XMode::Delayed, 0, true));
+    assert_eq!(t[3], (XMode::Delayed, 1, true));
     assert_eq!(t[4], (XMode::Delayed, 2, true));
     assert_eq!(t[12], (XMode::Delayed, 10, true));
     assert_eq!(t[13], (XMode::Delayed, 11, false));
     assert_eq!(t[14], (XMode::Delayed, 12, false));
+    // Early layers without communication are lane-local but still sent, for layer n+2.
+    let none = crate::dtp::DtpConfig { early_layers: crate::dtp::EarlyLayers::None, ..dtp };
+    let t = exchange_table(shape.num_layers, Some(&DtpSchedule::new(&none, &shape, 2).expect("schedule")));
+    assert_eq!(&t[..3], &[(XMode::Local, -1, true), (XMode::Local, -1, true), (XMode::Delayed, 0, true)]);
     let standard = DtpSchedule::standard(&shape, 2).expect("standard");
     assert!(exchange_table(shape.num_layers, Some(&standard)).iter().all(|&e| e == (XMode::All, -1, true)));
     assert_eq!(exchange_table(3, None), vec![(XMode::All, -1, true); 3]);

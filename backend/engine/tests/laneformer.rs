@@ -1,0 +1,149 @@
+//! Kog's Laneformer checkpoints (tiny random-weight ones from
+//! scripts/fixtures/make_laneformer_fixtures.py, in the published layout) against that
+//! script's independent PyTorch reference: teacher-forced logits and 64 greedy tokens,
+//! for the float32 lane reference and for the runtimes that serve them; and the
+//! loader's errors for inconsistent checkpoints.
+
+use std::path::{Path, PathBuf};
+
+use peregrine_engine::config::LaneHead;
+use peregrine_engine::dtp::reference::{Execution, ShardedModel};
+use peregrine_engine::dtp::DtpSchedule;
+use peregrine_engine::hf::load_hf_dir;
+use serde::Deserialize;
+
+/// Largest allowed ‖Δ‖/‖ref‖ of the logits (the bound).
+const MAX_REL_ERR: f64 = 1e-4;
+
+/// Every fixture the script writes.
+const FIXTURES: [&str; 5] =
+    ["replicate-early-allreduce", "vocab-parallel-early-local", "lane-head-lane-norms-window", "pre-norm-agg-no-comm", "single-lane-window"];
+
+#[derive(Deserialize)]
+struct Reference {
+    prompt: Vec<u32>,
+    greedy_prompt: Vec<u32>,
+    greedy_tokens: Vec<u32>,
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/laneformer").join(name)
+}
+
+fn reference(name: &str) -> (Reference, Vec<f32>) {
+    let dir = fixture(name);
+    let r = serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap()).unwrap();
+    let logits = std::fs::read(dir.join("ref_logits.f32")).unwrap().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    (r, logits)
+}
+
+fn rel_err(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let diff: f64 = got.iter().zip(want).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>().sqrt();
+    diff / want.iter().map(|b| (*b as f64).powi(2)).sum::<f64>().sqrt()
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u32
+}
+
+#[test]
+fn the_fixtures_cover_every_lane_count_head_and_mode() {
+    let configs: Vec<_> = FIXTURES.iter().map(|n| load_hf_dir(&fixture(n)).unwrap_or_else(|e| panic!("{n}: {e}")).0).collect();
+    let lanes: Vec<usize> = configs.iter().map(|c| c.lanes.count).collect();
+    for l in [1, 2, 4, 8] {
+        assert!(lanes.contains(&l), "no fixture with {l} lanes");
+    }
+    for head in [LaneHead::Replicate, LaneHead::Lane, LaneHead::VocabParallel] {
+        assert!(configs.iter().any(|c| c.lanes.head == head), "no {head:?} head");
+    }
+    assert!(configs.iter().any(|c| c.lanes.early_comm && c.lanes.delay > 0 && c.lanes.count > 1));
+    assert!(configs.iter().any(|c| !c.lanes.early_comm && c.lanes.count > 1));
+    assert!(configs.iter().any(|c| c.lanes.lane_norms));
+    assert!(configs.iter().any(|c| c.lanes.sum_before_norm));
+    assert!(configs.iter().any(|c| !c.lanes.comm));
+    // A window counted from the end, with an unclamped layer inside it.
+    let lane_head = &configs[2];
+    assert_eq!(lane_head.sliding_window.layers, vec![false, true, false, true]);
+    assert_eq!((lane_head.sliding_window.size, lane_head.sliding_window.of_layer(3)), (6, Some(6)));
+}
+
+#[test]
+fn the_float32_lane_reference_matches_pytorch() {
+    for name in FIXTURES {
+        let (r, want) = reference(name);
+        let (config, weights) = load_hf_dir(&fixture(name)).unwrap();
+        let model = ShardedModel::new(&config, &weights, config.lanes.count).unwrap();
+        let schedule = DtpSchedule::of_laneformer(&config).unwrap();
+        let mut session = model.session(Execution::Delayed(schedule.clone())).unwrap();
+        let logits = session.forward(&r.prompt).unwrap();
+        let rel = rel_err(&logits.concat(), &want);
+        eprintln!("{name}: ‖Δ‖/‖ref‖ = {rel:.2e} over {} positions", logits.len());
+        assert!(rel <= MAX_REL_ERR, "{name}: relative error {rel:.3e}");
+
+        let mut session = model.session(Execution::Delayed(schedule)).unwrap();
+        let mut last = session.forward(&r.greedy_prompt).unwrap().pop().unwrap();
+        let mut tokens = Vec::new();
+        for _ in 0..r.greedy_tokens.len() {
+            let t = argmax(&last);
+            tokens.push(t);
+            last = session.step(t).unwrap();
+        }
+        assert_eq!(tokens, r.greedy_tokens, "{name}: greedy tokens");
+    }
+}
+
+/// A copy of fixture `name` in a fresh temporary folder with `edit` applied to its config.json.
+fn edited_copy(name: &str, tag: &str, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+    let src = fixture(name);
+    let dir = std::env::temp_dir().join(format!("peregrine-laneformer-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+    }
+    let mut json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    edit(&mut json);
+    std::fs::write(dir.join("config.json"), json.to_string()).unwrap();
+    dir
+}
+
+#[test]
+fn inconsistent_checkpoints_are_clear_errors() {
+    let cases: [(&str, &str, fn(&mut serde_json::Value), &str); 6] = [
+        ("lanes", "vocab-parallel-early-local", |j| j["num_lanes"] = 3.into(), "not a multiple of num_lanes 3"),
+        ("head", "vocab-parallel-early-local", |j| j["lm_head_type"] = "mixture".into(), "lm_head_type `mixture`"),
+        ("agg", "lane-head-lane-norms-window", |j| j["pre_norm_lane_agg"] = true.into(), "pre_norm_lane_agg needs lm_head_type replicate"),
+        ("window", "single-lane-window", |j| j["sliding_window"] = serde_json::Value::Null, "needs a positive sliding_window"),
+        ("unclamped", "lane-head-lane-norms-window", |j| j["unclamped_layers"] = serde_json::json!([9]), "unclamped_layers names layer 9"),
+        // Per-lane scales are declared but the file holds shared `.weight` norms.
+        ("norms", "replicate-early-allreduce", |j| j["replicated_rmsn_scale"] = false.into(), "attention_norm.scale"),
+    ];
+    for (tag, name, edit, needle) in cases {
+        let dir = edited_copy(name, tag, edit);
+        let err = load_hf_dir(&dir).map(|_| ()).expect_err(tag).to_string();
+        assert!(err.contains(needle), "{tag}: {err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    // A lane-stacked tensor of the wrong shape names the tensor and its stacked shape.
+    let dir = edited_copy("replicate-early-allreduce", "shape", |j| j["num_lanes"] = 4.into());
+    let err = load_hf_dir(&dir).map(|_| ()).expect_err("shape").to_string();
+    assert!(err.contains("model.layers.0.attention.wq.weight") && err.contains("[4, 16, 64]"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_released_model_shape_has_its_published_parameter_count() {
+    let dir = edited_copy("replicate-early-allreduce", "count", |j| {
+        for (k, v) in [("vocab_size", 32000), ("hidden_size", 3072), ("intermediate_size", 12288), ("num_hidden_layers", 15)] {
+            j[k] = v.into();
+        }
+        (j["num_attention_heads"], j["num_key_value_heads"], j["num_lanes"]) = (32.into(), 16.into(), 8.into());
+    });
+    let json = peregrine_engine::laneformer::LaneformerJson::read(&dir.join("config.json")).unwrap();
+    let config = json.to_model_config(&dir.join("config.json"), "laneformer-2b").unwrap();
+    assert_eq!(config.parameter_count(), 2_320_069_632);
+    assert_eq!(config.head_dim, 96);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
