@@ -95,8 +95,20 @@ pub fn build_generator(files: ModelFiles, options: &EngineOptions) -> Result<Gen
     if gpus.len() > 1 && options.device == Device::Cpu {
         return Err(Error::InvalidRequest("--tp above 1 needs --device cuda (or auto with GPUs)".into()));
     }
+    let cpu_only = cpu_only_reason(&files.config);
     let runtime: Box<dyn crate::runtime::Runtime> = match options.device {
-        Device::Cuda => Box::new(cuda_runtime(&files, options)?),
+        Device::Cuda => match &cpu_only {
+            Some(why) => return Err(Error::InvalidRequest(format!("{why}; run it with --device cpu"))),
+            None => Box::new(cuda_runtime(&files, options)?),
+        },
+        Device::Auto if cpu_only.is_some() => {
+            let why = cpu_only.unwrap_or_default();
+            if gpus.len() > 1 {
+                return Err(Error::InvalidRequest(format!("{why}; --tp {} needs the GPU kernel", gpus.len())));
+            }
+            eprintln!("{why}; using CPU");
+            build_cpu_runtime(&options.cpu, &files.config, &files.weights)?
+        }
         Device::Cpu => build_cpu_runtime(&options.cpu, &files.config, &files.weights)?,
         // No device ⇒ CPU, said in the log. A device that is present but fails is an
         // error, never a silent fall-back that would hide a broken GPU path.
@@ -110,6 +122,14 @@ pub fn build_generator(files: ModelFiles, options: &EngineOptions) -> Result<Gen
         },
     };
     Ok(Generator { runtime, tokenizer: Some(files.tokenizer), template: files.template })
+}
+
+/// Why a model runs on the CPU only (the GPU kernel lacks a feature it uses), if it does.
+fn cpu_only_reason(config: &ModelConfig) -> Option<String> {
+    if config.lanes.is_laneformer() {
+        return Some(format!("{} is a Laneformer ({} lanes); the GPU kernel does not run Laneformer checkpoints yet", config.name, config.lanes.count));
+    }
+    (config.sliding_window.size > 0).then(|| format!("{} uses sliding-window attention, which the GPU kernel does not run yet", config.name))
 }
 
 /// The persistent-kernel runtime on `options.gpus` (tensor parallel when several; DTP

@@ -7,9 +7,15 @@
 use std::path::{Path, PathBuf};
 
 use peregrine_engine::config::LaneHead;
+use peregrine_engine::cpu::act_quant::ActPrecision;
+use peregrine_engine::cpu::fast_runtime::{FastOptions, FastRuntime};
+use peregrine_engine::cpu::isa::Isa;
+use peregrine_engine::cpu::reference_runtime::ReferenceRuntime;
 use peregrine_engine::dtp::reference::{Execution, ShardedModel};
 use peregrine_engine::dtp::DtpSchedule;
 use peregrine_engine::hf::load_hf_dir;
+use peregrine_engine::runtime::{Cancel, DecodeJob, Runtime};
+use peregrine_engine::sampling::SamplingParams;
 use serde::Deserialize;
 
 /// Largest allowed ‖Δ‖/‖ref‖ of the logits (the bound).
@@ -90,6 +96,59 @@ fn the_float32_lane_reference_matches_pytorch() {
             last = session.step(t).unwrap();
         }
         assert_eq!(tokens, r.greedy_tokens, "{name}: greedy tokens");
+    }
+}
+
+fn fast(name: &str, threads: usize, isa: Isa, prefill_batch: usize) -> FastRuntime {
+    let (config, weights) = load_hf_dir(&fixture(name)).unwrap();
+    FastRuntime::new(&config, &weights, FastOptions { threads, isa, prefill_batch, act_precision: ActPrecision::Int16 }).unwrap()
+}
+
+/// A runtime's logits of the fixture's prompt and its greedy continuation.
+fn run(rt: &mut dyn Runtime, r: &Reference) -> (Vec<f32>, Vec<u32>) {
+    let logits = rt.score(&r.prompt).unwrap().concat();
+    let sampling = SamplingParams::default();
+    let job = DecodeJob {
+        prompt: &r.greedy_prompt,
+        max_tokens: r.greedy_tokens.len(),
+        sampling: &sampling,
+        stop_tokens: &[],
+        top_logprobs: 0,
+        cancel: Cancel::NEVER,
+    };
+    (logits, rt.generate_all(&job).unwrap().0.iter().map(|s| s.id).collect())
+}
+
+#[test]
+fn the_cpu_runtimes_serve_laneformers_as_pytorch_computes_them() {
+    for name in FIXTURES {
+        let (r, want) = reference(name);
+        let (config, weights) = load_hf_dir(&fixture(name)).unwrap();
+        let runtimes: [(&str, Box<dyn Runtime>); 2] = [
+            ("reference", Box::new(ReferenceRuntime::new(&config, &weights).unwrap())),
+            // Prompt batches of 5 tokens: the chunked prefill meets the window and the delays.
+            ("fast", Box::new(fast(name, 2, Isa::detect(None), 5))),
+        ];
+        for (kind, mut rt) in runtimes {
+            let (logits, tokens) = run(rt.as_mut(), &r);
+            let rel = rel_err(&logits, &want);
+            eprintln!("{name} {kind}: ‖Δ‖/‖ref‖ = {rel:.2e}");
+            assert!(rel <= MAX_REL_ERR, "{name} {kind}: relative error {rel:.3e}");
+            assert_eq!(tokens, r.greedy_tokens, "{name} {kind}: greedy tokens");
+        }
+    }
+}
+
+#[test]
+fn the_fast_lane_pass_is_the_same_at_any_batch_thread_count_and_isa() {
+    let name = "lane-head-lane-norms-window";
+    let (r, _) = reference(name);
+    let base = fast(name, 1, Isa::Portable, 64).score(&r.prompt).unwrap();
+    for isa in Isa::available() {
+        for (threads, batch) in [(1, 1), (2, 3), (3, 64)] {
+            let got = fast(name, threads, isa, batch).score(&r.prompt).unwrap();
+            assert!(got == base, "{isa:?}, {threads} threads, batches of {batch}: logits differ");
+        }
     }
 }
 

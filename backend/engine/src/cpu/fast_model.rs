@@ -109,7 +109,7 @@ impl FastModel {
 }
 
 /// Repacks every tensor, spread over `threads` scoped threads, in input order.
-fn pack_all(tensors: &[&Tensor], threads: usize) -> Result<Vec<PackedMatrix>> {
+pub(crate) fn pack_all(tensors: &[&Tensor], threads: usize) -> Result<Vec<PackedMatrix>> {
     let threads = threads.clamp(1, tensors.len().max(1));
     let results: Vec<Result<Vec<(usize, PackedMatrix)>>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)

@@ -1,7 +1,8 @@
 //! [`Runtime`] over the fast forward pass: packed quantized weights, SIMD kernels,
 //! a thread team that lives as long as the runtime, the prompt in batches. Sampling
 //! is the shared `sample()`, called exactly as the reference runtime calls it, so a
-//! seed gives the same tokens whenever the logits agree.
+//! seed gives the same tokens whenever the logits agree. A Laneformer of several lanes
+//! runs the lane pass (`cpu::lanes`); everything else the ordinary one.
 
 use crate::config::ModelConfig;
 use crate::cpu::act_quant::ActPrecision;
@@ -9,6 +10,7 @@ use crate::cpu::fast_model::FastModel;
 use crate::cpu::forward::{forward, LogitsFor};
 use crate::cpu::isa::Isa;
 use crate::cpu::kv_cache::KvCache;
+use crate::cpu::lanes::{LaneModel, LaneWorkspace};
 use crate::cpu::pool::Pool;
 use crate::admission::check_fits;
 use crate::cpu::workspace::Workspace;
@@ -48,11 +50,50 @@ impl FastOptions {
     }
 }
 
+/// The model and its scratch buffers: one residual stream, or a Laneformer's lanes.
+enum Pass {
+    Ordinary { model: FastModel, ws: Workspace },
+    Lanes { model: LaneModel, ws: LaneWorkspace },
+}
+
+impl Pass {
+    fn config(&self) -> &ModelConfig {
+        match self {
+            Pass::Ordinary { model, .. } => &model.config,
+            Pass::Lanes { model, .. } => &model.config,
+        }
+    }
+
+    fn batch(&self) -> usize {
+        match self {
+            Pass::Ordinary { ws, .. } => ws.batch(),
+            Pass::Lanes { ws, .. } => ws.batch(),
+        }
+    }
+
+    /// One forward call; returns the number of logit rows left in the workspace.
+    fn forward(&mut self, pool: &Pool, cache: &mut KvCache, tokens: &[u32], want: LogitsFor) -> Result<usize> {
+        match self {
+            Pass::Ordinary { model, ws } => forward(model, pool, ws, cache, tokens, want),
+            Pass::Lanes { model, ws } => crate::cpu::lanes::forward(model, pool, ws, cache, tokens, want),
+        }
+    }
+
+    fn logits(&self, row: usize) -> &[f32] {
+        let vocab = self.config().vocab_size;
+        match self {
+            Pass::Ordinary { ws, .. } => ws.logits(row, vocab),
+            Pass::Lanes { ws, .. } => ws.logits(row, vocab),
+        }
+    }
+}
+
 /// The fast CPU runtime.
 pub struct FastRuntime {
-    model: FastModel,
+    pass: Pass,
+    isa: Isa,
+    packed_bytes: usize,
     pool: Pool,
-    ws: Workspace,
     cache: KvCache,
 }
 
@@ -63,11 +104,24 @@ impl FastRuntime {
             return Err(Error::InvalidRequest(format!("this CPU lacks the {} instruction set", options.isa.name())));
         }
         let threads = options.threads.max(1);
-        let model = FastModel::new(config, weights, options.isa, threads)?;
+        let batch = options.prefill_batch.max(1);
+        // One lane is the ordinary model whatever its lane settings say (√1 = 1, no other lanes).
+        let pass = if config.lanes.count > 1 {
+            let model = LaneModel::new(config, weights, options.isa, threads)?;
+            let ws = LaneWorkspace::new(&model, batch, threads);
+            Pass::Lanes { model, ws }
+        } else {
+            let model = FastModel::new(config, weights, options.isa, threads)?;
+            let ws = Workspace::new(&model, batch, threads, options.act_precision);
+            Pass::Ordinary { model, ws }
+        };
+        let packed_bytes = match &pass {
+            Pass::Ordinary { model, .. } => model.packed_bytes(),
+            Pass::Lanes { model, .. } => model.packed_bytes(),
+        };
         let pool = Pool::new(threads).map_err(|e| Error::Unavailable(format!("cannot start CPU worker threads: {e}")))?;
-        let ws = Workspace::new(&model, options.prefill_batch.max(1), threads, options.act_precision);
         let cache = KvCache::new(config);
-        Ok(FastRuntime { model, pool, ws, cache })
+        Ok(FastRuntime { pass, isa: options.isa, packed_bytes, pool, cache })
     }
 
     /// Threads in the team.
@@ -77,27 +131,26 @@ impl FastRuntime {
 
     /// The instruction set in use.
     pub fn isa(&self) -> Isa {
-        self.model.isa
+        self.isa
     }
 
     /// Bytes of repacked weights.
     pub fn packed_bytes(&self) -> usize {
-        self.model.packed_bytes()
+        self.packed_bytes
     }
 
     /// Runs `tokens` after what is cached, in batches; returns the logits of every
     /// position (`all`) or of the last only, one row per position.
     pub fn forward(&mut self, tokens: &[u32], all: bool) -> Result<Vec<Vec<f32>>> {
-        let vocab = self.model.config.vocab_size;
         let want = if all { LogitsFor::All } else { LogitsFor::Last };
         let mut out = Vec::new();
-        let chunks: Vec<&[u32]> = tokens.chunks(self.ws.batch()).collect();
+        let chunks: Vec<&[u32]> = tokens.chunks(self.pass.batch()).collect();
         for (i, chunk) in chunks.iter().enumerate() {
             let last_chunk = i + 1 == chunks.len();
             let want = if all || last_chunk { want } else { LogitsFor::Last };
-            let rows = forward(&self.model, &self.pool, &mut self.ws, &mut self.cache, chunk, want)?;
+            let rows = self.pass.forward(&self.pool, &mut self.cache, chunk, want)?;
             if all || last_chunk {
-                out.extend((0..rows).map(|r| self.ws.logits(r, vocab).to_vec()));
+                out.extend((0..rows).map(|r| self.pass.logits(r).to_vec()));
             }
         }
         Ok(out)
@@ -112,11 +165,11 @@ impl FastRuntime {
     /// false when `cancel` fired first (asked before each chunk, so a cancelled run
     /// ends within one chunk instead of after the whole prompt).
     fn prefill(&mut self, prompt: &[u32], cancel: Cancel<'_>) -> Result<bool> {
-        for chunk in prompt.chunks(self.ws.batch()) {
+        for chunk in prompt.chunks(self.pass.batch()) {
             if cancel.requested() {
                 return Ok(false);
             }
-            forward(&self.model, &self.pool, &mut self.ws, &mut self.cache, chunk, LogitsFor::Last)?;
+            self.pass.forward(&self.pool, &mut self.cache, chunk, LogitsFor::Last)?;
         }
         Ok(true)
     }
@@ -124,7 +177,7 @@ impl FastRuntime {
 
 impl Runtime for FastRuntime {
     fn config(&self) -> &ModelConfig {
-        &self.model.config
+        self.pass.config()
     }
 
     fn backend(&self) -> BackendInfo {
@@ -133,8 +186,7 @@ impl Runtime for FastRuntime {
     }
 
     fn generate(&mut self, job: &DecodeJob<'_>, on_token: &mut dyn FnMut(&Sampled) -> Flow) -> Result<RunEnd> {
-        check_fits(&self.model.config, job.prompt.len(), job.max_tokens)?;
-        let vocab = self.model.config.vocab_size;
+        check_fits(self.pass.config(), job.prompt.len(), job.max_tokens)?;
         self.cache.clear();
         self.cache.reserve(job.prompt.len() + job.max_tokens);
         if !self.prefill(job.prompt, job.cancel)? {
@@ -142,7 +194,7 @@ impl Runtime for FastRuntime {
         }
         let mut seen = job.prompt.to_vec();
         for step in 0..job.max_tokens {
-            let s = sample(self.ws.logits(0, vocab), job.sampling, &seen, step as u64, job.top_logprobs);
+            let s = sample(self.pass.logits(0), job.sampling, &seen, step as u64, job.top_logprobs);
             if job.stop_tokens.contains(&s.id) {
                 return Ok(RunEnd::StopToken);
             }
@@ -151,14 +203,14 @@ impl Runtime for FastRuntime {
             }
             seen.push(s.id);
             if step + 1 < job.max_tokens {
-                forward(&self.model, &self.pool, &mut self.ws, &mut self.cache, &[s.id], LogitsFor::Last)?;
+                self.pass.forward(&self.pool, &mut self.cache, &[s.id], LogitsFor::Last)?;
             }
         }
         Ok(RunEnd::Length)
     }
 
     fn score(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
-        check_fits(&self.model.config, tokens.len(), 0)?;
+        check_fits(self.pass.config(), tokens.len(), 0)?;
         self.cache.clear();
         self.cache.reserve(tokens.len());
         self.forward(tokens, true)

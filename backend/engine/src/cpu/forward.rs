@@ -368,6 +368,7 @@ impl Pass<'_> {
         for u in (team.id..nh * self.n()).step_by(team.threads) {
             let (t, h) = (u / nh, u % nh);
             let len = self.start + t + 1;
+            let first = c.sliding_window.first_key(li, len - 1);
             let run = self.run_start(li, h / group);
             // SAFETY: q and the cache are read-only in this phase (written before the
             // barrier); head h of token t's output is this member's alone.
@@ -376,7 +377,7 @@ impl Pass<'_> {
                 let keys = self.kc.part(run..run + len.next_multiple_of(KEY_TILE) * hd);
                 let values = self.vc.part(run..run + len * hd);
                 let out = self.att.part_mut(t * s.qd + h * hd..t * s.qd + (h + 1) * hd);
-                vecops::attend(self.m.isa, q, keys, values, scale, scores, out);
+                vecops::attend(self.m.isa, q, keys, values, first, scale, scores, out);
                 if per_head_quant {
                     self.att_in.quant.quantize(self.m.isa, t, h * hd, out);
                 }
@@ -445,7 +446,7 @@ impl Pass<'_> {
 }
 
 /// Rotates one head by the position's table (same arithmetic as `rope::apply`).
-fn rotate(head: &mut [f32], cos: &[f32], sin: &[f32], layout: RopeLayout) {
+pub(crate) fn rotate(head: &mut [f32], cos: &[f32], sin: &[f32], layout: RopeLayout) {
     let half = head.len() / 2;
     match layout {
         RopeLayout::HalfSplit => {

@@ -9,6 +9,7 @@ pub mod forward;
 pub mod isa;
 pub mod kernels;
 pub mod kv_cache;
+pub mod lanes;
 pub mod packed;
 pub mod pool;
 pub mod read_bandwidth;

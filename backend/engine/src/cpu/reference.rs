@@ -177,11 +177,12 @@ impl ReferenceModel {
         for head in 0..c.num_heads {
             let kvh = head / group;
             let qh = &q[head * hd..(head + 1) * hd];
+            let first = c.sliding_window.first_key(li, pos);
             let mut scores: Vec<f32> =
-                (0..=pos).map(|p| dot(qh, &keys[p * kv_dim + kvh * hd..p * kv_dim + (kvh + 1) * hd]) * scale).collect();
+                (first..=pos).map(|p| dot(qh, &keys[p * kv_dim + kvh * hd..p * kv_dim + (kvh + 1) * hd]) * scale).collect();
             softmax_in_place(&mut scores);
             let oh = &mut out[head * hd..(head + 1) * hd];
-            for (p, &s) in scores.iter().enumerate() {
+            for (p, &s) in (first..=pos).zip(&scores) {
                 let vh = &values[p * kv_dim + kvh * hd..p * kv_dim + (kvh + 1) * hd];
                 oh.iter_mut().zip(vh).for_each(|(o, &vv)| *o += s * vv);
             }

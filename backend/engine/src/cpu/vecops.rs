@@ -63,11 +63,11 @@ isa_variants! {
 }
 
 isa_variants! {
-    /// One query against `n` cached positions of one head: softmax(q·K/√d)·V into
-    /// `out`. `values` holds `n` rows of `q.len()`; `keys` the key tiles covering
-    /// them (`kv_cache::key_offset` layout, `n` rounded up to 16 positions);
-    /// `scores` has room for the rounded-up count.
-    pub fn attend(q: &[f32], keys: &[f32], values: &[f32], scale: f32, scores: &mut [f32], out: &mut [f32]) = attend_generic;
+    /// One query against cached positions `first..n` of one head (`first` > 0: a
+    /// sliding window): softmax(q·K/√d)·V into `out`. `values` holds `n` rows of
+    /// `q.len()`; `keys` the key tiles covering them (`kv_cache::key_offset` layout,
+    /// `n` rounded up to 16 positions); `scores` has room for the rounded-up count.
+    pub fn attend(q: &[f32], keys: &[f32], values: &[f32], first: usize, scale: f32, scores: &mut [f32], out: &mut [f32]) = attend_generic;
 }
 
 #[inline(always)]
@@ -142,9 +142,12 @@ fn lanes_fma(acc: &mut [f32; LANES], s: f32, x: &[f32]) {
 }
 
 #[inline(always)]
-fn attend_generic(q: &[f32], keys: &[f32], values: &[f32], scale: f32, scores: &mut [f32], out: &mut [f32]) {
+fn attend_generic(q: &[f32], keys: &[f32], values: &[f32], first: usize, scale: f32, scores: &mut [f32], out: &mut [f32]) {
     let hd = q.len();
     let n = values.len() / hd;
+    // Scores start at `first`'s tile; positions before `first` in it are left out below.
+    let keys = &keys[first / KEY_TILE * KEY_TILE * hd..];
+    let skip = first % KEY_TILE;
     // Scores of 16 positions at a time (lane l of tile t is position 16t + l), four
     // chains over the head dimension.
     for (t, tile) in keys.chunks_exact(hd * KEY_TILE).enumerate() {
@@ -164,8 +167,9 @@ fn attend_generic(q: &[f32], keys: &[f32], values: &[f32], scale: f32, scores: &
             s[l] = ((acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l])) * scale;
         }
     }
-    // Lanes past `n` in the last tile are stale: the softmax covers 0..n only.
-    let scores = &mut scores[..n];
+    // Lanes past `n` in the last tile are stale: the softmax covers first..n only.
+    let scores = &mut scores[skip..n - first + skip];
+    let values = &values[first * hd..];
     let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sums = [0.0f32; LANES];
     let mut chunks = scores.chunks_exact_mut(LANES);
@@ -234,8 +238,14 @@ mod tests {
             // Equal values: any convex combination of them is that value.
             let (mut s, mut o) = (vec![0.0; 16], vec![0.0; 16]);
             let keys: Vec<f32> = (0..16 * 16).map(|i| (i % 7) as f32 * 0.1).collect();
-            attend(isa, &x[..16], &keys, &[2.0; 96], 0.25, &mut s, &mut o);
+            attend(isa, &x[..16], &keys, &[2.0; 96], 0, 0.25, &mut s, &mut o);
             assert!(o.iter().all(|v| (v - 2.0).abs() < 1e-5), "{o:?}");
+            // A window that starts inside a tile sees only its own positions' values.
+            let values: Vec<f32> = (0..40).flat_map(|p| [if p >= 19 { 5.0 } else { -3.0 }; 16]).collect();
+            let (mut s, mut o) = (vec![0.0; 48], vec![0.0; 16]);
+            let keys: Vec<f32> = (0..48 * 16).map(|i| (i % 11) as f32 * 0.1).collect();
+            attend(isa, &x[..16], &keys, &values, 19, 0.25, &mut s, &mut o);
+            assert!(o.iter().all(|v| (v - 5.0).abs() < 1e-5), "{o:?}");
         }
     }
 }

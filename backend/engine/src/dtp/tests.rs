@@ -102,6 +102,38 @@ fn dtp_on_one_lane_equals_the_ordinary_model() {
     }
 }
 
+/// `c` declared as a Laneformer of `lanes` lanes, delay `delay`, interleaved RoPE.
+fn as_laneformer(c: &ModelConfig, lanes: usize, delay: usize, comm: bool) -> ModelConfig {
+    let l = crate::config::LaneConfig { count: lanes, delay, comm, ..Default::default() };
+    ModelConfig { rope_layout: crate::config::RopeLayout::Interleaved, lanes: l, ..c.clone() }
+}
+
+fn laneformer_run(c: &ModelConfig, w: &Weights) -> Vec<Vec<f32>> {
+    run(c, w, c.lanes.count, |c| Execution::Delayed(DtpSchedule::of_laneformer(c).expect("schedule")))
+}
+
+#[test]
+fn a_one_lane_laneformer_is_the_ordinary_model_with_interleaved_rope() {
+    let c = as_laneformer(&tiny_llama(), 1, 0, true);
+    let w = synthetic_weights(&c, 21);
+    let want = unsharded(&c, &w);
+    for (delay, comm) in [(1, true), (2, true), (2, false)] {
+        let e = rel(&laneformer_run(&as_laneformer(&c, 1, delay, comm), &w), &want);
+        assert!(e <= 1e-6, "d={delay} comm={comm}: rel {e:e}");
+    }
+}
+
+#[test]
+fn a_laneformer_with_delay_0_is_standard_tp_of_the_same_weights() {
+    let c = as_laneformer(&tiny_llama(), 1, 0, true);
+    let w = synthetic_weights(&c, 22);
+    for lanes in [2, 4] {
+        let want = run(&c, &w, lanes, |_| Execution::Standard);
+        let e = rel(&laneformer_run(&as_laneformer(&c, lanes, 0, true), &w), &want);
+        assert!(e <= REL_TOL, "L={lanes}: rel {e:e}");
+    }
+}
+
 #[test]
 fn dtp_with_a_delay_is_a_different_function_on_several_lanes() {
     // The schedule must change something: if it were ignored, DTP would equal standard TP.
