@@ -20,7 +20,7 @@ use peregrine_engine::config::ModelConfig;
 use peregrine_engine::cpu::reference::{KvCache, ReferenceModel};
 use peregrine_engine::cuda::{self, CudaRuntime, KernelOptions};
 use peregrine_engine::dtp::reference::{Execution, ShardedModel};
-use peregrine_engine::dtp::DtpSchedule;
+use peregrine_engine::dtp::{DtpConfig, DtpSchedule, EarlyLayers};
 use peregrine_engine::rng::SplitMix64;
 use peregrine_engine::runtime::{Cancel, DecodeJob, Flow, RunEnd, Runtime};
 use peregrine_engine::sampling::{log_softmax, sample, top_k_indices, Sampled, SamplingParams};
@@ -337,21 +337,37 @@ fn tp_agrees(mut rt: CudaRuntime, one: &[Vec<f32>], tokens: &[u32], gen: usize) 
     Ok(())
 }
 
-/// dtp-2b's DTP schedule on a tiny shape of its layer count, 2 lanes on GPU 0: the
-/// kernel's scored logits against the CPU float32 DTP reference of the same lanes.
+/// dtp-2b's delay on a tiny shape, 2 lanes on [`tp_gpus`], with early layers all-reduced
+/// and lane-local (both sent again `delay` layers later, as published): the kernel's
+/// scored logits against the CPU float32 lane reference, and its greedy tokens
+/// against the reference's.
 fn dtp_check() -> Check {
-    let dtp = dtp_preset("dtp-2b").expect("dtp preset");
     let config = ModelConfig { name: "tiny-dtp".into(), num_layers: 6, ..check_shapes()[0].clone() };
     let weights = synthetic_weights(&config, WEIGHT_SEED);
-    let sched = DtpSchedule::new(&dtp, &config, 2).map_err(|e| e.to_string())?;
     let tokens = SplitMix64(55).tokens(8, config.vocab_size);
-    let mut rt = runtime(&config, &weights, &tp_gpus(), KernelOptions::default(), Some(sched.clone()))?;
-    let gpu = rt.score(&tokens).map_err(|e| e.to_string())?;
     let lanes = ShardedModel::new(&config, &weights, 2).map_err(|e| e.to_string())?;
-    let mut session = lanes.session(Execution::Delayed(sched)).map_err(|e| e.to_string())?;
-    let cpu = session.forward(&tokens).map_err(|e| e.to_string())?;
-    let worst = gpu.iter().zip(&cpu).map(|(g, c)| rel_err(g, c)).fold(0.0, f64::max);
-    ensure(gpu.len() == tokens.len() && worst < MAX_REL_ERR, || format!("DTP vs the CPU DTP reference: rel err max {worst:.2e}"))
+    for early in [EarlyLayers::Present, EarlyLayers::None] {
+        let dtp = DtpConfig { early_layers: early, ..dtp_preset("dtp-2b").expect("dtp preset") };
+        let sched = DtpSchedule::new(&dtp, &config, 2).map_err(|e| e.to_string())?;
+        let mut rt = runtime(&config, &weights, &tp_gpus(), KernelOptions::default(), Some(sched.clone()))?;
+        let gpu = rt.score(&tokens).map_err(|e| e.to_string())?;
+        let mut session = lanes.session(Execution::Delayed(sched.clone())).map_err(|e| e.to_string())?;
+        let cpu = session.forward(&tokens).map_err(|e| e.to_string())?;
+        let worst = gpu.iter().zip(&cpu).map(|(g, c)| rel_err(g, c)).fold(0.0, f64::max);
+        println!("  DTP early {}: logits rel err max {worst:.2e}", early.name());
+        ensure(gpu.len() == tokens.len() && worst < MAX_REL_ERR, || format!("DTP early {}: rel err max {worst:.2e}", early.name()))?;
+        let (got, _) = run(&mut rt, &tokens[..4], 24, &SamplingParams::default(), &[])?;
+        let mut session = lanes.session(Execution::Delayed(sched)).map_err(|e| e.to_string())?;
+        let mut last = session.forward(&tokens[..4]).map_err(|e| e.to_string())?.pop().unwrap_or_default();
+        let mut want = Vec::new();
+        for _ in 0..24 {
+            let t = last.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |m| m.0 as u32);
+            want.push(t);
+            last = session.step(t).map_err(|e| e.to_string())?;
+        }
+        ensure(ids(&got) == want, || format!("DTP early {}: greedy tokens differ from the CPU reference", early.name()))?;
+    }
+    Ok(())
 }
 
 /// The load path's thread tuning with an empty kernel cache: the first build measures
