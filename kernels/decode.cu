@@ -205,7 +205,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       {
         // Flash-decoding split: enough splits that each block does about one pass of
         // loads, at most what the grid and the partial buffer hold.
-        const int n = (int)s + 1;  // positions including the current one
+        // Positions attended, the current one included: from `first` (a windowed layer's
+        // oldest key) to s. Cache rows are addressed from `first` (`win`) in this section.
+        const int first = first_key(l, (int)s + 1);
+        const int n = (int)s + 1 - first;
+        const size_t win = (size_t)first * HD;
         // attn_own: attention on the blocks after the row grid only (OWN_FAST: up to
         // OWN_MAX positions, on every block past it).
         int attn_first = 0;
@@ -225,11 +229,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
           uint4* own_kv = reinterpret_cast<uint4*>(sm + STAGE_OFF);
           if (own_fast) {
             const int g0 = attn_block / GROUP;
-            own_stage<THREADS, HD>(kc + (size_t)g0 * KV_CAP * HD, vc + (size_t)g0 * KV_CAP * HD, n - 1, OWN_CAP, own_kv);
+            own_stage<THREADS, HD>(kc + (size_t)g0 * KV_CAP * HD + win, vc + (size_t)g0 * KV_CAP * HD + win, n - 1, OWN_CAP, own_kv);
           } else if (ATTN_STAGE) {
             const int h0 = attn_block % NH, sp0 = attn_block / NH, g0 = h0 / GROUP;
             const int a0 = sp0 * chunk;
-            attend_stage<THREADS, HD>(kc + (size_t)g0 * KV_CAP * HD, vc + (size_t)g0 * KV_CAP * HD, a0,
+            attend_stage<THREADS, HD>(kc + (size_t)g0 * KV_CAP * HD + win, vc + (size_t)g0 * KV_CAP * HD + win, a0,
                                       splits == 1 ? n - 1 : min(n - 1, a0 + chunk), kv_stage);
           }
           u64* ev = trace_event(tr, l * PHASES + PH_ATTN);
@@ -285,11 +289,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
                 if (own_fast) attend_own<THREADS, HD>(q_s, kv_s, n, OWN_CAP, own_kv, scratch, head_out);
               }
               if (!own_fast)
-                attend_range<THREADS, HD>(q_s, kv_s, kv_s + HD, true, kg, vg, 0, n - 1, nullptr, head_out, scratch, staged);
+                attend_range<THREADS, HD>(q_s, kv_s, kv_s + HD, true, kg + win, vg + win, 0, n - 1, nullptr, head_out, scratch, staged);
               publish_head(h);
             } else {
               float* head_parts = attn_part + (size_t)h * PG_ATTN_MAX_SPLITS * (HD + 2);
-              attend_range<THREADS, HD>(q_s, kv_s, kv_s + HD, with_current, kg, vg, p0, p1, head_parts + sp * (HD + 2), nullptr,
+              attend_range<THREADS, HD>(q_s, kv_s, kv_s + HD, with_current, kg + win, vg + win, p0, p1, head_parts + sp * (HD + 2), nullptr,
                                         scratch, staged);
               // The last split of this head to finish merges all of them.
               u32* flag = reinterpret_cast<u32*>(red);
@@ -460,8 +464,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       block_wait(layer_ctr(ctr, L - 1, PH_DOWN), done, trace_event(tr, EV_LM));
       load_after(s, L - 1, 1, x, nullptr, nullptr, 1);
     }
+    if (IS_DTP && SUM_BEFORE_NORM) dtp_mean_h(vec, peer_xc, my_xc, my_xch, rank, w_d, lm_runs, 1.0f);
     norm_vec(vec, final_nw, final_norm, red);
-    if (IS_DTP) dtp_mean_h(vec, peer_xc, my_xc, my_xch, rank, w_d, lm_runs);
+    if (IS_DTP && !SUM_BEFORE_NORM && !HEAD_OWN_H) dtp_mean_h(vec, peer_xc, my_xc, my_xch, rank, w_d, lm_runs);
     {
       LmStats st = lm_stats_empty();
       float* dbg_row = dbg ? dbg + (size_t)lm_runs * V : nullptr;

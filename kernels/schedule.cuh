@@ -30,6 +30,17 @@ constexpr int VF = PG_V_FULL;
 __constant__ int x_mode[L] = PG_X_MODE;  // XMode
 __constant__ int x_recv[L] = PG_X_RECV;  // layer whose other-lane partials this layer adds, or -1
 __constant__ int x_send[L] = PG_X_SEND;  // this layer's partials go to the other lanes
+/// Laneformer's LM head: each lane's own h reads its vocabulary rows (`vocab_parallel`,
+/// no mean of the lanes), and the lanes' residuals summed before the final norm
+/// (`pre_norm_lane_agg`).
+constexpr bool HEAD_OWN_H = PG_HEAD_OWN != 0;
+constexpr bool SUM_BEFORE_NORM = PG_SUM_BEFORE_NORM != 0;
+// ---- sliding-window attention (ModelConfig::sliding_window) --------------------------
+/// Positions a windowed layer attends to, the current one included; 0: none.
+constexpr int WINDOW = PG_WINDOW;
+__constant__ int win_layer[L] = PG_WIN_LAYERS;  // 1: layer l uses the window
+/// The first cached position layer l's query at position n − 1 attends to.
+__device__ __forceinline__ int first_key(int l, int n) { return WINDOW > 0 && win_layer[l] ? max(0, n - WINDOW) : 0; }
 /// Floats of one rank's LM-head message: packed LmStats, then (raw logit at its
 /// best index, host stop flag bits, 0, 0).
 constexpr int LMX_FLOATS = 8;

@@ -26,14 +26,15 @@ __device__ __forceinline__ void refill_receive_slots(float* rx, int rank, int wr
   __threadfence_system();
 }
 
-/// DTP: the LM head reads the mean of every lane's h. Each block holds this lane's h in
+/// DTP: the LM head reads the mean of every lane's h (`scale` 1/TP; 1: their sum, for
+/// the residuals a `pre_norm_lane_agg` head normalises after summing). Each block holds this lane's h in
 /// `vec` (the same bits in every block); the first `writers` blocks push their share to
 /// the other lanes' exchange regions (`peer_xc`) and arrive on each lane's XC_HMEAN
 /// counter, then every block sums all lanes' h in lane order into `vec` (`my_xc`,
 /// `my_xch`: this lane's exchange region as counters and floats). `runs`: LM-head
 /// runs before this one (the counter's target grows by one round per run).
 __device__ __forceinline__ void dtp_mean_h(float* vec, u32* const (&peer_xc)[TP], const u32* my_xc, const float* my_xch, int rank, int writers,
-                                           u32 runs) {
+                                           u32 runs, float scale = 1.0f / TP) {
   if ((int)blockIdx.x < writers) {
     for (int i = threadIdx.x * 4; i < D; i += THREADS * 4) {
       if ((i / 4) % writers != (int)blockIdx.x) continue;
@@ -54,7 +55,7 @@ __device__ __forceinline__ void dtp_mean_h(float* vec, u32* const (&peer_xc)[TP]
   for (int i = threadIdx.x; i < D; i += THREADS) {
     float h = 0.f;
     for (int r = 0; r < TP; ++r) h += r == rank ? vec[i] : ld_shared_f32(my_xch + X_HMEAN + r * D + i);
-    vec[i] = h * (1.0f / TP);
+    vec[i] = h * scale;
   }
   __syncthreads();
 }

@@ -126,22 +126,40 @@ pub fn build_generator(files: ModelFiles, options: &EngineOptions) -> Result<Gen
 
 /// Why a model runs on the CPU only (the GPU kernel lacks a feature it uses), if it does.
 fn cpu_only_reason(config: &ModelConfig) -> Option<String> {
-    if config.lanes.is_laneformer() {
-        return Some(format!("{} is a Laneformer ({} lanes); the GPU kernel does not run Laneformer checkpoints yet", config.name, config.lanes.count));
+    let lanes = &config.lanes;
+    (lanes.count > 1 && lanes.head == crate::config::LaneHead::Lane)
+        .then(|| format!("{} has a `lane` LM head ({} lanes concatenated), which the GPU kernel does not run yet", config.name, lanes.count))
+}
+
+/// The ranks of a run on `gpus`: one per GPU, except a Laneformer's lanes, folded onto
+/// the GPUs (each GPU hosts `lanes / gpus` consecutive lanes, one persistent kernel each).
+fn rank_devices(config: &ModelConfig, gpus: &[usize]) -> Result<Vec<usize>> {
+    let lanes = config.lanes.count;
+    if lanes == 1 {
+        return Ok(gpus.to_vec());
     }
-    (config.sliding_window.size > 0).then(|| format!("{} uses sliding-window attention, which the GPU kernel does not run yet", config.name))
+    if !lanes.is_multiple_of(gpus.len()) {
+        return Err(Error::InvalidRequest(format!("{} has {lanes} lanes; --tp {} must divide them", config.name, gpus.len())));
+    }
+    Ok(gpus.iter().flat_map(|&g| std::iter::repeat_n(g, lanes / gpus.len())).collect())
 }
 
 /// The persistent-kernel runtime on `options.gpus` (tensor parallel when several; DTP
 /// when the model declares it), announced in the log.
 fn cuda_runtime(files: &ModelFiles, options: &EngineOptions) -> Result<crate::cuda::CudaRuntime> {
-    let dtp = match crate::dtp::read_model_dtp(&files.path)? {
-        Some(d) => Some(crate::dtp::DtpSchedule::new(&d, &files.config, options.gpus.len())?),
-        None => None,
+    let config = &files.config;
+    let dtp = if config.lanes.count > 1 {
+        Some(crate::dtp::DtpSchedule::of_laneformer(config)?)
+    } else {
+        match crate::dtp::read_model_dtp(&files.path)? {
+            Some(d) => Some(crate::dtp::DtpSchedule::new(&d, config, options.gpus.len())?),
+            None => None,
+        }
     };
-    let (runtime, threads) = crate::cuda::tune::build_tuned(&files.config, &files.weights, &options.gpus, &options.cuda, dtp, &mut |line| {
-        eprintln!("{line}")
-    })?;
+    let ranks = rank_devices(config, &options.gpus)?;
+    let mut cuda = options.cuda.clone();
+    cuda.share_gpu |= ranks.len() > options.gpus.len();
+    let (runtime, threads) = crate::cuda::tune::build_tuned(config, &files.weights, &ranks, &cuda, dtp, &mut |line| eprintln!("{line}"))?;
     let mut runtime = runtime;
     eprintln!("using CUDA: {}; {}", runtime.describe(), threads.describe());
     // Without the batched prefill (DTP) prompts run token by token (no cuBLAS): one short run is enough.

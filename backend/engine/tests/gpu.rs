@@ -57,6 +57,9 @@ fn main() {
     trials.push(Trial::test("threads per block: measured at the first load, read before building at the next", tuning_check));
     trials.push(Trial::test("tp 2: scored logits match one GPU, chaos on each rank changes no token", tp_check));
     trials.push(Trial::test("dtp 2: scored logits match the CPU DTP reference", dtp_check));
+    for (name, lanes) in laneformer_shapes() {
+        trials.push(Trial::test(format!("laneformer {name}: lanes on GPU 0 match the CPU lane reference"), move || laneformer_check(&lanes)));
+    }
     trials.extend(quant::trials());
     if let Some(why) = &absent {
         println!("GPU checks did not run: {why}");
@@ -366,6 +369,82 @@ fn dtp_check() -> Check {
             last = session.step(t).map_err(|e| e.to_string())?;
         }
         ensure(ids(&got) == want, || format!("DTP early {}: greedy tokens differ from the CPU reference", early.name()))?;
+    }
+    Ok(())
+}
+
+/// Laneformer shapes the kernel runs (every head kind but `lane`), all of a tiny model
+/// with 8 heads and 8 KV heads of 64: windowed early or late layers, per-lane norm
+/// scales, both early modes, no communication, pre-norm aggregation; L = 8, 4, 2.
+fn laneformer_shapes() -> Vec<(&'static str, ModelConfig)> {
+    use peregrine_engine::config::{LaneConfig, LaneHead, RopeLayout, RopeScaling, SlidingWindow};
+    let base = ModelConfig {
+        name: "tiny-laneformer".into(),
+        vocab_size: 4000,
+        hidden_size: 512,
+        intermediate_size: 1024,
+        num_layers: 4,
+        num_heads: 8,
+        num_kv_heads: 8,
+        head_dim: 64,
+        max_context: 4096,
+        rope_scaling: RopeScaling::None,
+        rope_layout: RopeLayout::Interleaved,
+        tie_embeddings: false,
+        ..check_shapes()[0].clone()
+    };
+    let lanes = |count, delay| LaneConfig { count, delay, ..LaneConfig::default() };
+    let window = |first: bool| SlidingWindow { size: 16, layers: (0..4).map(|l| (l < 2) == first).collect() };
+    vec![
+        ("8 lanes, replicate, early all-reduce, window", ModelConfig { lanes: lanes(8, 1), sliding_window: window(true), ..base.clone() }),
+        (
+            "4 lanes, vocab_parallel, early lane-local, lane norms, late window",
+            ModelConfig {
+                lanes: LaneConfig { early_comm: false, head: LaneHead::VocabParallel, lane_norms: true, ..lanes(4, 2) },
+                sliding_window: window(false),
+                ..base.clone()
+            },
+        ),
+        (
+            "2 lanes, no communication, pre-norm sum, lane norms",
+            ModelConfig { lanes: LaneConfig { comm: false, sum_before_norm: true, lane_norms: true, ..lanes(2, 1) }, ..base },
+        ),
+    ]
+}
+
+/// A Laneformer's lanes as ranks sharing GPU 0 (lanes folded onto one GPU): scored logits
+/// of 40 positions (past the 16-position window) against the CPU lane reference, and
+/// 24 greedy tokens each the reference's top-1 or a near-tie.
+fn laneformer_check(config: &ModelConfig) -> Check {
+    config.validate().map_err(|e| e.to_string())?;
+    let weights = synthetic_weights(config, WEIGHT_SEED);
+    let sched = DtpSchedule::of_laneformer(config).map_err(|e| e.to_string())?;
+    let tokens = SplitMix64(66).tokens(40, config.vocab_size);
+    let mut rt = runtime(config, &weights, &vec![0; config.lanes.count], KernelOptions::default(), Some(sched.clone()))?;
+    let gpu = rt.score(&tokens).map_err(|e| e.to_string())?;
+    let lanes = ShardedModel::new(config, &weights, config.lanes.count).map_err(|e| e.to_string())?;
+    let mut session = lanes.session(Execution::Delayed(sched.clone())).map_err(|e| e.to_string())?;
+    let cpu = session.forward(&tokens).map_err(|e| e.to_string())?;
+    let worst = gpu.iter().zip(&cpu).map(|(g, c)| rel_err(g, c)).fold(0.0, f64::max);
+    println!("  logits rel err max {worst:.2e}");
+    ensure(gpu.len() == tokens.len() && worst < MAX_REL_ERR, || format!("rel err max {worst:.2e}"))?;
+    // Greedy: each of the kernel's tokens is the reference's top-1 (or a near-tie the
+    // measured logit error explains) given the same earlier tokens.
+    let prompt = &tokens[..20];
+    rt.set_debug_logits(true);
+    let (out, _) = run(&mut rt, prompt, 24, &SamplingParams::default(), &[])?;
+    let steps = rt.debug_logits().to_vec();
+    let mut seq = prompt.to_vec();
+    seq.extend(ids(&out));
+    let mut session = lanes.session(Execution::Delayed(sched)).map_err(|e| e.to_string())?;
+    let cpu = session.forward(&seq[..seq.len() - 1]).map_err(|e| e.to_string())?;
+    ensure(out.len() == 24 && steps.len() == 24, || format!("greedy run: {} tokens", out.len()))?;
+    for (t, s) in out.iter().enumerate() {
+        let want = &cpu[prompt.len() - 1 + t];
+        let err = rel_err(&steps[t], want);
+        ensure(err < MAX_REL_ERR && top1_or_near_tie(want, &steps[t], s.id), || {
+            format!("greedy step {t}: token {} (reference top-1 {}), logits rel err {err:.2e}", s.id, argmax(want))
+        })?;
     }
     Ok(())
 }

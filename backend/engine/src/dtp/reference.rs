@@ -10,7 +10,7 @@ use crate::config::{LaneHead, ModelConfig};
 use crate::cpu::reference::{add_in_place, matvec, project_qkv, rms_norm, silu, softmax_in_place};
 use crate::cpu::rope;
 use crate::dtp::config::{Combine, DtpSchedule};
-use crate::dtp::shard::{slice_cols, slice_rows, LaneShard, ShardPlan};
+use crate::dtp::shard::{lane_row, slice_cols, slice_rows, LaneShard, ShardPlan};
 use crate::error::{Error, Result};
 use crate::weights::Weights;
 
@@ -350,15 +350,6 @@ impl ShardedSession<'_> {
             partials.push(layer);
         }
         m.head(&r)
-    }
-}
-
-/// Lane `lane`'s row of a norm's scales (`all`: one row of `d`, or one per lane).
-fn lane_row(all: &[f32], d: usize, lane: usize) -> &[f32] {
-    if all.len() == d {
-        all
-    } else {
-        &all[lane * d..(lane + 1) * d]
     }
 }
 

@@ -96,3 +96,13 @@ pub fn slice_rows(w: &[f32], cols: usize, rows: Range<usize>) -> Vec<f32> {
 pub fn slice_cols(w: &[f32], cols: usize, keep: Range<usize>) -> Vec<f32> {
     w.chunks_exact(cols).flat_map(|row| row[keep.clone()].iter().copied()).collect()
 }
+
+/// Lane `lane`'s row of a norm's scales: `all` is one shared row of `d` (every lane
+/// reads it) or one row per lane (Laneformer's `replicated_rmsn_scale = false`).
+pub fn lane_row(all: &[f32], d: usize, lane: usize) -> &[f32] {
+    if all.len() == d {
+        all
+    } else {
+        &all[lane * d..(lane + 1) * d]
+    }
+}

@@ -13,12 +13,13 @@ use crate::cpu::act_quant::ActPrecision;
 use crate::cpu::forward::{rotate, LogitsFor};
 use crate::cpu::kernels::{matmul, MatmulIo};
 use crate::cpu::kv_cache::{key_offset, KvCache, KEY_TILE};
-use crate::cpu::lanes::model::{lane_scales, LaneModel};
+use crate::cpu::lanes::model::LaneModel;
 use crate::cpu::packed::PackedMatrix;
 use crate::cpu::pool::{Pool, Team};
 use crate::cpu::shared::SharedSlice;
 use crate::cpu::vecops;
 use crate::dtp::config::Combine;
+use crate::dtp::shard::lane_row;
 use crate::error::{Error, Result};
 
 /// Row strides (floats) of the lane buffers: matmul outputs padded to row groups.
@@ -285,7 +286,7 @@ impl Pass<'_> {
             unsafe {
                 let x = self.x.part(r * d..(r + 1) * d);
                 let h = self.h.part_mut(r * d..(r + 1) * d);
-                vecops::rms_norm(self.m.isa, x, lane_scales(scales, d, r % self.lanes), self.m.config.rms_norm_eps, h);
+                vecops::rms_norm(self.m.isa, x, lane_row(scales, d, r % self.lanes), self.m.config.rms_norm_eps, h);
             }
         }
     }
@@ -479,7 +480,7 @@ impl Pass<'_> {
                 }
                 let h = self.h.part_mut(t * lanes * d..(t + 1) * lanes * d);
                 for (lane, (xr, hr)) in x.chunks_exact(d).zip(h.chunks_exact_mut(d)).enumerate() {
-                    vecops::rms_norm(self.m.isa, xr, lane_scales(&self.m.final_norm, d, lane), eps, hr);
+                    vecops::rms_norm(self.m.isa, xr, lane_row(&self.m.final_norm, d, lane), eps, hr);
                 }
                 if kind == LaneHead::Replicate {
                     hh.copy_from_slice(&h[..d]);

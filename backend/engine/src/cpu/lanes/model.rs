@@ -126,15 +126,6 @@ impl LaneModel {
     }
 }
 
-/// Lane `lane`'s row of a norm's scales (one shared row of `d`, or one per lane).
-pub fn lane_scales(all: &[f32], d: usize, lane: usize) -> &[f32] {
-    if all.len() == d {
-        all
-    } else {
-        &all[lane * d..(lane + 1) * d]
-    }
-}
-
 /// Bytes per element of a float tensor (the only kind a lane shard is cut from).
 fn elem_bytes(t: &Tensor) -> Result<usize> {
     if t.dtype.block_size() != 1 {

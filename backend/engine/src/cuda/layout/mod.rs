@@ -302,6 +302,10 @@ pub struct PrefillShape {
 /// The prefill attention's split for `config`, or why the batched prefill cannot run
 /// it (the runtime then uses the per-token path).
 pub fn prefill_shape(config: &ModelConfig) -> std::result::Result<PrefillShape, String> {
+    if config.sliding_window.size > 0 {
+        // Its attention kernels read every earlier key; windowed prompts run the token path.
+        return Err("the batched prefill has no sliding-window attention".into());
+    }
     let hd = config.head_dim as u32;
     // Each dim lane holds ≤ 64 floats of q and of the accumulator in registers.
     let dim_lanes = [1u32, 2, 4].into_iter().find(|&t| hd.is_multiple_of(4 * t) && hd / t <= 64);
@@ -451,6 +455,13 @@ pub fn defines_tp(
     put("X_MODE", list(&|t| (t.0 as u8).to_string()));
     put("X_RECV", list(&|t| t.1.to_string()));
     put("X_SEND", list(&|t| u8::from(t.2).to_string()));
+    let lanes = &config.lanes;
+    put("HEAD_OWN", u8::from(lanes.head == crate::config::LaneHead::VocabParallel).to_string());
+    put("SUM_BEFORE_NORM", u8::from(lanes.sum_before_norm).to_string());
+    let w = &config.sliding_window;
+    put("WINDOW", w.size.to_string());
+    let windowed: Vec<String> = (0..config.num_layers).map(|l| u8::from(w.of_layer(l).is_some()).to_string()).collect();
+    put("WIN_LAYERS", format!("{{{}}}", windowed.join(",")));
     put("D", config.hidden_size.to_string());
     put("F", config.intermediate_size.to_string());
     put("L", config.num_layers.to_string());

@@ -12,6 +12,7 @@ use crate::config::ModelConfig;
 use crate::cpu::rope;
 use crate::cuda::layout::LayerSlot;
 use crate::cuda::quant::{repack, repack_rows_interleaved, GpuFormat, WeightPlan};
+use crate::dtp::shard::lane_row;
 use crate::dtp::ShardPlan;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -153,8 +154,9 @@ impl CudaRuntime {
             drop((gate, up));
             slots[LayerSlot::WgateUp.index()] = put_bf16(gu, true, &mut bf16s, &mut streamed)?;
             slots[LayerSlot::Wdown.index()] = put_bf16(cols_of(&l.down.to_f32()?, f, f0, f1), true, &mut bf16s, &mut streamed)?;
-            slots[LayerSlot::AttnNorm.index()] = put_f32(&l.attn_norm.to_f32()?, &mut f32s)?;
-            slots[LayerSlot::FfnNorm.index()] = put_f32(&l.ffn_norm.to_f32()?, &mut f32s)?;
+            // A Laneformer with per-lane norm scales: this rank's lane row.
+            slots[LayerSlot::AttnNorm.index()] = put_f32(lane_row(&l.attn_norm.to_f32()?, d, rank), &mut f32s)?;
+            slots[LayerSlot::FfnNorm.index()] = put_f32(lane_row(&l.ffn_norm.to_f32()?, d, rank), &mut f32s)?;
             streamed += 4 * 2 * d as u64;
             layer_ptrs.push(slots);
             // The decode table: each quantized matrix's repacked bytes instead of its bf16 copy.
@@ -221,7 +223,7 @@ impl CudaRuntime {
                 &mut quant_streamed,
             )?;
         }
-        let final_norm = put_f32(&w.final_norm.to_f32()?, &mut f32s)?;
+        let final_norm = put_f32(lane_row(&w.final_norm.to_f32()?, d, rank), &mut f32s)?;
         let inv_freq = put_f32(&rope::inv_freq(c), &mut f32s)?;
         // The embedding row read per token.
         streamed += 2 * d as u64 + 4 * d as u64;
