@@ -12,9 +12,10 @@ use crate::cuda_shape::{
     DEFAULT_PROMPT_TOKENS, DEFAULT_TTFT_PROMPT_TOKENS,
 };
 use crate::torch_baseline::{self, BaselineFigures, BaselinePlan};
+use peregrine_engine::config::ModelConfig;
 use peregrine_engine::cuda::{self, measure_copy_bandwidth};
 use peregrine_engine::dtp::DtpSchedule;
-use peregrine_engine::synthetic::{dtp_preset, preset, synthetic_mix_weights, QuantMix, PRESET_NAMES};
+use peregrine_engine::synthetic::{dtp_preset, preset, synthetic_mix_weights, QuantMix, LANEFORMER_PRESETS, PRESET_NAMES};
 use peregrine_engine::{CudaOptions, GpuWeights};
 use serde_json::json;
 
@@ -26,7 +27,7 @@ pub const WEIGHT_SEED: u64 = 1234;
 /// The CUDA-only arguments of `peregrine-bench`.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct CudaBenchArgs {
-    /// Synthetic shapes to benchmark on the GPU (comma-separated): smollm2-135m, llama-3.2-1b, qwen2.5-coder-1.5b, smollm2-1.7b, dtp-2b.
+    /// Synthetic shapes to benchmark on the GPU (comma-separated): smollm2-135m, llama-3.2-1b, qwen2.5-coder-1.5b, smollm2-1.7b, dtp-2b, laneformer-2b.
     #[arg(long, value_delimiter = ',')]
     pub shape: Vec<String>,
     /// With --shape: prompt tokens before the decode measurement.
@@ -68,7 +69,12 @@ pub fn run(args: &CudaBenchArgs, cuda: &CudaOptions, tps: &[usize], gpus: Option
     let configs = args
         .shape
         .iter()
-        .map(|name| preset(name).ok_or_else(|| Error::bad("shape", format!("unknown shape `{name}` (known: {})", PRESET_NAMES.join(", ")))))
+        .map(|name| {
+            preset(name).ok_or_else(|| {
+                let known = PRESET_NAMES.iter().chain(LANEFORMER_PRESETS).copied().collect::<Vec<_>>().join(", ");
+                Error::bad("shape", format!("unknown shape `{name}` (known: {known})"))
+            })
+        })
         .collect::<Result<Vec<_>>>()?;
     let plan = CudaBenchPlan {
         prompt_tokens: args.prompt,
@@ -116,8 +122,16 @@ pub fn run(args: &CudaBenchArgs, cuda: &CudaOptions, tps: &[usize], gpus: Option
                 t0.elapsed().as_secs_f64()
             ));
             // Each degree runs standard TP; a shape with a DTP preset also runs as DTP on 2+ GPUs.
+            // A Laneformer runs its lanes folded onto each degree's GPUs, beside standard TP
+            // of the same matrices as an ordinary model (no lanes, no window).
             let mut runs: Vec<(usize, Option<DtpSchedule>)> = Vec::new();
-            for &tp in tps {
+            if config.lanes.count > 1 {
+                for &tp in tps.iter().filter(|&&tp| config.lanes.count.is_multiple_of(tp)) {
+                    runs.push((tp, None));
+                    runs.push((tp, Some(DtpSchedule::of_laneformer(config)?)));
+                }
+            }
+            for &tp in tps.iter().filter(|_| config.lanes.count == 1) {
                 runs.push((tp, None));
                 let dtp_config = match args.dtp.as_deref() {
                     Some("none") => None,
@@ -134,7 +148,17 @@ pub fn run(args: &CudaBenchArgs, cuda: &CudaOptions, tps: &[usize], gpus: Option
                 // Quantized synthetic weights are streamed as they are.
                 let native = CudaOptions { weights: GpuWeights::Native, ..cuda.clone() };
                 let cuda = if mix.is_some() { &native } else { cuda };
-                match bench::bench_shape(config, &weights, &pool[..tp], dtp.as_ref(), &plan, cuda, bandwidth) {
+                let plain = ModelConfig { lanes: Default::default(), sliding_window: Default::default(), ..config.clone() };
+                let (shape, ordinals, shared) = match (&dtp, config.lanes.count) {
+                    (None, l) if l > 1 => (&plain, pool[..tp].to_vec(), None),
+                    (Some(_), l) if l > 1 => {
+                        let folded: Vec<usize> = pool[..tp].iter().flat_map(|&g| std::iter::repeat_n(g, l / tp)).collect();
+                        (config, folded, Some(CudaOptions { share_gpu: true, ..cuda.clone() }))
+                    }
+                    _ => (config, pool[..tp].to_vec(), None),
+                };
+                let cuda = shared.as_ref().unwrap_or(cuda);
+                match bench::bench_shape(shape, &weights, &ordinals, dtp.as_ref(), &plan, cuda, bandwidth) {
                     Ok(mut figures) => {
                         if *mix_name != "bf16" {
                             figures.name = format!("{} {mix_name}", figures.name);

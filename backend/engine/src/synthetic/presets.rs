@@ -7,6 +7,10 @@ use crate::dtp::{DtpConfig, EarlyLayers, Lanes};
 /// Every name [`preset`] accepts.
 pub const PRESET_NAMES: &[&str] = &["smollm2-135m", "llama-3.2-1b", "qwen2.5-coder-1.5b", "smollm2-1.7b", "dtp-2b"];
 
+/// Laneformer presets (their lanes and windows are part of the shape; outside
+/// [`PRESET_NAMES`], whose shapes every runtime and exporter takes as ordinary models).
+pub const LANEFORMER_PRESETS: &[&str] = &["laneformer-2b"];
+
 /// Delay of the `dtp-2b` shape (docs/dtp.md: Kog's Laneformer uses 2).
 pub const DTP_2B_DELAY: usize = 2;
 
@@ -90,6 +94,25 @@ pub fn preset(name: &str) -> Option<ModelConfig> {
             head_dim: 96,
             rope_theta: 10_000.0,
             ..llama("DTP-2B")
+        },
+        // Kog's released Laneformer-2B-it shape (2,320,069,632 parameters): 8 lanes, the
+        // first 10 layers windowed to 512 positions. Its delay and head kind are this
+        // preset's choice (the checkpoint's config.json says its own).
+        "laneformer-2b" => ModelConfig {
+            vocab_size: 32_000,
+            hidden_size: 3072,
+            intermediate_size: 12_288,
+            num_layers: 15,
+            num_heads: 32,
+            num_kv_heads: 16,
+            head_dim: 96,
+            max_context: 4096,
+            rope_theta: 10_000.0,
+            rope_layout: RopeLayout::Interleaved,
+            tie_embeddings: false,
+            sliding_window: SlidingWindow { size: 512, layers: (0..15).map(|l| l < 10).collect() },
+            lanes: LaneConfig { count: 8, delay: 1, ..LaneConfig::default() },
+            ..llama("Laneformer-2B")
         },
         _ => return None,
     })
