@@ -123,10 +123,11 @@ static_assert(KT % KS == 0, "key tile must split over KS lanes");
 __device__ __forceinline__ int chunk_dim(int c, int tp) { return (c * TPQ + tp) * 4; }
 
 /// Queries c0 .. c0+n-1 (rows of q, roped f32 inside the q/k/v rows) attend causally to
-/// cache positions 0 ..= their own; out[r][h·HD..] = bf16(softmax(q·k/√HD) · v).
+/// cache positions 0 ..= their own (`win` > 0: their last `win` positions only);
+/// out[r][h·HD..] = bf16(softmax(q·k/√HD) · v).
 /// Grid (ceil(n / QB), NH); the heaviest query blocks are scheduled first.
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
-    pg_pf_attention(const float* qkv, const bf16_t* kc, bf16_t* out, u32 c0, u32 n) {
+    pg_pf_attention(const float* qkv, const bf16_t* kc, bf16_t* out, u32 c0, u32 n, u32 win) {
   __shared__ __align__(16) float ks_s[KT * ROW];
   __shared__ __align__(16) float vs_s[KT * ROW];
   const int h = blockIdx.y, g = h / GROUP;
@@ -138,6 +139,9 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
   const int r = valid ? r_raw : (int)n - 1;
   const int qpos = (int)c0 + r;
   const int kend = (int)c0 + min((qb + 1) * QB, (int)n);  // block's last position + 1
+  // The oldest key this query and this block's first query see.
+  const int qfirst = win ? max(0, qpos + 1 - (int)win) : 0;
+  const int kbegin = win ? max(0, (int)c0 + qb * QB + 1 - (int)win) / KT * KT : 0;
   const bf16_t* kg = kc + (size_t)g * KV_CAP * HD;
   const bf16_t* vg = kc + ((size_t)NKV + g) * KV_CAP * HD;
 
@@ -158,7 +162,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
   float m = NEG_INF, l = 0.f;
 
   constexpr int WORDS = KT * HD / 8;  // 16-byte words of one tile of K (or V)
-  for (int t0 = 0; t0 < kend; t0 += KT) {
+  for (int t0 = kbegin; t0 < kend; t0 += KT) {
     __syncthreads();
     for (int w = threadIdx.x; w < WORDS; w += ATTN_THREADS) {
       const int rr = w / (HD / 8), c8 = (w % (HD / 8)) * 8;
@@ -194,7 +198,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
       float dot = d0 + d1;
 #pragma unroll
       for (int o = 1; o < TPQ; o <<= 1) dot += __shfl_xor_sync(FULL_MASK, dot, o);
-      s[i] = t0 + j <= qpos ? dot : NEG_INF;
+      s[i] = t0 + j <= qpos && t0 + j >= qfirst ? dot : NEG_INF;
       tmax = fmaxf(tmax, s[i]);
     }
     if (tmax != NEG_INF) {  // no shuffles inside: lanes may diverge here
@@ -236,7 +240,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
     for (int d = 0; d < DPT; ++d) acc[d] += __shfl_xor_sync(FULL_MASK, acc[d], o);
   }
   if (valid && kslot == 0) {
-    const float inv = 1.0f / l;  // ≥ 1 term: key 0 is always visible
+    const float inv = 1.0f / l;  // ≥ 1 term: the query's own position is always visible
     bf16_t* orow = out + (size_t)r * QD + h * HD;
 #pragma unroll
     for (int c = 0; c < CHUNKS; ++c) {
@@ -276,7 +280,7 @@ __device__ __forceinline__ void mma_bf16(float* c, u32 a0, u32 a1, u32 a2, u32 a
 
 /// pg_pf_attention's contract on the tensor cores. Grid (ceil(n / MQB), NH).
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
-    pg_pf_attention_mma(const float* qkv, const bf16_t* kc, bf16_t* out, u32 c0, u32 n) {
+    pg_pf_attention_mma(const float* qkv, const bf16_t* kc, bf16_t* out, u32 c0, u32 n, u32 win) {
   __shared__ __align__(16) bf16_t k_s[MKT * KROW];
   __shared__ __align__(16) bf16_t vt_s[HD * VROW];
   const int h = blockIdx.y, grp = h / GROUP;
@@ -288,6 +292,11 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
   const int ra = min(w0 + g, (int)n - 1), rb = min(w0 + g + 8, (int)n - 1);
   const int pos_a = (int)c0 + ra, pos_b = (int)c0 + rb;
   const int pos_lo = (int)c0 + min(w0, (int)n - 1), pos_hi = (int)c0 + min(w0 + 15, (int)n - 1);
+  // Window (`win` > 0): the oldest key rows a and b, the warp and the block see.
+  const int first_a = win ? max(0, pos_a + 1 - (int)win) : 0, first_b = win ? max(0, pos_b + 1 - (int)win) : 0;
+  const int first_lo = win ? max(0, pos_lo + 1 - (int)win) : 0;
+  const int first_hi = win ? max(0, pos_hi + 1 - (int)win) : 0;
+  const int kbegin = win ? max(0, (int)c0 + qb * MQB + 1 - (int)win) / MKT * MKT : 0;
   const bf16_t* kg = kc + (size_t)grp * KV_CAP * HD;
   const bf16_t* vg = kc + ((size_t)NKV + grp) * KV_CAP * HD;
 
@@ -317,7 +326,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
   float m_a = NEG_INF, m_b = NEG_INF, l_a = 0.f, l_b = 0.f;
 
   constexpr int WORDS = MKT * HD / 8;  // 16-byte words per tile of K (or V)
-  for (int t0 = 0; t0 < kend; t0 += MKT) {
+  for (int t0 = kbegin; t0 < kend; t0 += MKT) {
     __syncthreads();
     for (int w = threadIdx.x; w < WORDS; w += ATTN_THREADS) {
       const int key = w / (HD / 8), d8 = (w % (HD / 8)) * 8;
@@ -336,6 +345,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
     }
     __syncthreads();
     if (t0 > pos_hi) continue;  // warp-uniform: every key of this tile is in the future
+    if (t0 + MKT <= first_lo) continue;  // warp-uniform: every key is older than the window
 
     float sc[STILES][4];
 #pragma unroll
@@ -347,6 +357,17 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
         const u32 b0 = *reinterpret_cast<const u32*>(kr + kk * 16);
         const u32 b1 = *reinterpret_cast<const u32*>(kr + kk * 16 + 8);
         mma_bf16(sc[j], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b0, b1);
+      }
+    }
+    if (t0 < first_hi) {  // the window's edge: mask keys older than a row's window
+#pragma unroll
+      for (int j = 0; j < STILES; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = t0 + j * 8 + 2 * t + e;
+          if (key < first_a) sc[j][e] = NEG_INF;
+          if (key < first_b) sc[j][2 + e] = NEG_INF;
+        }
       }
     }
     if (t0 + MKT - 1 > pos_lo) {  // the diagonal: mask future keys
@@ -416,7 +437,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
     l_a += __shfl_xor_sync(FULL_MASK, l_a, off);
     l_b += __shfl_xor_sync(FULL_MASK, l_b, off);
   }
-  const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;  // key 0 is always visible: l > 0
+  const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;  // a row's own position is always visible: l > 0
   const bool valid_a = w0 + g < (int)n, valid_b = w0 + g + 8 < (int)n;
 #pragma unroll
   for (int d = 0; d < DTILES; ++d) {

@@ -414,37 +414,48 @@ fn laneformer_shapes() -> Vec<(&'static str, ModelConfig)> {
 
 /// A Laneformer's lanes as ranks sharing GPU 0 (lanes folded onto one GPU): scored logits
 /// of 40 positions (past the 16-position window) against the CPU lane reference, and
-/// 24 greedy tokens each the reference's top-1 or a near-tie.
+/// 24 greedy tokens after a prompt run through the batched prefill and through the
+/// token path, each the reference's top-1 or a near-tie.
 fn laneformer_check(config: &ModelConfig) -> Check {
     config.validate().map_err(|e| e.to_string())?;
     let weights = synthetic_weights(config, WEIGHT_SEED);
     let sched = DtpSchedule::of_laneformer(config).map_err(|e| e.to_string())?;
     let tokens = SplitMix64(66).tokens(40, config.vocab_size);
-    let mut rt = runtime(config, &weights, &vec![0; config.lanes.count], KernelOptions::default(), Some(sched.clone()))?;
+    // Prompt chunks of 16 rows: the batched prefill's windows start inside and across chunks.
+    let options = KernelOptions { prefill_chunk: 16, ..KernelOptions::default() };
+    let mut rt = runtime(config, &weights, &vec![0; config.lanes.count], options.clone(), Some(sched.clone()))?;
+    ensure(rt.batched_prefill(), || "the batched prefill is not available for this shape".into())?;
     let gpu = rt.score(&tokens).map_err(|e| e.to_string())?;
     let lanes = ShardedModel::new(config, &weights, config.lanes.count).map_err(|e| e.to_string())?;
     let mut session = lanes.session(Execution::Delayed(sched.clone())).map_err(|e| e.to_string())?;
     let cpu = session.forward(&tokens).map_err(|e| e.to_string())?;
     let worst = gpu.iter().zip(&cpu).map(|(g, c)| rel_err(g, c)).fold(0.0, f64::max);
-    println!("  logits rel err max {worst:.2e}");
+    println!("  scored logits rel err max {worst:.2e}");
     ensure(gpu.len() == tokens.len() && worst < MAX_REL_ERR, || format!("rel err max {worst:.2e}"))?;
-    // Greedy: each of the kernel's tokens is the reference's top-1 (or a near-tie the
-    // measured logit error explains) given the same earlier tokens.
-    let prompt = &tokens[..20];
-    rt.set_debug_logits(true);
-    let (out, _) = run(&mut rt, prompt, 24, &SamplingParams::default(), &[])?;
-    let steps = rt.debug_logits().to_vec();
-    let mut seq = prompt.to_vec();
-    seq.extend(ids(&out));
-    let mut session = lanes.session(Execution::Delayed(sched)).map_err(|e| e.to_string())?;
-    let cpu = session.forward(&seq[..seq.len() - 1]).map_err(|e| e.to_string())?;
-    ensure(out.len() == 24 && steps.len() == 24, || format!("greedy run: {} tokens", out.len()))?;
-    for (t, s) in out.iter().enumerate() {
-        let want = &cpu[prompt.len() - 1 + t];
-        let err = rel_err(&steps[t], want);
-        ensure(err < MAX_REL_ERR && top1_or_near_tie(want, &steps[t], s.id), || {
-            format!("greedy step {t}: token {} (reference top-1 {}), logits rel err {err:.2e}", s.id, argmax(want))
-        })?;
+    // Greedy after a 36-token prompt (batched prefill, then the token path): each of the
+    // kernel's tokens is the reference's top-1 (or a near-tie the measured logit error
+    // explains) given the same earlier tokens.
+    let prompt = &tokens[..36];
+    for batched in [true, false] {
+        rt.set_options(KernelOptions { batched_prefill: batched, ..options.clone() }).map_err(|e| e.to_string())?;
+        rt.set_debug_logits(true);
+        let (out, _) = run(&mut rt, prompt, 24, &SamplingParams::default(), &[])?;
+        let steps = rt.debug_logits().to_vec();
+        let mut seq = prompt.to_vec();
+        seq.extend(ids(&out));
+        let mut session = lanes.session(Execution::Delayed(sched.clone())).map_err(|e| e.to_string())?;
+        let cpu = session.forward(&seq[..seq.len() - 1]).map_err(|e| e.to_string())?;
+        ensure(out.len() == 24 && steps.len() == 24, || format!("greedy run: {} tokens", out.len()))?;
+        let mut worst = 0.0f64;
+        for (t, s) in out.iter().enumerate() {
+            let want = &cpu[prompt.len() - 1 + t];
+            let err = rel_err(&steps[t], want);
+            worst = worst.max(err);
+            ensure(err < MAX_REL_ERR && top1_or_near_tie(want, &steps[t], s.id), || {
+                format!("batched prefill {batched}, greedy step {t}: token {} (reference top-1 {}), logits rel err {err:.2e}", s.id, argmax(want))
+            })?;
+        }
+        println!("  greedy steps rel err max {worst:.2e} (batched prefill {batched})");
     }
     Ok(())
 }

@@ -288,7 +288,7 @@ impl Prefill {
     }
 
     /// Layer `l`'s attention half: RMSNorm → q/k/v (+bias, RoPE, KV-cache write) →
-    /// causal attention → o-projection, added to the residual on one GPU, into this
+    /// causal (or windowed) attention → o-projection, added to the residual on one GPU, into this
     /// rank's partial slot under tensor parallelism (then `enqueue_add_parts`).
     #[allow(clippy::too_many_arguments)]
     pub fn enqueue_attention(
@@ -331,7 +331,9 @@ impl Prefill {
             };
             let mut b = stream.launch_builder(func);
             let (c0u, nu) = (c0 as u32, rows as u32);
-            b.arg(&qkv).arg(&kc).arg(&a).arg(&c0u).arg(&nu);
+            // A windowed layer's queries see their last `win` positions only (0: all).
+            let win = c.sliding_window.of_layer(l).unwrap_or(0) as u32;
+            b.arg(&qkv).arg(&kc).arg(&a).arg(&c0u).arg(&nu).arg(&win);
             // SAFETY: the cache holds positions 0..c0+rows of this layer (written above
             // and by earlier chunks); `a` holds rows × q dims bf16.
             unsafe { b.launch(cfg) }.map(|_| ()).map_err(cuda_err("prefill attention"))

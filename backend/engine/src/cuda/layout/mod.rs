@@ -302,10 +302,6 @@ pub struct PrefillShape {
 /// The prefill attention's split for `config`, or why the batched prefill cannot run
 /// it (the runtime then uses the per-token path).
 pub fn prefill_shape(config: &ModelConfig) -> std::result::Result<PrefillShape, String> {
-    if config.sliding_window.size > 0 {
-        // Its attention kernels read every earlier key; windowed prompts run the token path.
-        return Err("the batched prefill has no sliding-window attention".into());
-    }
     let hd = config.head_dim as u32;
     // Each dim lane holds ≤ 64 floats of q and of the accumulator in registers.
     let dim_lanes = [1u32, 2, 4].into_iter().find(|&t| hd.is_multiple_of(4 * t) && hd / t <= 64);
