@@ -102,7 +102,15 @@ pub struct LaneConfig {
 impl Default for LaneConfig {
     /// One lane: every block adds its whole output at once, as in an ordinary model.
     fn default() -> LaneConfig {
-        LaneConfig { count: 1, delay: 0, comm: true, early_comm: true, head: LaneHead::Replicate, sum_before_norm: false, lane_norms: false }
+        LaneConfig {
+            count: 1,
+            delay: 0,
+            comm: true,
+            early_comm: true,
+            head: LaneHead::Replicate,
+            sum_before_norm: false,
+            lane_norms: false,
+        }
     }
 }
 

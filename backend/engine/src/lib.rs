@@ -26,8 +26,8 @@ macro_rules! internal_modules {
 }
 
 internal_modules!(
-    admission, config, cpu, cuda, dtp, generator, gguf, handle, hf, laneformer, model, options, request, rng, runtime, sampling, stop, synthetic,
-    template, tensor, tokenizer, weights,
+    admission, config, cpu, cuda, dtp, generator, gguf, handle, hf, laneformer, model, options, request, rng, runtime, sampling, stop,
+    synthetic, template, tensor, tokenizer, weights,
 );
 mod error;
 

@@ -127,8 +127,9 @@ pub fn build_generator(files: ModelFiles, options: &EngineOptions) -> Result<Gen
 /// Why a model runs on the CPU only (the GPU kernel lacks a feature it uses), if it does.
 fn cpu_only_reason(config: &ModelConfig) -> Option<String> {
     let lanes = &config.lanes;
-    (lanes.count > 1 && lanes.head == crate::config::LaneHead::Lane)
-        .then(|| format!("{} has a `lane` LM head ({} lanes concatenated), which the GPU kernel does not run yet", config.name, lanes.count))
+    (lanes.count > 1 && lanes.head == crate::config::LaneHead::Lane).then(|| {
+        format!("{} has a `lane` LM head ({} lanes concatenated), which the GPU kernel does not run yet", config.name, lanes.count)
+    })
 }
 
 /// The ranks of a run on `gpus`: one per GPU, except a Laneformer's lanes, folded onto
@@ -207,7 +208,19 @@ mod warm_up_tests {
 
 #[cfg(test)]
 mod gpu_list_tests {
-    use super::parse_gpus;
+    use super::{parse_gpus, rank_devices};
+
+    #[test]
+    fn a_laneformer_folds_its_lanes_onto_the_gpus() {
+        let mut c = crate::synthetic::preset("laneformer-2b").expect("preset");
+        assert_eq!(rank_devices(&c, &[0]).expect("one GPU"), vec![0; 8]);
+        assert_eq!(rank_devices(&c, &[3, 1]).expect("two GPUs"), vec![3, 3, 3, 3, 1, 1, 1, 1]);
+        assert_eq!(rank_devices(&c, &(0..8).collect::<Vec<_>>()).expect("eight GPUs"), (0..8).collect::<Vec<_>>());
+        let err = rank_devices(&c, &[0, 1, 2]).expect_err("3 does not divide 8").to_string();
+        assert!(err.contains("8 lanes; --tp 3 must divide them"), "{err}");
+        c.lanes = Default::default();
+        assert_eq!(rank_devices(&c, &[2, 5]).expect("ordinary"), vec![2, 5]);
+    }
 
     #[test]
     fn gpus_default_to_the_first_tp_and_reject_bad_lists() {

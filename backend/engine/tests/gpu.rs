@@ -58,7 +58,8 @@ fn main() {
     trials.push(Trial::test("tp 2: scored logits match one GPU, chaos on each rank changes no token", tp_check));
     trials.push(Trial::test("dtp 2: scored logits match the CPU DTP reference", dtp_check));
     for (name, lanes) in laneformer_shapes() {
-        trials.push(Trial::test(format!("laneformer {name}: lanes on GPU 0 match the CPU lane reference"), move || laneformer_check(&lanes)));
+        trials
+            .push(Trial::test(format!("laneformer {name}: lanes on GPU 0 match the CPU lane reference"), move || laneformer_check(&lanes)));
     }
     trials.extend(quant::trials());
     if let Some(why) = &absent {
@@ -452,7 +453,11 @@ fn laneformer_check(config: &ModelConfig) -> Check {
             let err = rel_err(&steps[t], want);
             worst = worst.max(err);
             ensure(err < MAX_REL_ERR && top1_or_near_tie(want, &steps[t], s.id), || {
-                format!("batched prefill {batched}, greedy step {t}: token {} (reference top-1 {}), logits rel err {err:.2e}", s.id, argmax(want))
+                format!(
+                    "batched prefill {batched}, greedy step {t}: token {} (reference top-1 {}), logits rel err {err:.2e}",
+                    s.id,
+                    argmax(want)
+                )
             })?;
         }
         println!("  greedy steps rel err max {worst:.2e} (batched prefill {batched})");

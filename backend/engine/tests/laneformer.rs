@@ -22,8 +22,13 @@ use serde::Deserialize;
 const MAX_REL_ERR: f64 = 1e-4;
 
 /// Every fixture the script writes.
-const FIXTURES: [&str; 5] =
-    ["replicate-early-allreduce", "vocab-parallel-early-local", "lane-head-lane-norms-window", "pre-norm-agg-no-comm", "single-lane-window"];
+const FIXTURES: [&str; 5] = [
+    "replicate-early-allreduce",
+    "vocab-parallel-early-local",
+    "lane-head-lane-norms-window",
+    "pre-norm-agg-no-comm",
+    "single-lane-window",
+];
 
 #[derive(Deserialize)]
 struct Reference {
@@ -39,7 +44,8 @@ fn fixture(name: &str) -> PathBuf {
 fn reference(name: &str) -> (Reference, Vec<f32>) {
     let dir = fixture(name);
     let r = serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap()).unwrap();
-    let logits = std::fs::read(dir.join("ref_logits.f32")).unwrap().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    let logits =
+        std::fs::read(dir.join("ref_logits.f32")).unwrap().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
     (r, logits)
 }
 

@@ -20,7 +20,9 @@ fn fixture() -> PathBuf {
 fn engine() -> EngineHandle {
     let path = fixture();
     EngineHandle::start(
-        move || peregrine_engine::model::build_generator(peregrine_engine::model::load_model(&path)?, &peregrine_engine::EngineOptions::cpu()),
+        move || {
+            peregrine_engine::model::build_generator(peregrine_engine::model::load_model(&path)?, &peregrine_engine::EngineOptions::cpu())
+        },
         2,
     )
     .expect("the Laneformer fixture loads")
@@ -32,7 +34,8 @@ async fn a_laneformer_streams_in_the_playground_api_and_the_openai_api() {
     let client = reqwest::Client::new();
     let post = |path: &str, body: Value| client.post(server.url(path)).json(&body).send();
 
-    let res = post("/api/generate", json!({ "prompt": "the cat sat on", "max_tokens": 12, "temperature": 0, "ignore_eos": true })).await.unwrap();
+    let res =
+        post("/api/generate", json!({ "prompt": "the cat sat on", "max_tokens": 12, "temperature": 0, "ignore_eos": true })).await.unwrap();
     assert_eq!(res.status(), 200);
     let events = SseReader::new(res).collect().await;
     let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();

@@ -4,6 +4,7 @@
 //! seed gives the same tokens whenever the logits agree. A Laneformer of several lanes
 //! runs the lane pass (`cpu::lanes`); everything else the ordinary one.
 
+use crate::admission::check_fits;
 use crate::config::ModelConfig;
 use crate::cpu::act_quant::ActPrecision;
 use crate::cpu::fast_model::FastModel;
@@ -12,7 +13,6 @@ use crate::cpu::isa::Isa;
 use crate::cpu::kv_cache::KvCache;
 use crate::cpu::lanes::{LaneModel, LaneWorkspace};
 use crate::cpu::pool::Pool;
-use crate::admission::check_fits;
 use crate::cpu::workspace::Workspace;
 use crate::error::{Error, Result};
 use crate::runtime::{cpu_name, BackendInfo, Cancel, DecodeJob, Flow, RunEnd, Runtime};

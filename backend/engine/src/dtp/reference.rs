@@ -73,7 +73,10 @@ impl ShardedModel {
     /// does not divide, or when a Laneformer is split into other than its own lanes).
     pub fn new(config: &ModelConfig, weights: &Weights, degree: usize) -> Result<ShardedModel> {
         if config.lanes.is_laneformer() && degree != config.lanes.count {
-            return Err(Error::InvalidRequest(format!("{} has {} lanes; its reference runs all of them, not {degree}", config.name, config.lanes.count)));
+            return Err(Error::InvalidRequest(format!(
+                "{} has {} lanes; its reference runs all of them, not {degree}",
+                config.name, config.lanes.count
+            )));
         }
         let plan = ShardPlan::new(config, degree)?;
         let c = config;

@@ -296,7 +296,8 @@ impl Pass<'_> {
     fn jobs(&self, li: usize, block: Block, stage: usize) -> Vec<Job<'_>> {
         let (s, lanes) = (self.s, self.lanes);
         let rows = |lane: usize| (0..self.n()).map(move |t| t * lanes + lane);
-        let input = |buf: &SharedSlice<'_, f32>, stride: usize, lane: usize| rows(lane).map(|r| buf.ptr_at(r * stride).cast_const()).collect();
+        let input =
+            |buf: &SharedSlice<'_, f32>, stride: usize, lane: usize| rows(lane).map(|r| buf.ptr_at(r * stride).cast_const()).collect();
         let output = |buf: &SharedSlice<'_, f32>, stride: usize, lane: usize| rows(lane).map(|r| buf.ptr_at(r * stride)).collect();
         let part = self.part_slot(li, block);
         let mut jobs = Vec::new();
