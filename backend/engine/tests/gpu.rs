@@ -416,7 +416,7 @@ fn laneformer_shapes() -> Vec<(&'static str, ModelConfig)> {
 /// A Laneformer's lanes as ranks sharing GPU 0 (lanes folded onto one GPU): scored logits
 /// of 40 positions (past the 16-position window) against the CPU lane reference, and
 /// 24 greedy tokens after a prompt run through the batched prefill and through the
-/// token path, each the reference's top-1 or a near-tie.
+/// token path, each the reference's top-1 or a near-tie, unchanged by chaos delays.
 fn laneformer_check(config: &ModelConfig) -> Check {
     config.validate().map_err(|e| e.to_string())?;
     let weights = synthetic_weights(config, WEIGHT_SEED);
@@ -461,6 +461,15 @@ fn laneformer_check(config: &ModelConfig) -> Check {
             })?;
         }
         println!("  greedy steps rel err max {worst:.2e} (batched prefill {batched})");
+    }
+    // Random delays on the first and the last lane change no token.
+    rt.set_options(options.clone()).map_err(|e| e.to_string())?;
+    let (want, _) = run(&mut rt, prompt, 24, &SamplingParams::default(), &[])?;
+    for rank in [0, config.lanes.count as u32 - 1] {
+        let chaos = KernelOptions { diagnostics: Diagnostics { chaos: true, chaos_rank: rank, trace: false }, ..options.clone() };
+        rt.set_options(chaos).map_err(|e| e.to_string())?;
+        let (got, _) = run(&mut rt, prompt, 24, &SamplingParams::default(), &[])?;
+        ensure(ids(&got) == ids(&want), || format!("chaos on lane {rank} changed the tokens"))?;
     }
     Ok(())
 }
