@@ -5,6 +5,10 @@ import * as os from 'os';
 import * as path from 'path';
 
 const port = Number(process.env.PEREGRINE_E2E_PORT ?? 18080);
+// A second server on a Laneformer checkpoint (the engine's 8-lane test fixture), for
+// tests/laneformer.spec.ts.
+const lanePort = Number(process.env.PEREGRINE_E2E_LANE_PORT ?? 18081);
+const laneModel = path.join(__dirname, '../backend/engine/tests/fixtures/laneformer/lane-head-lane-norms-window');
 const bin = process.env.PEREGRINE_BIN ?? path.join(os.homedir(), '.cache/peregrine/target/debug/peregrine');
 const model = process.env.PEREGRINE_DEFAULT_MODEL ?? path.join(os.homedir(), '.cache/peregrine/models/SmolLM2-135M-Instruct.Q4_1.gguf');
 // Chromium keeps its profile and caches out of $HOME.
@@ -30,12 +34,22 @@ export default defineConfig({
              '--disable-background-networking', '--disable-component-update', '--disable-sync'],
     },
   },
-  webServer: {
-    command: `${bin} serve --port ${port} --dist ../dist --model ${model} --data-dir ${dataDir}`,
-    url: `http://127.0.0.1:${port}/health`,
-    reuseExistingServer: false,
-    timeout: 120_000,
-    stdout: 'pipe',
-    stderr: 'pipe',
-  },
+  webServer: [
+    {
+      command: `${bin} serve --port ${port} --dist ../dist --model ${model} --data-dir ${dataDir}`,
+      url: `http://127.0.0.1:${port}/health`,
+      reuseExistingServer: false,
+      timeout: 120_000,
+      stdout: 'pipe',
+      stderr: 'pipe',
+    },
+    {
+      command: `${bin} serve --port ${lanePort} --dist ../dist --model ${laneModel} --device cpu --data-dir ${dataDir}-lanes`,
+      url: `http://127.0.0.1:${lanePort}/health`,
+      reuseExistingServer: false,
+      timeout: 120_000,
+      stdout: 'pipe',
+      stderr: 'pipe',
+    },
+  ],
 });

@@ -20,7 +20,10 @@ step "End-to-end tests (Playwright, headless Chromium)"
 cargo build -q --workspace --bins
 export PEREGRINE_BIN="$CARGO_TARGET_DIR/debug/peregrine"
 # A free port, so a server left running elsewhere never blocks the suite.
-PEREGRINE_E2E_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-export PEREGRINE_E2E_PORT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+PEREGRINE_E2E_PORT=$(free_port)
+# A second server on the 8-lane Laneformer fixture (e2e/tests/laneformer.spec.ts).
+PEREGRINE_E2E_LANE_PORT=$(free_port)
+export PEREGRINE_E2E_PORT PEREGRINE_E2E_LANE_PORT
 (cd e2e && CI=1 npx playwright test)
 echo "all tests passed in $(( $(date +%s) - start )) s"
