@@ -41,31 +41,8 @@ pub fn forward(model: &FastModel, pool: &Pool, ws: &mut Workspace, cache: &mut K
     let n = tokens.len();
     assert!(n > 0 && n <= ws.batch, "batch of {n} tokens for a workspace of {}", ws.batch);
     assert_eq!(ws.threads, pool.threads());
-    if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
-        return Err(Error::TokenOutOfRange { id: bad, vocab_size: c.vocab_size });
-    }
-    let start = cache.len();
-    if start + n > c.max_context {
-        return Err(Error::ContextOverflow { prompt: start + n, max_tokens: 0, context: c.max_context });
-    }
-    cache.reserve(start + n);
-    let (score_stride, head_stride) = (cache.capacity(), cache.head_stride());
-    if ws.scores.len() < ws.threads * score_stride {
-        ws.scores = vec![0.0; ws.threads * score_stride];
-    }
-    let half = c.head_dim / 2;
-    for t in 0..n {
-        for (i, &f) in model.inv_freq.iter().enumerate() {
-            // f32 product then sin_cos, as rope::apply, so rotations match the reference.
-            let (sin, cos) = ((start + t) as f32 * f).sin_cos();
-            ws.sin[t * half + i] = sin;
-            ws.cos[t * half + i] = cos;
-        }
-    }
-    let logit_rows = match want {
-        LogitsFor::Last => n - 1..n,
-        LogitsFor::All => 0..n,
-    };
+    let Begun { start, score_stride, head_stride, logit_rows } = begin(c, tokens, want, cache, &mut ws.scores, ws.threads)?;
+    rope_tables(&model.inv_freq, start, n, &mut ws.sin, &mut ws.cos);
     let s = ws.strides;
     let (kc, vc) = cache.keys_values_mut();
     // Every pointer the job uses derives from these shares (one borrow per buffer).
@@ -117,6 +94,59 @@ pub fn forward(model: &FastModel, pool: &Pool, ws: &mut Workspace, cache: &mut K
     }
     cache.advance(n);
     Ok(logit_rows.len())
+}
+
+/// What [`begin`] fixed for one forward call.
+pub(crate) struct Begun {
+    /// Position of the batch's first token.
+    pub start: usize,
+    /// Floats of one member's attention scores row (the cache's capacity).
+    pub score_stride: usize,
+    /// Floats between two (layer, KV head) runs of the cache.
+    pub head_stride: usize,
+    /// Positions of the batch that need logits.
+    pub logit_rows: Range<usize>,
+}
+
+/// The checks and set-up every fast forward pass starts with: tokens in the vocabulary,
+/// room in the context, the cache grown for the batch, one scores row per member.
+pub(crate) fn begin(
+    c: &crate::config::ModelConfig,
+    tokens: &[u32],
+    want: LogitsFor,
+    cache: &mut KvCache,
+    scores: &mut Vec<f32>,
+    threads: usize,
+) -> Result<Begun> {
+    let n = tokens.len();
+    if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
+        return Err(Error::TokenOutOfRange { id: bad, vocab_size: c.vocab_size });
+    }
+    let start = cache.len();
+    if start + n > c.max_context {
+        return Err(Error::ContextOverflow { prompt: start + n, max_tokens: 0, context: c.max_context });
+    }
+    cache.reserve(start + n);
+    let (score_stride, head_stride) = (cache.capacity(), cache.head_stride());
+    if scores.len() < threads * score_stride {
+        *scores = vec![0.0; threads * score_stride];
+    }
+    let logit_rows = match want {
+        LogitsFor::Last => n - 1..n,
+        LogitsFor::All => 0..n,
+    };
+    Ok(Begun { start, score_stride, head_stride, logit_rows })
+}
+
+/// RoPE's sin and cos of positions `start..start + n`, `inv_freq.len()` per position.
+pub(crate) fn rope_tables(inv_freq: &[f32], start: usize, n: usize, sin: &mut [f32], cos: &mut [f32]) {
+    let half = inv_freq.len();
+    for t in 0..n {
+        for (i, &f) in inv_freq.iter().enumerate() {
+            // f32 product then sin_cos, as rope::apply, so rotations match the reference.
+            (sin[t * half + i], cos[t * half + i]) = ((start + t) as f32 * f).sin_cos();
+        }
+    }
 }
 
 /// A matmul input: the activations in both forms and the kernels' per-token tables.

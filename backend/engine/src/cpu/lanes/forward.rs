@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use crate::config::LaneHead;
 use crate::cpu::act_quant::ActPrecision;
-use crate::cpu::forward::{rotate, LogitsFor};
+use crate::cpu::forward::{begin, rope_tables, rotate, Begun, LogitsFor};
 use crate::cpu::kernels::{matmul, MatmulIo};
 use crate::cpu::kv_cache::{key_offset, KvCache, KEY_TILE};
 use crate::cpu::lanes::model::LaneModel;
@@ -113,35 +113,13 @@ impl LaneWorkspace {
 /// the wanted logits in `ws` (row 0 = last token for [`LogitsFor::Last`]); returns the
 /// number of logit rows.
 pub fn forward(m: &LaneModel, pool: &Pool, ws: &mut LaneWorkspace, cache: &mut KvCache, tokens: &[u32], want: LogitsFor) -> Result<usize> {
-    let c = &m.config;
     let n = tokens.len();
     assert!(n > 0 && n <= ws.batch, "batch of {n} tokens for a workspace of {}", ws.batch);
     assert_eq!(ws.threads, pool.threads());
-    if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
-        return Err(Error::TokenOutOfRange { id: bad, vocab_size: c.vocab_size });
-    }
-    let start = cache.len();
-    if start + n > c.max_context {
-        return Err(Error::ContextOverflow { prompt: start + n, max_tokens: 0, context: c.max_context });
-    }
-    cache.reserve(start + n);
-    let (score_stride, head_stride) = (cache.capacity(), cache.head_stride());
-    if ws.scores.len() < ws.threads * score_stride {
-        ws.scores = vec![0.0; ws.threads * score_stride];
-    }
-    let half = c.head_dim / 2;
-    let mut cos = vec![0.0; n * half];
-    let mut sin = vec![0.0; n * half];
-    for t in 0..n {
-        for (i, &f) in m.inv_freq.iter().enumerate() {
-            // f32 product then sin_cos, as rope::apply, so rotations match the reference.
-            (sin[t * half + i], cos[t * half + i]) = ((start + t) as f32 * f).sin_cos();
-        }
-    }
-    let logit_rows = match want {
-        LogitsFor::Last => n - 1..n,
-        LogitsFor::All => 0..n,
-    };
+    let Begun { start, score_stride, head_stride, logit_rows } = begin(&m.config, tokens, want, cache, &mut ws.scores, ws.threads)?;
+    let half = m.config.head_dim / 2;
+    let (mut sin, mut cos) = (vec![0.0; n * half], vec![0.0; n * half]);
+    rope_tables(&m.inv_freq, start, n, &mut sin, &mut cos);
     let (kc, vc) = cache.keys_values_mut();
     let pass = Pass {
         m,
