@@ -58,6 +58,7 @@ pub fn load_model(path: &Path) -> Result<ModelFiles> {
         let tokenizer = Tokenizer::from_gguf(&file)?;
         (config, weights, tokenizer)
     };
+    let config = with_declared_lanes(config, path)?;
     let template = match tokenizer.chat_template() {
         Some(src) => {
             let text = |id: Option<u32>| id.and_then(|i| tokenizer.token_text(i)).unwrap_or_default();
@@ -66,6 +67,21 @@ pub fn load_model(path: &Path) -> Result<ModelFiles> {
         None => None,
     };
     Ok(ModelFiles { path: path.to_path_buf(), config, weights, tokenizer, template })
+}
+
+/// `config` with the lanes a `dtp` block (or `peregrine.dtp.*` keys) fixes: such a model
+/// was trained for that many lanes, so every runtime runs them (a block whose lanes are
+/// the run's `--tp` leaves one lane here, the ordinary model, and binds at GPU load).
+fn with_declared_lanes(mut config: ModelConfig, path: &Path) -> Result<ModelConfig> {
+    use crate::dtp::{EarlyLayers, Lanes};
+    if let Some(dtp) = crate::dtp::read_model_dtp(path)? {
+        if let Lanes::Fixed(count) = dtp.lanes {
+            let early_comm = dtp.early_layers == EarlyLayers::Present;
+            config.lanes = crate::config::LaneConfig { count, delay: dtp.delay, early_comm, ..Default::default() };
+            config.validate().map_err(|reason| Error::BadConfig { path: path.display().to_string(), reason: format!("dtp: {reason}") })?;
+        }
+    }
+    Ok(config)
 }
 
 /// The CUDA devices of a run with tensor-parallel degree `tp`: `gpus` as a

@@ -212,3 +212,37 @@ fn the_released_model_shape_has_its_published_parameter_count() {
     assert_eq!(config.head_dim, 96);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_dtp_block_with_fixed_lanes_runs_its_lanes_on_the_cpu() {
+    // An ordinary Llama checkpoint declared as trained for 2 DTP lanes (our `dtp` block).
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf/llama-gqa-untied");
+    let dir = std::env::temp_dir().join(format!("peregrine-dtp-block-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+    }
+    // (Its vocabulary of 320 is the Laneformer fixtures' tokenizer's.)
+    std::fs::copy(fixture(FIXTURES[0]).join("tokenizer.json"), dir.join("tokenizer.json")).unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    json["dtp"] = serde_json::json!({ "lanes": 2, "delay": 1, "early_layers": "none" });
+    std::fs::write(dir.join("config.json"), json.to_string()).unwrap();
+    let files = peregrine_engine::model::load_model(&dir).unwrap();
+    assert_eq!((files.config.lanes.count, files.config.lanes.delay, files.config.lanes.early_comm), (2, 1, false));
+
+    let tokens: Vec<u32> = (0..12).map(|i| (i * 29 % 300 + 3) as u32).collect();
+    let schedule = DtpSchedule::of_laneformer(&files.config).unwrap();
+    let lanes = ShardedModel::new(&files.config, &files.weights, 2).unwrap();
+    let want = lanes.session(Execution::Delayed(schedule)).unwrap().forward(&tokens).unwrap().concat();
+    let mut rt = FastRuntime::new(&files.config, &files.weights, FastOptions::defaults()).unwrap();
+    let got = rt.score(&tokens).unwrap().concat();
+    let rel = rel_err(&got, &want);
+    assert!(rel <= MAX_REL_ERR, "fast lane pass vs the lane reference: {rel:.3e}");
+    // The lanes change the function: the single-stream model gives other logits.
+    let (plain_config, plain_weights) = load_hf_dir(&src).unwrap();
+    let plain = FastRuntime::new(&plain_config, &plain_weights, FastOptions::defaults()).unwrap().score(&tokens).unwrap().concat();
+    assert!(rel_err(&plain, &want) > 1e-3, "the dtp block was ignored");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -50,6 +50,9 @@ impl LaneModel {
     /// Splits and repacks `weights` (float types only) using `threads` threads.
     pub fn new(config: &ModelConfig, weights: &Weights, isa: Isa, threads: usize) -> Result<LaneModel> {
         let c = config;
+        if c.attention_bias {
+            return Err(Error::InvalidRequest(format!("{}: the CPU lane runtime has no q/k/v biases (Laneformer has none)", c.name)));
+        }
         let plan = ShardPlan::new(c, c.lanes.count)?;
         let schedule = DtpSchedule::of_laneformer(c)?;
         let hd = c.head_dim;
