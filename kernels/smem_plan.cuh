@@ -43,7 +43,7 @@ constexpr int STAGE_OFF = align4(RESID_OFF + RESID_FLOATS);
 constexpr bool ROWS_FIT = Stage<D>::ITERS <= Stage<D>::N && Stage<QD>::ITERS <= Stage<QD>::N && Stage<F>::ITERS <= Stage<F>::N;
 constexpr int A_WORDS = cmax(Stage<D>::WORDS, (attn_stage_words<THREADS, HD>() + WARPS - 1) / WARPS);
 constexpr int B_WORDS = cmax(Stage<QD>::WORDS, Stage<F>::WORDS);
-constexpr bool AHEAD = STAGE && ROWS_FIT && STAGE_OFF * 4 + WARPS * (A_WORDS + B_WORDS) * 16 <= 220 * 1024;
+constexpr bool AHEAD = STAGE && ROWS_FIT && STAGE_OFF * 4 + WARPS * (A_WORDS + B_WORDS) * 16 <= PG_AHEAD_SMEM_BYTES;
 /// With AHEAD, the q/k/v and gate/up phases start the next phase's copy after their own
 /// input has arrived instead of before their wait, so the polls of that wait do not
 /// queue behind every SM's weight copies; the o phase (whose wait on attention is long)

@@ -333,6 +333,12 @@ fn screaming(name: &str) -> String {
     out
 }
 
+/// Bytes of shared memory the decode kernel's two staging sets may take together for
+/// staging ahead (the residual and the stage slots before them included): under the
+/// H200's 227 KiB per block with room for the rest of the plan; a shape whose sets do
+/// not fit stages one phase at a time (`kernels/smem_plan.cuh`, `AHEAD`).
+pub const STAGE_AHEAD_SHARED_BYTES: usize = 220 * 1024;
+
 /// Largest tensor-parallel degree (the kernel keeps one pointer per rank in registers).
 pub const MAX_TP: usize = 8;
 
@@ -472,6 +478,7 @@ pub fn defines_tp(
     put("QKV_BIAS", u8::from(config.attention_bias).to_string());
     put("THREADS", options.threads.to_string());
     put("NR", ROWS_PER_WARP.to_string());
+    put("AHEAD_SMEM_BYTES", STAGE_AHEAD_SHARED_BYTES.to_string());
     put("UNROLL", UNROLL.to_string());
     put("ATTN_MAX_SPLITS", options.attn_max_splits.to_string());
     put("TRACE", u8::from(options.diagnostics.trace).to_string());
