@@ -92,7 +92,8 @@ impl LaneWorkspace {
             up: vec![0.0; rows * s.gate],
             act: vec![0.0; rows * s.ffn],
             hh: vec![0.0; batch * s.d],
-            head_out: vec![0.0; rows * s.head],
+            // A vocabulary-parallel head writes one row per (token, lane), the others one per token.
+            head_out: vec![0.0; if m.heads.len() > 1 { rows } else { batch } * s.head],
             logits: vec![0.0; batch * c.vocab_size],
             scores: Vec::new(),
         }
