@@ -15,8 +15,8 @@ use crate::cpu::lanes::{LaneModel, LaneWorkspace};
 use crate::cpu::pool::Pool;
 use crate::cpu::workspace::Workspace;
 use crate::error::{Error, Result};
-use crate::runtime::{cpu_name, BackendInfo, Cancel, DecodeJob, Flow, RunEnd, Runtime};
-use crate::sampling::{sample, Sampled};
+use crate::runtime::{cpu_name, decode_steps, BackendInfo, Cancel, DecodeJob, Flow, RunEnd, Runtime};
+use crate::sampling::Sampled;
 use crate::weights::Weights;
 
 /// Prompt tokens per forward call: large enough that each unpacked weight tile
@@ -192,21 +192,13 @@ impl Runtime for FastRuntime {
         if !self.prefill(job.prompt, job.cancel)? {
             return Ok(RunEnd::Stopped);
         }
-        let mut seen = job.prompt.to_vec();
-        for step in 0..job.max_tokens {
-            let s = sample(self.pass.logits(0), job.sampling, &seen, step as u64, job.top_logprobs);
-            if job.stop_tokens.contains(&s.id) {
-                return Ok(RunEnd::StopToken);
-            }
-            if on_token(&s) == Flow::Stop {
-                return Ok(RunEnd::Stopped);
-            }
-            seen.push(s.id);
-            if step + 1 < job.max_tokens {
-                self.pass.forward(&self.pool, &mut self.cache, &[s.id], LogitsFor::Last)?;
-            }
-        }
-        Ok(RunEnd::Length)
+        decode_steps(
+            self,
+            job,
+            on_token,
+            |rt| rt.pass.logits(0),
+            |rt, id| rt.pass.forward(&rt.pool, &mut rt.cache, &[id], LogitsFor::Last).map(|_| ()),
+        )
     }
 
     fn score(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {

@@ -89,11 +89,22 @@ pub fn forward(model: &FastModel, pool: &Pool, ws: &mut Workspace, cache: &mut K
         error: Mutex::new(None),
     };
     pool.run(&|team| pass.run(team));
-    if let Some(e) = pass.error.into_inner().unwrap_or_else(|e| e.into_inner()) {
+    end_pass(pass.error, cache, n)?;
+    Ok(logit_rows.len())
+}
+
+/// Keeps the first error a member of a pass met (`slot`: the pass's).
+pub(crate) fn record_error(slot: &Mutex<Option<Error>>, e: Error) {
+    slot.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+}
+
+/// After a pass over `n` tokens: its error if a member met one, else the cache holds them.
+pub(crate) fn end_pass(error: Mutex<Option<Error>>, cache: &mut KvCache, n: usize) -> Result<()> {
+    if let Some(e) = error.into_inner().unwrap_or_else(|e| e.into_inner()) {
         return Err(e);
     }
     cache.advance(n);
-    Ok(logit_rows.len())
+    Ok(())
 }
 
 /// What [`begin`] fixed for one forward call.
@@ -232,8 +243,7 @@ impl Pass<'_> {
     }
 
     fn fail(&self, e: Error) {
-        let mut slot = self.error.lock().unwrap_or_else(|e| e.into_inner());
-        slot.get_or_insert(e);
+        record_error(&self.error, e);
     }
 
     fn run(&self, team: &Team<'_>) {

@@ -7,8 +7,8 @@ use crate::cpu::reference::{KvCache, ReferenceModel};
 use crate::dtp::reference::{Execution, ShardedModel};
 use crate::dtp::DtpSchedule;
 use crate::error::Result;
-use crate::runtime::{cpu_name, BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
-use crate::sampling::{sample, Sampled};
+use crate::runtime::{cpu_name, decode_steps, BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
+use crate::sampling::Sampled;
 use crate::weights::Weights;
 
 /// One residual stream, or a Laneformer's lanes.
@@ -70,21 +70,7 @@ impl Runtime for ReferenceRuntime {
                 }
                 logits = step(t)?;
             }
-            let mut seen = job.prompt.to_vec();
-            for i in 0..job.max_tokens {
-                let s = sample(&logits, job.sampling, &seen, i as u64, job.top_logprobs);
-                if job.stop_tokens.contains(&s.id) {
-                    return Ok(RunEnd::StopToken);
-                }
-                if on_token(&s) == Flow::Stop {
-                    return Ok(RunEnd::Stopped);
-                }
-                seen.push(s.id);
-                if i + 1 < job.max_tokens {
-                    logits = step(s.id)?;
-                }
-            }
-            Ok(RunEnd::Length)
+            decode_steps(&mut logits, job, on_token, |l| l.as_slice(), |l, id| Ok(*l = step(id)?))
         })
     }
 

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use crate::config::LaneHead;
 use crate::cpu::act_quant::ActPrecision;
-use crate::cpu::forward::{begin, rope_tables, rotate, Begun, LogitsFor};
+use crate::cpu::forward::{begin, end_pass, record_error, rope_tables, rotate, Begun, LogitsFor};
 use crate::cpu::kernels::{matmul, MatmulIo};
 use crate::cpu::kv_cache::{key_offset, KvCache, KEY_TILE};
 use crate::cpu::lanes::model::LaneModel;
@@ -152,10 +152,7 @@ pub fn forward(m: &LaneModel, pool: &Pool, ws: &mut LaneWorkspace, cache: &mut K
         error: Mutex::new(None),
     };
     pool.run(&|team| pass.run(team));
-    if let Some(e) = pass.error.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        return Err(e);
-    }
-    cache.advance(n);
+    end_pass(pass.error, cache, n)?;
     Ok(logit_rows.len())
 }
 
@@ -215,7 +212,7 @@ impl Pass<'_> {
     }
 
     fn fail(&self, e: Error) {
-        self.error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+        record_error(&self.error, e);
     }
 
     fn run(&self, team: &Team<'_>) {
