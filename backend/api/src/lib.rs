@@ -48,4 +48,7 @@ pub struct Limits {
     pub max_body_bytes: u64,
     /// A request (queue wait included) is cancelled after this many seconds (0 = never).
     pub request_timeout_s: u64,
+    /// Requests the engine decodes together (continuous batching; 1 = one at a time).
+    #[serde(default)]
+    pub max_batch: u32,
 }

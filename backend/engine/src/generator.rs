@@ -96,6 +96,11 @@ impl Runner {
         self.runtime.as_ref()
     }
 
+    /// The runtime, to run work on.
+    pub(crate) fn runtime_mut(&mut self) -> &mut dyn Runtime {
+        self.runtime.as_mut()
+    }
+
     /// Runs `request`, sending events through `emit` (which returns false once
     /// nobody listens: that cancels at the next token). `cancel` says the same between
     /// prompt chunks, where no event is sent. Errors become an `Error` event.
@@ -107,116 +112,181 @@ impl Runner {
 
     fn run_inner(&mut self, request: &Request, cancel: Cancel<'_>, emit: &mut dyn FnMut(Event) -> bool) -> Result<()> {
         let start = Instant::now();
-        let ms = move || start.elapsed().as_secs_f64() * 1000.0;
         let text = self.text.clone();
-        let prompt = text.prompt_ids(&request.prompt)?;
-        crate::admission::admit(self.runtime.config(), &prompt, request.max_tokens, &request.sampling, request.top_logprobs)?;
-        let prompt_n = prompt.len() as u32;
-        let finish = |emit: &mut dyn FnMut(Event) -> bool, reason, clock: &TokenClock| {
-            let usage = Usage { prompt_tokens: prompt_n, completion_tokens: clock.tokens, total_tokens: prompt_n + clock.tokens };
-            emit(Event::Done { finish_reason: reason, usage, timings: clock.timings(prompt_n) });
+        let prompt = Stream::prepare(&text, self.runtime.config(), request)?;
+        let runtime = &mut self.runtime;
+        let Some(mut stream) = Stream::begin(&text, request, prompt, start, emit, &mut |p, top| score_prompt(runtime.as_mut(), &text, p, top))?
+        else {
+            return Ok(());
         };
-        let mut clock = TokenClock::default();
-        if !emit(Event::Started { prompt_tokens: prompt.len() }) {
-            finish(emit, FinishReason::Cancelled, &clock);
-            return Ok(());
-        }
-        if request.echo_logprobs {
-            let scored = self.score_prompt(&prompt, request.top_logprobs)?;
-            if !emit(Event::PromptLogprobs(scored)) {
-                finish(emit, FinishReason::Cancelled, &clock);
-                return Ok(());
-            }
-        }
-        if request.max_tokens == 0 {
-            finish(emit, FinishReason::Length, &clock);
-            return Ok(());
-        }
+        let job = DecodeJob {
+            prompt: &stream.prompt.clone(),
+            max_tokens: request.max_tokens,
+            sampling: &request.sampling,
+            stop_tokens: &stream.stop_tokens.clone(),
+            top_logprobs: request.top_logprobs,
+            cancel,
+        };
+        let end = self.runtime.generate(&job, &mut |s: &Sampled| stream.on_token(s, cancel.requested(), emit))?;
+        stream.finish(end, emit)
+    }
+}
+
+/// Log-probability of each prompt token given its prefix, with alternatives.
+pub(crate) fn score_prompt(runtime: &mut dyn Runtime, text: &TextModel, prompt: &[u32], top: usize) -> Result<Vec<PromptToken>> {
+    let logits = runtime.score(prompt)?;
+    let text = |id: u32| text.token_str(id);
+    let mut out = vec![PromptToken { id: prompt[0], text: text(prompt[0]), scored: None }];
+    for (i, &id) in prompt.iter().enumerate().skip(1) {
+        let lp = log_softmax(&logits[i - 1]);
+        let alts =
+            top_k_indices(&lp, top.min(MAX_TOP_LOGPROBS)).into_iter().map(|(id, logprob)| TokenLogprob { id, logprob }).collect();
+        out.push(PromptToken { id, text: text(id), scored: Some(Sampled { id, logprob: lp[id as usize], top: alts }) });
+    }
+    Ok(out)
+}
+
+/// A request's text side while it runs, between the runtime's tokens and the client's
+/// events: incremental detokenizing, stop strings, the clock, the terminal event. One
+/// type for the one-at-a-time path ([`Runner::run`]) and the batch scheduler, so both
+/// send the same events for the same tokens.
+pub(crate) struct Stream<'t> {
+    start: Instant,
+    /// The prompt's ids.
+    pub prompt: Vec<u32>,
+    /// Token ids that end generation (EOS unless `ignore_eos`).
+    pub stop_tokens: Vec<u32>,
+    clock: TokenClock,
+    detok: Option<Detokenizer<'t>>,
+    detok_error: Option<Error>,
+    stops: StopMatcher,
+    last_stats: f64,
+    hit_stop_string: bool,
+    listener_gone: bool,
+}
+
+impl<'t> Stream<'t> {
+    /// The request's prompt ids, checked against the model's rules (no event yet).
+    pub fn prepare(text: &TextModel, config: &crate::config::ModelConfig, request: &Request) -> Result<Vec<u32>> {
+        let prompt = text.prompt_ids(&request.prompt)?;
+        crate::admission::admit(config, &prompt, request.max_tokens, &request.sampling, request.top_logprobs)?;
+        Ok(prompt)
+    }
+
+    /// Tells the client the request started (and its prompt's log-probabilities when
+    /// asked, from `score`); `None` when the request already ended (nothing to
+    /// generate, or the listener left), its terminal event sent.
+    pub fn begin(
+        text: &'t TextModel,
+        request: &Request,
+        prompt: Vec<u32>,
+        start: Instant,
+        emit: &mut dyn FnMut(Event) -> bool,
+        score: &mut dyn FnMut(&[u32], usize) -> Result<Vec<PromptToken>>,
+    ) -> Result<Option<Stream<'t>>> {
         let stop_tokens: Vec<u32> = match (&text.tokenizer, request.ignore_eos) {
             (Some(t), false) => t.eos_ids().to_vec(),
             _ => Vec::new(),
         };
-        let mut detok: Option<Detokenizer<'_>> = text.tokenizer.as_ref().map(|t| t.detokenizer());
-        let mut detok_error = None;
-        let mut stops = StopMatcher::new(&request.stop);
-        let mut last_stats = 0.0;
-        let mut hit_stop_string = false;
-        let mut listener_gone = false;
-        let job = DecodeJob {
-            prompt: &prompt,
-            max_tokens: request.max_tokens,
-            sampling: &request.sampling,
-            stop_tokens: &stop_tokens,
-            top_logprobs: request.top_logprobs,
-            cancel,
+        let stream = Stream {
+            start,
+            prompt,
+            stop_tokens,
+            clock: TokenClock::default(),
+            detok: text.tokenizer.as_ref().map(|t| t.detokenizer()),
+            detok_error: None,
+            stops: StopMatcher::new(&request.stop),
+            last_stats: 0.0,
+            hit_stop_string: false,
+            listener_gone: false,
         };
-        let mut on_token = |s: &Sampled| -> Flow {
-            // A cancel that landed during the prompt's last chunk: nothing more goes out.
-            if cancel.requested() {
-                listener_gone = true;
+        if !emit(Event::Started { prompt_tokens: stream.prompt.len() }) {
+            stream.done(FinishReason::Cancelled, emit);
+            return Ok(None);
+        }
+        if request.echo_logprobs {
+            let scored = score(&stream.prompt, request.top_logprobs)?;
+            if !emit(Event::PromptLogprobs(scored)) {
+                stream.done(FinishReason::Cancelled, emit);
+                return Ok(None);
+            }
+        }
+        if request.max_tokens == 0 {
+            stream.done(FinishReason::Length, emit);
+            return Ok(None);
+        }
+        Ok(Some(stream))
+    }
+
+    fn ms(&self) -> f64 {
+        self.start.elapsed().as_secs_f64() * 1000.0
+    }
+
+    /// One generated token: its text (held back while a stop string may be starting),
+    /// live stats now and then. `cancelled`: the client gave the request up (a cancel
+    /// that landed during the prompt's last chunk: nothing more goes out).
+    pub fn on_token(&mut self, s: &Sampled, cancelled: bool, emit: &mut dyn FnMut(Event) -> bool) -> Flow {
+        if cancelled {
+            self.listener_gone = true;
+            return Flow::Stop;
+        }
+        let now = self.ms();
+        self.clock.tick(now);
+        let piece = match self.detok.as_mut().map(|d| d.push(s.id)) {
+            Some(Ok(text)) => text,
+            Some(Err(e)) => {
+                self.detok_error = Some(e);
                 return Flow::Stop;
             }
-            let now = ms();
-            clock.tick(now);
-            let piece = match detok.as_mut().map(|d| d.push(s.id)) {
-                Some(Ok(text)) => text,
-                Some(Err(e)) => {
-                    detok_error = Some(e);
-                    return Flow::Stop;
-                }
-                None => String::new(),
-            };
-            let scan = stops.push(&piece);
-            if !emit(Event::Token { id: s.id, text: scan.emit, sampled: s.clone() }) {
-                listener_gone = true;
-                return Flow::Stop;
-            }
-            if now - last_stats >= STATS_INTERVAL.as_secs_f64() * 1e3 {
-                last_stats = now;
-                emit(Event::Stats(clock.stats(now)));
-            }
-            if scan.stopped {
-                hit_stop_string = true;
-                return Flow::Stop;
-            }
-            Flow::Continue
+            None => String::new(),
         };
-        let end = self.runtime.generate(&job, &mut on_token)?;
-        if let Some(e) = detok_error {
+        let scan = self.stops.push(&piece);
+        if !emit(Event::Token { id: s.id, text: scan.emit, sampled: s.clone() }) {
+            self.listener_gone = true;
+            return Flow::Stop;
+        }
+        if now - self.last_stats >= STATS_INTERVAL.as_secs_f64() * 1e3 {
+            self.last_stats = now;
+            emit(Event::Stats(self.clock.stats(now)));
+        }
+        if scan.stopped {
+            self.hit_stop_string = true;
+            return Flow::Stop;
+        }
+        Flow::Continue
+    }
+
+    /// The run ended (`end`, as the token loop saw it): the held-back text, the last
+    /// stats and the terminal event, or the detokenizer's error.
+    pub fn finish(mut self, end: RunEnd, emit: &mut dyn FnMut(Event) -> bool) -> Result<()> {
+        if let Some(e) = self.detok_error.take() {
             return Err(e);
         }
         // A gone or cancelling listener still gets a terminal event if it can hear it.
         let reason = match end {
-            _ if listener_gone => FinishReason::Cancelled,
+            _ if self.listener_gone => FinishReason::Cancelled,
             RunEnd::StopToken => FinishReason::Stop,
             RunEnd::Length => FinishReason::Length,
-            RunEnd::Stopped if hit_stop_string => FinishReason::Stop,
+            RunEnd::Stopped if self.hit_stop_string => FinishReason::Stop,
             RunEnd::Stopped => FinishReason::Cancelled,
         };
-        if !hit_stop_string && !listener_gone {
+        if !self.hit_stop_string && !self.listener_gone {
             // Whatever the detokenizer and stop matcher still hold is real output.
-            let mut tail = detok.as_mut().map(|d| d.finish()).unwrap_or_default();
-            tail = stops.push(&tail).emit + &stops.flush();
+            let mut tail = self.detok.as_mut().map(|d| d.finish()).unwrap_or_default();
+            tail = self.stops.push(&tail).emit + &self.stops.flush();
             if !tail.is_empty() {
                 emit(Event::Text(tail));
             }
         }
-        emit(Event::Stats(clock.stats(ms())));
-        finish(emit, reason, &clock);
+        emit(Event::Stats(self.clock.stats(self.ms())));
+        self.done(reason, emit);
         Ok(())
     }
 
-    /// Log-probability of each prompt token given its prefix, with alternatives.
-    fn score_prompt(&mut self, prompt: &[u32], top: usize) -> Result<Vec<PromptToken>> {
-        let logits = self.runtime.score(prompt)?;
-        let text = |id: u32| self.text.token_str(id);
-        let mut out = vec![PromptToken { id: prompt[0], text: text(prompt[0]), scored: None }];
-        for (i, &id) in prompt.iter().enumerate().skip(1) {
-            let lp = log_softmax(&logits[i - 1]);
-            let alts =
-                top_k_indices(&lp, top.min(MAX_TOP_LOGPROBS)).into_iter().map(|(id, logprob)| TokenLogprob { id, logprob }).collect();
-            out.push(PromptToken { id, text: text(id), scored: Some(Sampled { id, logprob: lp[id as usize], top: alts }) });
-        }
-        Ok(out)
+    fn done(&self, reason: FinishReason, emit: &mut dyn FnMut(Event) -> bool) {
+        let prompt_n = self.prompt.len() as u32;
+        let tokens = self.clock.tokens;
+        let usage = Usage { prompt_tokens: prompt_n, completion_tokens: tokens, total_tokens: prompt_n + tokens };
+        emit(Event::Done { finish_reason: reason, usage, timings: self.clock.timings(prompt_n) });
     }
 }

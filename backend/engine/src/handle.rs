@@ -1,5 +1,6 @@
 //! The engine thread and its handle: a bounded FIFO queue of requests, each with its
-//! own event channel. The engine owns its thread; load errors come back through a
+//! own event channel; up to the batch of them run at once when the runtime decodes
+//! several sequences per step (scheduler.rs), else one at a time. The engine owns its thread; load errors come back through a
 //! ready channel; dropping the receiver or calling cancel stops a request at the
 //! next token boundary (or, mid-prompt, at the next prefill chunk), and a queued
 //! request whose receiver is gone leaves the queue without running. The tokenizer and template are shared with the handle so callers
@@ -15,9 +16,29 @@ use crate::error::{Error, Result};
 use crate::generator::{Generator, Runner, TextModel};
 use crate::request::{ErrorCode, Event, Request};
 use crate::runtime::Cancel;
+use crate::scheduler::BatchPlan;
 
-/// Default number of requests that may wait behind the running one.
+/// Default number of requests that may wait behind the running ones.
 pub const DEFAULT_MAX_QUEUE: usize = 16;
+
+/// How much work the engine takes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineLimits {
+    /// Requests that may wait for a place in the batch.
+    pub max_queue: usize,
+    /// Requests decoded together (`None`: the runtime's default; 1 = one at a time).
+    pub max_batch: Option<usize>,
+    /// KV-cache positions (prompt + max_tokens) the running requests may reserve
+    /// together (`None`: the context length × the batch, so any request fits alone).
+    pub kv_budget: Option<usize>,
+}
+
+impl From<usize> for EngineLimits {
+    /// A queue of `max_queue` in front of one request at a time.
+    fn from(max_queue: usize) -> EngineLimits {
+        EngineLimits { max_queue, max_batch: Some(1), kv_budget: None }
+    }
+}
 
 /// What the server tells clients about the loaded model.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,38 +52,51 @@ pub struct EngineInfo {
     pub backend: String,
     pub devices: Vec<String>,
     pub max_queue: usize,
+    /// Requests decoded together.
+    pub max_batch: usize,
+    /// KV-cache positions the running requests may reserve together.
+    pub kv_budget: usize,
 }
 
 /// A queued request.
-struct Job {
-    request: Request,
-    events: UnboundedSender<Event>,
-    cancel: Arc<AtomicBool>,
+pub(crate) struct Job {
+    pub request: Request,
+    pub events: UnboundedSender<Event>,
+    pub cancel: Arc<AtomicBool>,
 }
 
 impl Job {
     /// Nobody will read this job's events (the client left or cancelled).
-    fn abandoned(&self) -> bool {
+    pub fn abandoned(&self) -> bool {
         self.events.is_closed() || self.cancel.load(Ordering::Acquire)
+    }
+
+    /// Sends `e`; false once nobody listens or the client cancelled (the run stops at
+    /// the next token; the terminal event still reaches a listener that cancelled but stayed).
+    pub fn emit(&self, e: Event) -> bool {
+        self.events.send(e).is_ok() && !self.cancel.load(Ordering::Acquire)
     }
 }
 
-struct Shared {
-    queue: Mutex<Queue>,
-    wake: Condvar,
+pub(crate) struct Shared {
+    pub queue: Mutex<Queue>,
+    pub wake: Condvar,
 }
 
-struct Queue {
-    jobs: VecDeque<Job>,
-    shutdown: bool,
-    /// The running request's cancel flag; `None` while idle.
-    running: Option<Arc<AtomicBool>>,
+pub(crate) struct Queue {
+    pub jobs: VecDeque<Job>,
+    pub shutdown: bool,
+    /// The cancel flags of the requests the engine holds (running, or taken from the
+    /// queue and about to start); empty while idle.
+    pub running: Vec<Arc<AtomicBool>>,
+    /// Requests the engine runs at once (known once the model loaded).
+    pub batch: usize,
 }
 
 impl Queue {
     /// Drops queued jobs whose clients left and tells the others their new position,
     /// so a dead request never holds a queue slot or runs.
-    fn prune(&mut self) {
+    pub fn prune(&mut self) {
         let before = self.jobs.len();
         self.jobs.retain(|j| !j.abandoned());
         if self.jobs.len() != before {
@@ -70,7 +104,7 @@ impl Queue {
         }
     }
 
-    fn announce_positions(&self) {
+    pub fn announce_positions(&self) {
         for (position, waiting) in self.jobs.iter().enumerate() {
             let _ = waiting.events.send(Event::Queued { position });
         }
@@ -124,12 +158,14 @@ impl CancelHandle {
 impl EngineHandle {
     /// Starts the engine thread; `load` runs on it and builds the generator. Returns
     /// once loading finished, with its error if it failed.
-    pub fn start<F>(load: F, max_queue: usize) -> Result<EngineHandle>
+    pub fn start<F>(load: F, limits: impl Into<EngineLimits>) -> Result<EngineHandle>
     where
         F: FnOnce() -> Result<Generator> + Send + 'static,
     {
-        let shared =
-            Arc::new(Shared { queue: Mutex::new(Queue { jobs: VecDeque::new(), shutdown: false, running: None }), wake: Condvar::new() });
+        let limits = limits.into();
+        let max_queue = limits.max_queue;
+        let queue = Queue { jobs: VecDeque::new(), shutdown: false, running: Vec::new(), batch: 1 };
+        let shared = Arc::new(Shared { queue: Mutex::new(queue), wake: Condvar::new() });
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(EngineInfo, Arc<TextModel>)>>();
         let thread_shared = shared.clone();
         std::thread::Builder::new()
@@ -142,8 +178,22 @@ impl EngineHandle {
                         return;
                     }
                 };
-                let _ = ready_tx.send(Ok((info_of(&runner, max_queue), runner.text().clone())));
-                serve_jobs(&thread_shared, &mut runner);
+                let plan = match BatchPlan::of(&mut runner, &limits) {
+                    Ok(plan) => plan,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                if let Ok(mut q) = thread_shared.queue.lock() {
+                    q.batch = plan.batch;
+                }
+                let _ = ready_tx.send(Ok((info_of(&runner, max_queue, &plan), runner.text().clone())));
+                if plan.batch > 1 {
+                    crate::scheduler::serve_batched(&thread_shared, &mut runner, plan);
+                } else {
+                    serve_jobs(&thread_shared, &mut runner);
+                }
             })
             .map_err(|e| Error::Unavailable(format!("cannot start the engine thread: {e}")))?;
         let (info, text) = ready_rx.recv().map_err(|_| Error::Unavailable("the engine thread died while loading".into()))??;
@@ -160,7 +210,7 @@ impl EngineHandle {
         &self.text
     }
 
-    /// Requests waiting (not counting the one running); abandoned ones are dropped first.
+    /// Requests waiting (not counting the running ones); abandoned ones are dropped first.
     pub fn queue_len(&self) -> usize {
         self.shared
             .queue
@@ -174,7 +224,12 @@ impl EngineHandle {
 
     /// True while a request runs.
     pub fn busy(&self) -> bool {
-        self.shared.queue.lock().map(|q| q.running.is_some()).unwrap_or(false)
+        self.running() > 0
+    }
+
+    /// Requests the engine holds (running, or about to start).
+    pub fn running(&self) -> usize {
+        self.shared.queue.lock().map(|q| q.running.len()).unwrap_or(0)
     }
 
     /// Queues a request; a full queue or a stopping engine is [`Error::Unavailable`].
@@ -195,7 +250,7 @@ impl EngineHandle {
             return Err(Rejected::QueueFull { waiting: q.jobs.len() });
         }
         let position = q.jobs.len();
-        if q.running.is_some() || position > 0 {
+        if q.running.len() >= q.batch || position > 0 {
             let _ = tx.send(Event::Queued { position });
         }
         q.jobs.push_back(Job { request, events: tx, cancel: cancel.clone() });
@@ -203,17 +258,17 @@ impl EngineHandle {
         Ok(Submission { events: rx, cancel: CancelHandle(cancel) })
     }
 
-    /// Stops the running request at its next token boundary (shutdown after a grace period).
+    /// Stops the running requests at their next token boundary (shutdown after a grace period).
     pub fn cancel_running(&self) {
         if let Ok(q) = self.shared.queue.lock() {
-            if let Some(flag) = &q.running {
+            for flag in &q.running {
                 flag.store(true, Ordering::Release);
             }
         }
     }
 
     /// Stops taking requests: queued ones end with an `Unavailable` error, the running
-    /// one finishes (or is cancelled with [`Self::cancel_running`]), then the thread ends.
+    /// ones finish (or is cancelled with [`Self::cancel_running`]), then the thread ends.
     pub fn shutdown(&self) {
         if let Ok(mut q) = self.shared.queue.lock() {
             q.shutdown = true;
@@ -225,7 +280,7 @@ impl EngineHandle {
     }
 }
 
-fn info_of(r: &Runner, max_queue: usize) -> EngineInfo {
+fn info_of(r: &Runner, max_queue: usize, plan: &BatchPlan) -> EngineInfo {
     let c = r.runtime().config();
     let b = r.runtime().backend();
     EngineInfo {
@@ -237,6 +292,8 @@ fn info_of(r: &Runner, max_queue: usize) -> EngineInfo {
         backend: b.kind,
         devices: b.devices,
         max_queue,
+        max_batch: plan.batch,
+        kv_budget: plan.kv_budget,
     }
 }
 
@@ -245,7 +302,7 @@ fn serve_jobs(shared: &Shared, runner: &mut Runner) {
     loop {
         let job = {
             let Ok(mut q) = shared.queue.lock() else { return };
-            q.running = None;
+            q.running.clear();
             let job = loop {
                 q.prune();
                 if let Some(job) = q.jobs.pop_front() {
@@ -259,13 +316,11 @@ fn serve_jobs(shared: &Shared, runner: &mut Runner) {
                     Err(_) => return,
                 };
             };
-            q.running = Some(job.cancel.clone());
+            q.running.push(job.cancel.clone());
             q.announce_positions();
             job
         };
-        // `false` (cancelled or receiver dropped) stops the run at the next token; the
-        // terminal event is still sent to a listener that cancelled but stayed.
-        let mut emit = |e: Event| job.events.send(e).is_ok() && !job.cancel.load(Ordering::Acquire);
+        let mut emit = |e: Event| job.emit(e);
         // The same question during prefill, asked by the runtime between chunks.
         let abandoned = || job.abandoned();
         runner.run(&job.request, Cancel::when(&abandoned), &mut emit);

@@ -26,14 +26,14 @@ macro_rules! internal_modules {
 }
 
 internal_modules!(
-    admission, config, cpu, cuda, dtp, generator, gguf, handle, hf, laneformer, model, options, request, rng, runtime, sampling, stop,
-    synthetic, template, tensor, tokenizer, weights,
+    admission, config, cpu, cuda, dtp, generator, gguf, handle, hf, laneformer, model, options, request, rng, runtime, sampling, scheduler,
+    stop, synthetic, template, tensor, tokenizer, weights,
 );
 mod error;
 
 pub use error::{Error, Result};
 pub use generator::TextModel;
-pub use handle::{CancelHandle, EngineHandle, EngineInfo, Rejected, Submission, DEFAULT_MAX_QUEUE};
+pub use handle::{CancelHandle, EngineHandle, EngineInfo, EngineLimits, Rejected, Submission, DEFAULT_MAX_QUEUE};
 pub use model::{build_generator, load_model, parse_gpus, resolve_model_path, ModelFiles, DEFAULT_MODEL_FILE};
 pub use options::{
     CpuOptions, CpuRuntimeKind, CudaOptions, CudaPaths, Device, Diagnostics, EngineOptions, GpuWeights, PrefillMode, ThreadsPolicy,

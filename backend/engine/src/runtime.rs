@@ -91,6 +91,11 @@ pub trait Runtime: Send {
     fn generate(&mut self, job: &DecodeJob<'_>, on_token: &mut dyn FnMut(&Sampled) -> Flow) -> Result<RunEnd>;
     /// Logits of every position of `tokens` (prompt scoring).
     fn score(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>>;
+    /// The runtime's batch side, when it decodes several sequences per step; `None`
+    /// runs one request at a time through [`Runtime::generate`].
+    fn batch(&mut self) -> Option<&mut dyn BatchDecode> {
+        None
+    }
     /// [`Runtime::generate`] to the run's end, every sampled token kept (checks and benchmarks).
     fn generate_all(&mut self, job: &DecodeJob<'_>) -> Result<(Vec<Sampled>, RunEnd)> {
         let mut out = Vec::new();
@@ -100,6 +105,42 @@ pub trait Runtime: Send {
         })?;
         Ok((out, end))
     }
+}
+
+/// One sequence's tokens in a batch step: they follow what its slot holds.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotTokens<'a> {
+    pub slot: usize,
+    pub tokens: &'a [u32],
+}
+
+/// A runtime that keeps several sequences (slots, each with its own KV cache) and runs
+/// them in one pass per step, for continuous batching: the scheduler opens a slot per
+/// request, feeds prompt chunks and sampled tokens, and closes it when the request ends.
+pub trait BatchDecode {
+    /// Most slots (sequences) this runtime can hold.
+    fn capacity(&self) -> usize;
+    /// The batch the engine uses when the operator does not say (measured per device).
+    fn default_batch(&self) -> usize;
+    /// Most tokens one step may carry, all slots together.
+    fn step_tokens(&self) -> usize;
+    /// Starts an empty sequence in `slot` with room for `positions` tokens.
+    fn open(&mut self, slot: usize, positions: usize) -> Result<()>;
+    /// Runs each entry's tokens after what its slot holds (distinct slots, each with at
+    /// least one token); afterwards [`Self::logits`]`(i)` is entry `i`'s last token's.
+    fn step(&mut self, work: &[SlotTokens<'_>]) -> Result<()>;
+    /// Logits of entry `i`'s last token in the last step.
+    fn logits(&self, i: usize) -> &[f32];
+    /// Ends `slot`'s sequence and frees its cache.
+    fn close(&mut self, slot: usize);
+}
+
+/// Token `i` of a run, sampled from `logits` given `seen` (the prompt and the tokens
+/// generated before it); `None` when it is a stop token. The one sampling step of every
+/// host-side token loop, so a seed gives the same tokens alone or batched.
+pub(crate) fn next_token(logits: &[f32], sampling: &SamplingParams, seen: &[u32], i: usize, top_logprobs: usize, stop_tokens: &[u32]) -> Option<Sampled> {
+    let s = crate::sampling::sample(logits, sampling, seen, i as u64, top_logprobs);
+    (!stop_tokens.contains(&s.id)).then_some(s)
 }
 
 /// The token loop of a runtime that steps on the host (the CPU runtimes), after its
@@ -116,10 +157,9 @@ pub(crate) fn decode_steps<S>(
 ) -> Result<RunEnd> {
     let mut seen = job.prompt.to_vec();
     for i in 0..job.max_tokens {
-        let s = crate::sampling::sample(logits(state), job.sampling, &seen, i as u64, job.top_logprobs);
-        if job.stop_tokens.contains(&s.id) {
+        let Some(s) = next_token(logits(state), job.sampling, &seen, i, job.top_logprobs, job.stop_tokens) else {
             return Ok(RunEnd::StopToken);
-        }
+        };
         if on_token(&s) == Flow::Stop {
             return Ok(RunEnd::Stopped);
         }

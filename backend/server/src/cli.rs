@@ -43,9 +43,17 @@ pub struct ServeArgs {
     /// Where share links are stored (SQLite); default ${XDG_DATA_HOME:-~/.local/share}/peregrine.
     #[arg(long, env = "PEREGRINE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Requests that may wait behind the running one; more get 429.
+    /// Requests that may wait behind the running ones; more get 429.
     #[arg(long, default_value_t = peregrine_engine::DEFAULT_MAX_QUEUE)]
     pub max_queue: usize,
+    /// Requests decoded together (continuous batching); default: the runtime's own
+    /// (4 on the fast CPU runtime, 1 where the runtime decodes one request at a time).
+    #[arg(long, env = "PEREGRINE_MAX_BATCH")]
+    pub max_batch: Option<usize>,
+    /// KV-cache positions (prompt + max_tokens) the running requests may reserve
+    /// together; a request that does not fit waits. Default: context length × batch.
+    #[arg(long, env = "PEREGRINE_KV_BUDGET")]
+    pub kv_budget: Option<usize>,
     /// Concurrent requests per client IP (0 = no limit); more get 429.
     #[arg(long, default_value_t = crate::config::DEFAULT_MAX_PER_CLIENT)]
     pub max_per_client: usize,

@@ -1,6 +1,6 @@
 //! Loading the model and starting the engine thread from command-line arguments.
 
-use peregrine_engine::{build_generator, load_model, EngineHandle, EngineOptions};
+use peregrine_engine::{build_generator, load_model, EngineHandle, EngineLimits, EngineOptions};
 
 use crate::cli::ModelArgs;
 use crate::error::Result;
@@ -28,18 +28,19 @@ pub fn choose_model(args: &ModelArgs) -> Result<ModelChoice> {
 }
 
 /// Loads the model on the engine thread and waits until it is ready.
-pub async fn load_engine(choice: &ModelChoice, max_queue: usize) -> Result<EngineHandle> {
+pub async fn load_engine(choice: &ModelChoice, limits: EngineLimits) -> Result<EngineHandle> {
     let (path, options) = (choice.path.clone(), choice.options.clone());
     eprintln!("loading {}", path.display());
-    let handle = tokio::task::spawn_blocking(move || EngineHandle::start(move || build_generator(load_model(&path)?, &options), max_queue))
+    let handle = tokio::task::spawn_blocking(move || EngineHandle::start(move || build_generator(load_model(&path)?, &options), limits))
         .await
         .map_err(|e| crate::error::Error::Request(format!("engine start-up task failed: {e}")))??;
     let info = handle.info();
     eprintln!("model {} ({} parameters) on {} [{}]", info.model_name, info.parameters, info.backend, info.devices.join(", "));
+    eprintln!("batch {} request(s) at once, KV budget {} positions, queue {}", info.max_batch, info.kv_budget, info.max_queue);
     Ok(handle)
 }
 
 /// Resolves, loads and starts the engine (the `generate` subcommand).
 pub async fn start_engine(args: &ModelArgs, max_queue: usize) -> Result<EngineHandle> {
-    load_engine(&choose_model(args)?, max_queue).await
+    load_engine(&choose_model(args)?, max_queue.into()).await
 }

@@ -7,6 +7,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use peregrine_engine::EngineLimits;
 use tokio::net::TcpListener;
 
 use crate::app::{app, AppState};
@@ -45,9 +46,9 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     let slot = EngineSlot::loading();
     let state = AppState::new(args.dist.clone()).with_engine_slot(slot.clone()).with_shares(shares).with_settings(settings);
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<Error>();
-    let max_queue = args.max_queue;
+    let limits = EngineLimits { max_queue: args.max_queue, max_batch: args.max_batch, kv_budget: args.kv_budget };
     tokio::spawn(async move {
-        match load_engine(&choice, max_queue).await {
+        match load_engine(&choice, limits).await {
             Ok(handle) => slot.set_ready(handle, model_id(&choice.path)),
             Err(e) => {
                 slot.set_failed(e.to_string());

@@ -1,14 +1,15 @@
 //! The queue, limits and timers over real HTTP with a scripted engine whose tokens the
 //! test releases one by one: queue positions on the stream, 429 with Retry-After
 //! (full queue, per-client limit), a queued request whose client left never runs,
-//! stats ticks while tokens are slow, the request timeout, graceful shutdown.
+//! stats ticks while tokens are slow, the request timeout, graceful shutdown; and the
+//! queue, a client leaving and the timeout again with a batch of four running at once.
 
 mod common;
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{dist_with_index, gated_engine, metric, start, wait_for, Scripted, Server, SseReader};
+use common::{dist_with_index, gated_batch_engine, gated_engine, metric, start, wait_for, Scripted, Server, SseReader};
 use peregrine_server::app::AppState;
 use peregrine_server::config::Settings;
 use serde_json::{json, Value};
@@ -240,4 +241,75 @@ async fn an_openai_stream_that_fails_ends_with_a_data_error_object() {
     assert_eq!(err["error"]["code"], "timeout", "{err}");
     assert_eq!(err["error"]["type"], "server_error");
     release(&gate, 1);
+}
+
+/// The batch of the batched tests.
+const BATCH: usize = 4;
+
+/// Starts `n` requests of `max_tokens` that all get a place in the batch.
+async fn start_batch(client: &reqwest::Client, server: &Server, n: usize, max_tokens: u32) -> Vec<SseReader> {
+    let mut running = Vec::new();
+    for i in 0..n {
+        let mut r = SseReader::new(generate(client, server, &format!("batch member {i}"), max_tokens).await);
+        expect_started(&mut r).await;
+        running.push(r);
+    }
+    running
+}
+
+#[tokio::test]
+async fn with_a_batch_of_four_the_fifth_waits_a_full_queue_is_429_and_a_leaving_client_frees_its_place() {
+    let (s, gate) = gated_batch_engine(2, BATCH);
+    let server = serve(&s, Settings::default()).await;
+    let client = reqwest::Client::new();
+    let mut running = start_batch(&client, &server, BATCH, 50).await;
+    let mut e = SseReader::new(generate(&client, &server, "fifth", 2).await);
+    assert_eq!(next_non_stats(&mut e).await, ("queued".into(), json!({ "type": "queued", "position": 0 })));
+    let mut f = SseReader::new(generate(&client, &server, "sixth", 2).await);
+    assert_eq!(next_non_stats(&mut f).await, ("queued".into(), json!({ "type": "queued", "position": 1 })));
+    assert_eq!(generate(&client, &server, "seventh", 2).await.status(), 429);
+
+    // One step: every running request gets a token.
+    release(&gate, 1);
+    for r in &mut running {
+        assert_eq!(next_non_stats(r).await.0, "token");
+    }
+    // The second's client leaves: at the next step its place goes to the fifth.
+    drop(running.remove(1));
+    release(&gate, 1);
+    assert_eq!(next_non_stats(&mut e).await.0, "started");
+    assert_eq!(next_non_stats(&mut f).await, ("queued".into(), json!({ "type": "queued", "position": 0 })));
+    release(&gate, 60);
+    for r in running {
+        assert_eq!(r.collect().await.last().unwrap().event, "done");
+    }
+    assert_eq!(e.collect().await.last().unwrap().event, "done");
+    assert_eq!(f.collect().await.last().unwrap().event, "done");
+    assert_eq!(s.ran.lock().unwrap().len(), BATCH + 2, "every request but the refused one ran");
+    let m = client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert_eq!(metric(&m, "peregrine_requests_total{finish_reason=\"cancelled\"}"), Some(1.0));
+    assert_eq!(metric(&m, "peregrine_requests_total{finish_reason=\"length\"}"), Some(BATCH as f64 + 1.0));
+    assert_eq!(metric(&m, "peregrine_requests_rejected_total{reason=\"queue_full\"}"), Some(1.0));
+}
+
+#[tokio::test]
+async fn with_a_batch_of_four_the_request_timeout_ends_every_stuck_stream_and_frees_the_engine() {
+    let (s, gate) = gated_batch_engine(4, BATCH);
+    let server = serve(&s, Settings { request_timeout: Some(Duration::from_millis(800)), ..Settings::default() }).await;
+    let client = reqwest::Client::new();
+    let mut running = start_batch(&client, &server, BATCH, 5).await;
+    let m = client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert_eq!(metric(&m, "peregrine_requests_running"), Some(BATCH as f64));
+    for r in &mut running {
+        let (name, v) = next_non_stats(r).await;
+        assert_eq!((name.as_str(), v["code"].as_str()), ("error", Some("timeout")), "{v}");
+    }
+    // The engine sees the cancellations after its next step and takes the next request.
+    release(&gate, 1);
+    let mut b = SseReader::new(generate(&client, &server, "next", 1).await);
+    expect_started(&mut b).await;
+    release(&gate, 1);
+    assert_eq!(b.collect().await.last().unwrap().event, "done");
+    let m = client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert_eq!(metric(&m, "peregrine_requests_total{finish_reason=\"timeout\"}"), Some(BATCH as f64));
 }

@@ -8,20 +8,25 @@ use crate::admission::check_fits;
 use crate::config::ModelConfig;
 use crate::cpu::act_quant::ActPrecision;
 use crate::cpu::fast_model::FastModel;
-use crate::cpu::forward::{forward, LogitsFor};
+use crate::cpu::forward::{forward, forward_seqs, LogitsFor, SeqChunk};
 use crate::cpu::isa::Isa;
 use crate::cpu::kv_cache::KvCache;
 use crate::cpu::lanes::{LaneModel, LaneWorkspace};
 use crate::cpu::pool::Pool;
 use crate::cpu::workspace::Workspace;
 use crate::error::{Error, Result};
-use crate::runtime::{cpu_name, decode_steps, BackendInfo, Cancel, DecodeJob, Flow, RunEnd, Runtime};
+use crate::runtime::{cpu_name, decode_steps, BackendInfo, BatchDecode, Cancel, DecodeJob, Flow, RunEnd, Runtime, SlotTokens};
 use crate::sampling::Sampled;
 use crate::weights::Weights;
 
 /// Prompt tokens per forward call: large enough that each unpacked weight tile
 /// feeds many tokens, small enough that activations stay in L2.
 pub const DEFAULT_PREFILL_BATCH: usize = 256;
+/// Most sequences the batch side holds.
+pub const MAX_SLOTS: usize = 8;
+/// Sequences decoded together when the operator does not say: where the aggregate
+/// rate still grows while each stream keeps most of its solo speed (docs/benchmarks.md).
+pub const DEFAULT_BATCH: usize = 4;
 
 /// How to build a [`FastRuntime`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,6 +100,8 @@ pub struct FastRuntime {
     packed_bytes: usize,
     pool: Pool,
     cache: KvCache,
+    /// The batch side's sequences (grown to [`MAX_SLOTS`] on demand).
+    slots: Vec<KvCache>,
 }
 
 impl FastRuntime {
@@ -121,7 +128,7 @@ impl FastRuntime {
         };
         let pool = Pool::new(threads).map_err(|e| Error::Unavailable(format!("cannot start CPU worker threads: {e}")))?;
         let cache = KvCache::new(config);
-        Ok(FastRuntime { pass, isa: options.isa, packed_bytes, pool, cache })
+        Ok(FastRuntime { pass, isa: options.isa, packed_bytes, pool, cache, slots: Vec::new() })
     }
 
     /// Threads in the team.
@@ -201,10 +208,79 @@ impl Runtime for FastRuntime {
         )
     }
 
+    fn batch(&mut self) -> Option<&mut dyn BatchDecode> {
+        // The lane pass runs one sequence per call.
+        matches!(self.pass, Pass::Ordinary { .. }).then_some(self as &mut dyn BatchDecode)
+    }
+
     fn score(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
         check_fits(self.pass.config(), tokens.len(), 0)?;
         self.cache.clear();
         self.cache.reserve(tokens.len());
         self.forward(tokens, true)
+    }
+}
+
+impl BatchDecode for FastRuntime {
+    fn capacity(&self) -> usize {
+        MAX_SLOTS
+    }
+
+    fn default_batch(&self) -> usize {
+        DEFAULT_BATCH
+    }
+
+    fn step_tokens(&self) -> usize {
+        self.pass.batch()
+    }
+
+    fn open(&mut self, slot: usize, positions: usize) -> Result<()> {
+        if slot >= MAX_SLOTS {
+            return Err(Error::InvalidRequest(format!("slot {slot} is outside the {MAX_SLOTS} this runtime holds")));
+        }
+        check_fits(self.pass.config(), positions.max(1), 0)?;
+        let config = self.pass.config().clone();
+        while self.slots.len() <= slot {
+            self.slots.push(KvCache::new(&config));
+        }
+        let cache = &mut self.slots[slot];
+        cache.clear();
+        cache.reserve(positions);
+        Ok(())
+    }
+
+    fn step(&mut self, work: &[SlotTokens<'_>]) -> Result<()> {
+        let Pass::Ordinary { model, ws } = &mut self.pass else {
+            return Err(Error::Unavailable("the lane pass decodes one sequence at a time".into()));
+        };
+        let mut caches: Vec<Option<&mut KvCache>> = self.slots.iter_mut().map(Some).collect();
+        let mut seqs = Vec::with_capacity(work.len());
+        for w in work {
+            let cache = caches.get_mut(w.slot).and_then(Option::take);
+            let cache = cache.ok_or_else(|| Error::InvalidRequest(format!("slot {} is not open or appears twice in one step", w.slot)))?;
+            if w.tokens.is_empty() {
+                return Err(Error::InvalidRequest(format!("slot {} has no tokens in this step", w.slot)));
+            }
+            seqs.push(SeqChunk { cache, tokens: w.tokens });
+        }
+        let total: usize = work.iter().map(|w| w.tokens.len()).sum();
+        if total > ws.batch() {
+            return Err(Error::InvalidRequest(format!("a step of {total} tokens is more than the {} one pass takes", ws.batch())));
+        }
+        if seqs.is_empty() {
+            return Ok(());
+        }
+        forward_seqs(model, &self.pool, ws, &mut seqs, LogitsFor::Last).map(|_| ())
+    }
+
+    fn logits(&self, i: usize) -> &[f32] {
+        self.pass.logits(i)
+    }
+
+    fn close(&mut self, slot: usize) {
+        if let Some(cache) = self.slots.get_mut(slot) {
+            // The memory goes back: an idle slot holds nothing.
+            *cache = KvCache::new(self.pass.config());
+        }
     }
 }

@@ -33,18 +33,58 @@ pub enum LogitsFor {
     All,
 }
 
+/// One sequence's share of a forward call: its cache and the tokens that follow what
+/// the cache holds (a prompt chunk, or the one token it decodes).
+pub struct SeqChunk<'a> {
+    pub cache: &'a mut KvCache,
+    pub tokens: &'a [u32],
+}
+
 /// Runs `tokens` at the positions after the cache's, appends their keys and values,
 /// and leaves the wanted logits in `ws` (row 0 = last token for [`LogitsFor::Last`]).
 /// Returns the number of logit rows.
 pub fn forward(model: &FastModel, pool: &Pool, ws: &mut Workspace, cache: &mut KvCache, tokens: &[u32], want: LogitsFor) -> Result<usize> {
+    forward_seqs(model, pool, ws, &mut [SeqChunk { cache, tokens }], want)
+}
+
+/// [`forward`] of several sequences in one pass over the weights: their tokens are the
+/// rows of one batch (sequence by sequence), so every weight tile feeds all of them;
+/// each row attends within its own sequence's cache. Logit rows: for
+/// [`LogitsFor::Last`] one per sequence, its last token, in order; for
+/// [`LogitsFor::All`] every row. A row's values do not depend on the other rows (the
+/// kernels compute each token alone), so a sequence decodes the same tokens batched
+/// as alone. On an error no cache advances.
+pub fn forward_seqs(model: &FastModel, pool: &Pool, ws: &mut Workspace, seqs: &mut [SeqChunk<'_>], want: LogitsFor) -> Result<usize> {
     let c = &model.config;
-    let n = tokens.len();
+    let n: usize = seqs.iter().map(|q| q.tokens.len()).sum();
     assert!(n > 0 && n <= ws.batch, "batch of {n} tokens for a workspace of {}", ws.batch);
     assert_eq!(ws.threads, pool.threads());
-    let Begun { start, score_stride, head_stride, logit_rows } = begin(c, tokens, want, cache, &mut ws.scores, ws.threads)?;
-    rope_tables(&model.inv_freq, start, n, &mut ws.sin, &mut ws.cos);
+    let mut rows = Rows::default();
+    for (i, sq) in seqs.iter_mut().enumerate() {
+        let start = begin_seq(c, sq.tokens, sq.cache)?;
+        let first = rows.tokens.len();
+        rows.tokens.extend_from_slice(sq.tokens);
+        rows.pos.extend(start..start + sq.tokens.len());
+        rows.seq.extend(std::iter::repeat_n(i, sq.tokens.len()));
+        match want {
+            LogitsFor::Last => rows.logits.push(rows.tokens.len() - 1),
+            LogitsFor::All => rows.logits.extend(first..rows.tokens.len()),
+        }
+    }
+    let score_stride = seqs.iter().map(|q| q.cache.capacity()).max().unwrap_or(0);
+    if ws.scores.len() < ws.threads * score_stride {
+        ws.scores = vec![0.0; ws.threads * score_stride];
+    }
+    rope_tables_at(&model.inv_freq, &rows.pos, &mut ws.sin, &mut ws.cos);
     let s = ws.strides;
-    let (kc, vc) = cache.keys_values_mut();
+    let caches: Vec<CacheView<'_>> = seqs
+        .iter_mut()
+        .map(|q| {
+            let head_stride = q.cache.head_stride();
+            let (kc, vc) = q.cache.keys_values_mut();
+            CacheView { k: SharedSlice::new(kc), v: SharedSlice::new(vc), head_stride }
+        })
+        .collect();
     // Every pointer the job uses derives from these shares (one borrow per buffer).
     let (att, act) = (SharedSlice::new(&mut ws.att), SharedSlice::new(&mut ws.act));
     let (q, k, v) = (SharedSlice::new(&mut ws.q), SharedSlice::new(&mut ws.k), SharedSlice::new(&mut ws.v));
@@ -52,14 +92,14 @@ pub fn forward(model: &FastModel, pool: &Pool, ws: &mut Workspace, cache: &mut K
     let logits = SharedSlice::new(&mut ws.logits);
     let (attq, actq) = (ws.attq.view(), ws.actq.view());
     let outputs = |buf: SharedSlice<'_, f32>, stride: usize| (0..n).map(|t| buf.ptr_at(t * stride)).collect::<Vec<_>>();
+    let logit_count = rows.logits.len();
     let pass = Pass {
         m: model,
-        tokens,
-        start,
-        logit_rows: logit_rows.clone(),
+        all_rows: (0..n).collect(),
+        rows,
         s,
         kv_heads: c.num_kv_heads,
-        head_stride,
+        caches,
         normed: Normed::new_norm(&mut ws.normed, s.d, n),
         own: ws.own.iter_mut().map(|b| Normed::new_norm(b, s.d, n.min(OWN_NORM_ROWS))).collect(),
         att_in: Inputs::new(att, attq, s.qd, n),
@@ -80,8 +120,6 @@ pub fn forward(model: &FastModel, pool: &Pool, ws: &mut Workspace, cache: &mut K
         gate,
         up,
         act,
-        kc: SharedSlice::new(kc),
-        vc: SharedSlice::new(vc),
         scores: SharedSlice::new(&mut ws.scores),
         score_stride,
         cos: &ws.cos,
@@ -89,8 +127,29 @@ pub fn forward(model: &FastModel, pool: &Pool, ws: &mut Workspace, cache: &mut K
         error: Mutex::new(None),
     };
     pool.run(&|team| pass.run(team));
-    end_pass(pass.error, cache, n)?;
-    Ok(logit_rows.len())
+    take_error(pass.error)?;
+    for sq in seqs.iter_mut() {
+        sq.cache.advance(sq.tokens.len());
+    }
+    Ok(logit_count)
+}
+
+/// The rows of one forward call: each row's token, position and sequence, and which
+/// rows need logits.
+#[derive(Default)]
+struct Rows {
+    tokens: Vec<u32>,
+    pos: Vec<usize>,
+    seq: Vec<usize>,
+    logits: Vec<usize>,
+}
+
+/// One sequence's cache as the members of a pass share it.
+struct CacheView<'a> {
+    k: SharedSlice<'a, f32>,
+    v: SharedSlice<'a, f32>,
+    /// Floats between two (layer, KV head) runs.
+    head_stride: usize,
 }
 
 /// Keeps the first error a member of a pass met (`slot`: the pass's).
@@ -98,11 +157,17 @@ pub(crate) fn record_error(slot: &Mutex<Option<Error>>, e: Error) {
     slot.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
 }
 
+/// The error a member of a pass met, if any.
+fn take_error(error: Mutex<Option<Error>>) -> Result<()> {
+    match error.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
 /// After a pass over `n` tokens: its error if a member met one, else the cache holds them.
 pub(crate) fn end_pass(error: Mutex<Option<Error>>, cache: &mut KvCache, n: usize) -> Result<()> {
-    if let Some(e) = error.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        return Err(e);
-    }
+    take_error(error)?;
     cache.advance(n);
     Ok(())
 }
@@ -130,14 +195,7 @@ pub(crate) fn begin(
     threads: usize,
 ) -> Result<Begun> {
     let n = tokens.len();
-    if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
-        return Err(Error::TokenOutOfRange { id: bad, vocab_size: c.vocab_size });
-    }
-    let start = cache.len();
-    if start + n > c.max_context {
-        return Err(Error::ContextOverflow { prompt: start + n, max_tokens: 0, context: c.max_context });
-    }
-    cache.reserve(start + n);
+    let start = begin_seq(c, tokens, cache)?;
     let (score_stride, head_stride) = (cache.capacity(), cache.head_stride());
     if scores.len() < threads * score_stride {
         *scores = vec![0.0; threads * score_stride];
@@ -149,13 +207,34 @@ pub(crate) fn begin(
     Ok(Begun { start, score_stride, head_stride, logit_rows })
 }
 
+/// One sequence's checks before a pass: its tokens in the vocabulary, room in the
+/// context; grows its cache for them and returns the position of the first.
+fn begin_seq(c: &crate::config::ModelConfig, tokens: &[u32], cache: &mut KvCache) -> Result<usize> {
+    let n = tokens.len();
+    if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
+        return Err(Error::TokenOutOfRange { id: bad, vocab_size: c.vocab_size });
+    }
+    let start = cache.len();
+    if start + n > c.max_context {
+        return Err(Error::ContextOverflow { prompt: start + n, max_tokens: 0, context: c.max_context });
+    }
+    cache.reserve(start + n);
+    Ok(start)
+}
+
 /// RoPE's sin and cos of positions `start..start + n`, `inv_freq.len()` per position.
 pub(crate) fn rope_tables(inv_freq: &[f32], start: usize, n: usize, sin: &mut [f32], cos: &mut [f32]) {
+    let positions: Vec<usize> = (start..start + n).collect();
+    rope_tables_at(inv_freq, &positions, sin, cos);
+}
+
+/// RoPE's sin and cos of each of `positions`, `inv_freq.len()` per position.
+fn rope_tables_at(inv_freq: &[f32], positions: &[usize], sin: &mut [f32], cos: &mut [f32]) {
     let half = inv_freq.len();
-    for t in 0..n {
+    for (t, &p) in positions.iter().enumerate() {
         for (i, &f) in inv_freq.iter().enumerate() {
             // f32 product then sin_cos, as rope::apply, so rotations match the reference.
-            (sin[t * half + i], cos[t * half + i]) = ((start + t) as f32 * f).sin_cos();
+            (sin[t * half + i], cos[t * half + i]) = (p as f32 * f).sin_cos();
         }
     }
 }
@@ -198,12 +277,13 @@ impl<'a> Normed<'a> {
 /// One forward call's shared state; `run` is what every member executes.
 struct Pass<'a> {
     m: &'a FastModel,
-    tokens: &'a [u32],
-    start: usize,
-    logit_rows: Range<usize>,
+    rows: Rows,
+    /// `0..n`, the rows every layer normalises.
+    all_rows: Vec<usize>,
     s: Strides,
     kv_heads: usize,
-    head_stride: usize,
+    /// One per sequence of the call.
+    caches: Vec<CacheView<'a>>,
     normed: Normed<'a>,
     own: Vec<Normed<'a>>,
     att_in: Inputs<'a>,
@@ -224,8 +304,6 @@ struct Pass<'a> {
     gate: SharedSlice<'a, f32>,
     up: SharedSlice<'a, f32>,
     act: SharedSlice<'a, f32>,
-    kc: SharedSlice<'a, f32>,
-    vc: SharedSlice<'a, f32>,
     scores: SharedSlice<'a, f32>,
     score_stride: usize,
     cos: &'a [f32],
@@ -239,7 +317,7 @@ unsafe impl Sync for Pass<'_> {}
 
 impl Pass<'_> {
     fn n(&self) -> usize {
-        self.tokens.len()
+        self.rows.tokens.len()
     }
 
     fn fail(&self, e: Error) {
@@ -251,27 +329,27 @@ impl Pass<'_> {
         for t in team.split(self.n()) {
             // SAFETY: token t's row of x is this member's alone in this phase.
             let row = unsafe { self.x.part_mut(t * d..(t + 1) * d) };
-            if let Err(e) = self.m.embed_row(self.tokens[t], row) {
+            if let Err(e) = self.m.embed_row(self.rows.tokens[t], row) {
                 self.fail(e);
             }
         }
         team.barrier();
         for (li, layer) in self.m.layers.iter().enumerate() {
-            let normed = self.norm(team, 0..self.n(), &layer.attn_norm, FastModel::any_quantized(&[&layer.q, &layer.k, &layer.v]));
+            let normed = self.norm(team, &self.all_rows, &layer.attn_norm, FastModel::any_quantized(&[&layer.q, &layer.k, &layer.v]));
             self.qkv(team, li, layer, normed);
             team.barrier();
             self.attention(team, li, FastModel::any_quantized(&[&layer.o]));
             team.barrier();
             self.project_add(team, &layer.o, &self.att_in);
             team.barrier();
-            let normed = self.norm(team, 0..self.n(), &layer.ffn_norm, FastModel::any_quantized(&[&layer.gate, &layer.up]));
+            let normed = self.norm(team, &self.all_rows, &layer.ffn_norm, FastModel::any_quantized(&[&layer.gate, &layer.up]));
             self.gate_up(team, layer, normed);
             team.barrier();
             self.project_add(team, &layer.down, &self.act_in);
             team.barrier();
         }
-        let normed = self.norm(team, self.logit_rows.clone(), &self.m.final_norm, FastModel::any_quantized(&[&self.m.head]));
-        let io = normed.io(self.logit_rows.len(), &self.out_logits);
+        let normed = self.norm(team, &self.rows.logits, &self.m.final_norm, FastModel::any_quantized(&[&self.m.head]));
+        let io = normed.io(self.rows.logits.len(), &self.out_logits);
         // SAFETY: this member's groups of every logit row are its alone; the inputs
         // are its own or were written before the barrier in `norm`.
         unsafe { matmul(self.m.isa, &self.m.head, team.split(self.m.head.groups()), io) };
@@ -280,12 +358,12 @@ impl Pass<'_> {
     /// RMSNorm of x's `rows` into slots 0.. of a normalised buffer (quantized too when
     /// a quantized matmul reads it), which it returns: the member's own for small
     /// batches (no barrier), else the shared one, split by row, after a barrier.
-    fn norm(&self, team: &Team<'_>, rows: Range<usize>, w: &[f32], quantize: bool) -> &Normed<'_> {
+    fn norm(&self, team: &Team<'_>, rows: &[usize], w: &[f32], quantize: bool) -> &Normed<'_> {
         let (d, c) = (self.s.d, &self.m.config);
         let own = rows.len() <= OWN_NORM_ROWS;
         let (buf, mine) = if own { (&self.own[team.id], 0..rows.len()) } else { (&self.normed, team.split(rows.len())) };
         for j in mine {
-            let t = rows.start + j;
+            let t = rows[j];
             // SAFETY: x is read-only in this phase; slot j is this member's alone (its
             // own buffer, or its share of the shared one).
             unsafe {
@@ -338,7 +416,7 @@ impl Pass<'_> {
     fn finish_heads(&self, li: usize, layer: &FastLayer, t: usize, qh: Range<usize>, kh: Range<usize>, vh: Range<usize>) {
         let c = &self.m.config;
         let (hd, half, s) = (c.head_dim, c.head_dim / 2, self.s);
-        let pos = self.start + t;
+        let (pos, seq) = (self.rows.pos[t], self.rows.seq[t]);
         let (cos, sin) = (&self.cos[t * half..(t + 1) * half], &self.sin[t * half..(t + 1) * half]);
         let bias = |b: &Option<Vec<f32>>, y: &mut [f32], head: usize| {
             if let Some(b) = b {
@@ -357,18 +435,18 @@ impl Pass<'_> {
                 let k = self.k.part_mut(t * s.k + g * hd..t * s.k + (g + 1) * hd);
                 bias(&layer.k_bias, k, g);
                 rotate(k, cos, sin, c.rope_layout);
-                let run = self.run_start(li, g);
+                let run = self.run_start(seq, li, g);
                 // Key tiles interleave positions, which other members may be writing
                 // (other tokens): element-wise writes, never a slice over a tile.
                 for (i, &x) in k.iter().enumerate() {
-                    *self.kc.ptr_at(run + key_offset(pos, i, hd)) = x;
+                    *self.caches[seq].k.ptr_at(run + key_offset(pos, i, hd)) = x;
                 }
             }
             for g in vh {
                 let v = self.v.part_mut(t * s.v + g * hd..t * s.v + (g + 1) * hd);
                 bias(&layer.v_bias, v, g);
-                let run = self.run_start(li, g);
-                self.vc.part_mut(run + pos * hd..run + (pos + 1) * hd).copy_from_slice(v);
+                let run = self.run_start(seq, li, g);
+                self.caches[seq].v.part_mut(run + pos * hd..run + (pos + 1) * hd).copy_from_slice(v);
             }
         }
     }
@@ -391,8 +469,9 @@ impl Pass<'_> {
         }
     }
 
-    fn run_start(&self, layer: usize, kv_head: usize) -> usize {
-        (layer * self.kv_heads + kv_head) * self.head_stride
+    /// Where `(layer, kv_head)`'s run starts in sequence `seq`'s cache.
+    fn run_start(&self, seq: usize, layer: usize, kv_head: usize) -> usize {
+        (layer * self.kv_heads + kv_head) * self.caches[seq].head_stride
     }
 
     /// Causal attention of every (head, token), dealt round-robin so long and short
@@ -407,15 +486,17 @@ impl Pass<'_> {
         let scores = unsafe { self.scores.part_mut(team.id * self.score_stride..(team.id + 1) * self.score_stride) };
         for u in (team.id..nh * self.n()).step_by(team.threads) {
             let (t, h) = (u / nh, u % nh);
-            let len = self.start + t + 1;
-            let first = c.sliding_window.first_key(li, len - 1);
-            let run = self.run_start(li, h / group);
+            let (pos, seq) = (self.rows.pos[t], self.rows.seq[t]);
+            let len = pos + 1;
+            let first = c.sliding_window.first_key(li, pos);
+            let run = self.run_start(seq, li, h / group);
+            let cache = &self.caches[seq];
             // SAFETY: q and the cache are read-only in this phase (written before the
             // barrier); head h of token t's output is this member's alone.
             unsafe {
                 let q = self.q.part(t * s.q + h * hd..t * s.q + (h + 1) * hd);
-                let keys = self.kc.part(run..run + len.next_multiple_of(KEY_TILE) * hd);
-                let values = self.vc.part(run..run + len * hd);
+                let keys = cache.k.part(run..run + len.next_multiple_of(KEY_TILE) * hd);
+                let values = cache.v.part(run..run + len * hd);
                 let out = self.att.part_mut(t * s.qd + h * hd..t * s.qd + (h + 1) * hd);
                 vecops::attend(self.m.isa, q, keys, values, first, scale, scores, out);
                 if per_head_quant {

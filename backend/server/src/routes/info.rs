@@ -41,6 +41,7 @@ pub async fn info(State(state): State<AppState>) -> Result<Json<InfoBody>> {
             max_tokens: MAX_MAX_TOKENS,
             max_body_bytes: s.max_body_bytes as u64,
             request_timeout_s: s.request_timeout.map(|t| t.as_secs()).unwrap_or(0),
+            max_batch: i.max_batch as u32,
         },
         model_id: engine.model_id.clone(),
         tensor_parallel: if i.backend == "cuda" { i.devices.len().max(1) as u32 } else { 1 },

@@ -12,7 +12,7 @@ const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8"
 /// Histograms, counters and the engine's live gauges.
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let (running, waiting) = match state.engine.ready_engine() {
-        Some(e) => (usize::from(e.handle.busy()), e.handle.queue_len()),
+        Some(e) => (e.handle.running(), e.handle.queue_len()),
         None => (0, 0),
     };
     ([(header::CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE)], state.metrics.render(running, waiting))

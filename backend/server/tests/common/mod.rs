@@ -11,8 +11,8 @@ use futures_util::StreamExt;
 use peregrine_engine::config::ModelConfig;
 use peregrine_engine::generator::Generator;
 use peregrine_engine::gguf::GgufFile;
-use peregrine_engine::handle::EngineHandle;
-use peregrine_engine::runtime::{BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
+use peregrine_engine::handle::{EngineHandle, EngineLimits};
+use peregrine_engine::runtime::{BackendInfo, BatchDecode, DecodeJob, Flow, RunEnd, Runtime, SlotTokens};
 use peregrine_engine::sampling::{Sampled, TokenLogprob};
 use peregrine_engine::template::ChatTemplate;
 use peregrine_engine::tokenizer::Tokenizer;
@@ -30,6 +30,8 @@ pub fn model_path() -> PathBuf {
 
 /// Queue length of the shared real engine.
 pub const REAL_MAX_QUEUE: usize = 4;
+/// Batch of the shared real engine: the server's tests run the batch scheduler.
+pub const REAL_MAX_BATCH: usize = 4;
 
 /// The real engine on the default model, loaded once per test binary.
 pub fn real_engine() -> EngineHandle {
@@ -44,7 +46,7 @@ pub fn real_engine() -> EngineHandle {
                         &peregrine_engine::EngineOptions::cpu(),
                     )
                 },
-                REAL_MAX_QUEUE,
+                EngineLimits { max_queue: REAL_MAX_QUEUE, max_batch: Some(REAL_MAX_BATCH), kv_budget: None },
             )
             .expect("the default model loads")
         })
@@ -74,13 +76,76 @@ pub enum Pace {
 }
 
 /// A runtime that emits real token ids of the default model on a script, and records
-/// the prompts it ran.
+/// the prompts it ran. With a batch, each step (one gate opening or one pause) gives
+/// every running request its next token.
 pub struct ScriptedRuntime {
     config: ModelConfig,
     pace: Pace,
     /// Token ids it cycles through.
     output: Vec<u32>,
     pub ran: Arc<Mutex<Vec<Vec<u32>>>>,
+    /// Requests decoded together (1: no batch side).
+    batch: usize,
+    /// Per slot: steps it took part in since it opened.
+    slot_steps: Vec<usize>,
+    /// One logit row per entry of the last step.
+    step_logits: Vec<Vec<f32>>,
+}
+
+impl ScriptedRuntime {
+    /// Waits for the next token's turn; false once the gate closed.
+    fn pace(&self) -> bool {
+        match &self.pace {
+            Pace::Gated(gate) => gate.lock().unwrap().recv().is_ok(),
+            Pace::Every(d) => {
+                std::thread::sleep(*d);
+                true
+            }
+        }
+    }
+}
+
+impl BatchDecode for ScriptedRuntime {
+    fn capacity(&self) -> usize {
+        self.batch
+    }
+    fn default_batch(&self) -> usize {
+        self.batch
+    }
+    fn step_tokens(&self) -> usize {
+        256
+    }
+    fn open(&mut self, slot: usize, _positions: usize) -> peregrine_engine::Result<()> {
+        if self.slot_steps.len() <= slot {
+            self.slot_steps.resize(slot + 1, 0);
+        }
+        self.slot_steps[slot] = 0;
+        Ok(())
+    }
+    fn step(&mut self, work: &[SlotTokens<'_>]) -> peregrine_engine::Result<()> {
+        if !self.pace() {
+            return Err(peregrine_engine::Error::Unavailable("the test closed the gate".into()));
+        }
+        self.step_logits.clear();
+        for w in work {
+            let steps = &mut self.slot_steps[w.slot];
+            if *steps == 0 {
+                self.ran.lock().unwrap().push(w.tokens.to_vec());
+            }
+            // Greedy sampling picks the script's next token (prompts fit one chunk).
+            let mut logits = vec![-30.0; self.config.vocab_size];
+            logits[self.output[*steps % self.output.len()] as usize] = 0.0;
+            self.step_logits.push(logits);
+            *steps += 1;
+        }
+        Ok(())
+    }
+    fn logits(&self, i: usize) -> &[f32] {
+        &self.step_logits[i]
+    }
+    fn close(&mut self, slot: usize) {
+        self.slot_steps[slot] = 0;
+    }
 }
 
 impl Runtime for ScriptedRuntime {
@@ -93,13 +158,8 @@ impl Runtime for ScriptedRuntime {
     fn generate(&mut self, job: &DecodeJob<'_>, on_token: &mut dyn FnMut(&Sampled) -> Flow) -> peregrine_engine::Result<RunEnd> {
         self.ran.lock().unwrap().push(job.prompt.to_vec());
         for i in 0..job.max_tokens {
-            match &self.pace {
-                Pace::Gated(gate) => {
-                    if gate.lock().unwrap().recv().is_err() {
-                        return Ok(RunEnd::Stopped);
-                    }
-                }
-                Pace::Every(d) => std::thread::sleep(*d),
+            if !self.pace() {
+                return Ok(RunEnd::Stopped);
             }
             let id = self.output[i % self.output.len()];
             let s = Sampled {
@@ -118,6 +178,9 @@ impl Runtime for ScriptedRuntime {
     fn score(&mut self, tokens: &[u32]) -> peregrine_engine::Result<Vec<Vec<f32>>> {
         Ok(vec![vec![0.0; self.config.vocab_size]; tokens.len()])
     }
+    fn batch(&mut self) -> Option<&mut dyn BatchDecode> {
+        (self.batch > 1).then_some(self as &mut dyn BatchDecode)
+    }
 }
 
 /// A scripted engine: the default model's tokenizer, template and shape, no weights.
@@ -126,8 +189,13 @@ pub struct Scripted {
     pub ran: Arc<Mutex<Vec<Vec<u32>>>>,
 }
 
-/// Starts a scripted engine with `pace` and a queue of `max_queue`.
+/// Starts a scripted engine with `pace` and a queue of `max_queue`, one request at a time.
 pub fn scripted_engine(pace: Pace, max_queue: usize) -> Scripted {
+    scripted_batch_engine(pace, max_queue, 1)
+}
+
+/// [`scripted_engine`] decoding up to `batch` requests together.
+pub fn scripted_batch_engine(pace: Pace, max_queue: usize, batch: usize) -> Scripted {
     let ran = Arc::new(Mutex::new(Vec::new()));
     let thread_ran = ran.clone();
     let engine = EngineHandle::start(
@@ -142,10 +210,10 @@ pub fn scripted_engine(pace: Pace, max_queue: usize) -> Scripted {
                 .transpose()?;
             // " hello world" repeated: ordinary text tokens.
             let output = tokenizer.encode(" hello world", false)?;
-            let runtime = ScriptedRuntime { config, pace, output, ran: thread_ran };
+            let runtime = ScriptedRuntime { config, pace, output, ran: thread_ran, batch, slot_steps: Vec::new(), step_logits: Vec::new() };
             Ok(Generator { runtime: Box::new(runtime), tokenizer: Some(tokenizer), template })
         },
-        max_queue,
+        EngineLimits { max_queue, max_batch: Some(batch), kv_budget: None },
     )
     .expect("scripted engine starts");
     Scripted { engine, ran }
@@ -153,8 +221,13 @@ pub fn scripted_engine(pace: Pace, max_queue: usize) -> Scripted {
 
 /// A gated scripted engine and the gate's sender.
 pub fn gated_engine(max_queue: usize) -> (Scripted, mpsc::Sender<()>) {
+    gated_batch_engine(max_queue, 1)
+}
+
+/// A gated scripted engine decoding up to `batch` requests per gate opening.
+pub fn gated_batch_engine(max_queue: usize, batch: usize) -> (Scripted, mpsc::Sender<()>) {
     let (tx, rx) = mpsc::channel();
-    (scripted_engine(Pace::Gated(Arc::new(Mutex::new(rx))), max_queue), tx)
+    (scripted_batch_engine(Pace::Gated(Arc::new(Mutex::new(rx))), max_queue, batch), tx)
 }
 
 /// A server on a free loopback port; dropping it does not stop it (call `stop`).

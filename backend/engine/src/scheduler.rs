@@ -1,0 +1,297 @@
+//! Continuous batching: the engine thread's loop when the runtime decodes several
+//! sequences per step. Up to the batch of requests run at once, each in its own KV slot
+//! with its own sampling state, stop strings and clock; a request joins at the next step
+//! and leaves when it ends. Every step carries one token of each decoding request plus
+//! at most one chunk of the oldest joining request's prompt (chunked prefill), so
+//! running streams keep flowing while a long prompt is read, and a cancelled prompt
+//! stops within one chunk. Slots are granted from a budget of KV positions (prompt +
+//! max_tokens each): a request that does not fit now waits at the head of the queue.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::generator::{score_prompt, Runner, Stream};
+use crate::handle::{EngineLimits, Job, Shared};
+use crate::request::{ErrorCode, Event};
+use crate::runtime::{next_token, BatchDecode, Flow, RunEnd, SlotTokens};
+
+/// Prompt tokens a joining request adds to a step while others decode: small enough
+/// that the running streams' next token is not held up long, large enough that the
+/// prompt still streams the weights once per many tokens.
+pub const PREFILL_CHUNK_WHILE_DECODING: usize = 64;
+
+/// The batch the engine runs, fixed at load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchPlan {
+    /// Requests decoded together (1: one at a time through `Runtime::generate`).
+    pub batch: usize,
+    /// KV positions the running requests may reserve together.
+    pub kv_budget: usize,
+}
+
+impl BatchPlan {
+    /// The operator's limits made concrete for this runtime; a batch it cannot run is an error.
+    pub fn of(runner: &mut Runner, limits: &EngineLimits) -> Result<BatchPlan> {
+        let context = runner.runtime().config().max_context;
+        let batch = match (runner.runtime_mut().batch(), limits.max_batch) {
+            (_, Some(0)) => return Err(Error::InvalidRequest("the batch (--max-batch) must be at least 1".into())),
+            (None, None | Some(1)) => 1,
+            (None, Some(n)) => {
+                let kind = runner.runtime().backend().kind;
+                return Err(Error::InvalidRequest(format!(
+                    "the {kind} runtime of this model decodes one request at a time; --max-batch {n} needs the fast CPU runtime"
+                )));
+            }
+            (Some(b), Some(n)) if n > b.capacity() => {
+                return Err(Error::InvalidRequest(format!("--max-batch {n} is more than the {} sequences this runtime holds", b.capacity())));
+            }
+            (Some(_), Some(n)) => n,
+            (Some(b), None) => b.default_batch(),
+        };
+        let kv_budget = limits.kv_budget.unwrap_or(context * batch);
+        if kv_budget == 0 {
+            return Err(Error::InvalidRequest("the KV budget (--kv-budget) must be at least 1 position".into()));
+        }
+        Ok(BatchPlan { batch, kv_budget })
+    }
+}
+
+/// A request taken from the queue whose prompt is known, waiting for a slot and KV room.
+struct Ready {
+    job: Job,
+    prompt: Vec<u32>,
+    /// KV positions it reserves (prompt + max_tokens).
+    need: usize,
+    start: Instant,
+}
+
+/// A running request.
+struct Active<'t> {
+    job: Job,
+    stream: Stream<'t>,
+    slot: usize,
+    need: usize,
+    /// Prompt tokens already in the slot's cache.
+    fed: usize,
+    /// The prompt and every token generated so far (what sampling penalties see).
+    seen: Vec<u32>,
+    generated: usize,
+    /// The token to feed in the next step (decoding), `None` while the prompt runs.
+    next: Option<u32>,
+}
+
+/// How a step left a request.
+enum After {
+    Continue,
+    Ended(RunEnd),
+    /// The step failed; the request ends with this error (code, message).
+    Failed(ErrorCode, String),
+}
+
+/// The engine thread's loop with a batch: admit, step, hand tokens out, retire.
+pub(crate) fn serve_batched(shared: &Shared, runner: &mut Runner, plan: BatchPlan) {
+    let text = runner.text().clone();
+    let mut active: Vec<Active<'_>> = Vec::new();
+    let mut ready: VecDeque<Ready> = VecDeque::new();
+    let mut free: Vec<usize> = (0..plan.batch).rev().collect();
+    let mut reserved = 0usize;
+    loop {
+        // Take what the batch has room for; sleep when there is nothing to do.
+        let taken = {
+            let Ok(mut q) = shared.queue.lock() else { return };
+            let mut taken = Vec::new();
+            loop {
+                q.prune();
+                while active.len() + ready.len() + taken.len() < plan.batch {
+                    match q.jobs.pop_front() {
+                        Some(job) => taken.push(job),
+                        None => break,
+                    }
+                }
+                if !(active.is_empty() && ready.is_empty() && taken.is_empty()) {
+                    break;
+                }
+                q.running.clear();
+                if q.shutdown {
+                    return;
+                }
+                q = match shared.wake.wait(q) {
+                    Ok(q) => q,
+                    Err(_) => return,
+                };
+            }
+            ready.retain(|r| !r.job.abandoned());
+            q.running = active.iter().map(|a| &a.job).chain(ready.iter().map(|r| &r.job)).chain(&taken).map(|j| j.cancel.clone()).collect();
+            if !taken.is_empty() {
+                q.announce_positions();
+            }
+            taken
+        };
+        for job in taken {
+            let start = Instant::now();
+            match prepare(runner, &text, &job, plan.kv_budget) {
+                Ok((prompt, need)) => ready.push_back(Ready { job, prompt, need, start }),
+                Err(e) => fail(&job, &e),
+            }
+        }
+        // Start the ready requests that fit, oldest first (a big one holds the line).
+        while let Some(r) = ready.front() {
+            if r.job.abandoned() {
+                ready.pop_front();
+                continue;
+            }
+            if reserved + r.need > plan.kv_budget || free.is_empty() {
+                break;
+            }
+            let r = ready.pop_front().expect("front exists");
+            let slot = free.pop().expect("a free slot");
+            match start(runner, &text, r, slot) {
+                Ok(Some(a)) => {
+                    reserved += a.need;
+                    active.push(a);
+                }
+                Ok(None) => {
+                    batch_of(runner).close(slot);
+                    free.push(slot);
+                }
+                Err((job, e)) => {
+                    fail(&job, &e);
+                    batch_of(runner).close(slot);
+                    free.push(slot);
+                }
+            }
+        }
+        if active.is_empty() {
+            continue;
+        }
+        let ended = step(runner, &mut active);
+        // Retire the ended requests, newest index first so the others keep theirs.
+        for (i, after) in ended.into_iter().rev() {
+            let a = active.remove(i);
+            match after {
+                After::Ended(end) => {
+                    if let Err(e) = a.stream.finish(end, &mut |e| a.job.emit(e)) {
+                        fail(&a.job, &e);
+                    }
+                }
+                After::Failed(code, message) => {
+                    let _ = a.job.events.send(Event::Error { code, message });
+                }
+                After::Continue => unreachable!("only ended requests are retired"),
+            }
+            batch_of(runner).close(a.slot);
+            free.push(a.slot);
+            reserved -= a.need;
+        }
+    }
+}
+
+/// The runtime's batch side (present: the plan has a batch only for runtimes with one).
+fn batch_of(runner: &mut Runner) -> &mut dyn BatchDecode {
+    runner.runtime_mut().batch().expect("a batched plan needs a runtime with a batch side")
+}
+
+fn fail(job: &Job, e: &Error) {
+    let _ = job.events.send(Event::Error { code: ErrorCode::from(e), message: e.to_string() });
+}
+
+/// The request's prompt ids and the KV positions it needs, checked against the budget.
+fn prepare(runner: &Runner, text: &crate::generator::TextModel, job: &Job, budget: usize) -> Result<(Vec<u32>, usize)> {
+    let prompt = Stream::prepare(text, runner.runtime().config(), &job.request)?;
+    let need = prompt.len() + job.request.max_tokens;
+    if need > budget {
+        return Err(Error::InvalidRequest(format!(
+            "the prompt ({} tokens) and max_tokens ({}) need {need} KV positions, more than this server's budget of {budget}",
+            prompt.len(),
+            job.request.max_tokens
+        )));
+    }
+    Ok((prompt, need))
+}
+
+/// Opens the request's slot and tells its client it started; `None` when it already
+/// ended (nothing to generate, or nobody listens).
+fn start<'t>(runner: &mut Runner, text: &'t crate::generator::TextModel, r: Ready, slot: usize) -> std::result::Result<Option<Active<'t>>, (Job, Error)> {
+    let Ready { job, prompt, need, start } = r;
+    if let Err(e) = batch_of(runner).open(slot, need) {
+        return Err((job, e));
+    }
+    let seen = prompt.clone();
+    let runtime = runner.runtime_mut();
+    let begun = Stream::begin(text, &job.request, prompt, start, &mut |e| job.emit(e), &mut |p, top| score_prompt(runtime, text, p, top));
+    match begun {
+        Ok(Some(stream)) => Ok(Some(Active { job, stream, slot, need, fed: 0, seen, generated: 0, next: None })),
+        Ok(None) => Ok(None),
+        Err(e) => Err((job, e)),
+    }
+}
+
+/// One step: the decoding requests' tokens and a chunk of the oldest joining prompt,
+/// then each finished row's token sampled and handed to its stream. Returns the
+/// requests that ended, by index, ascending.
+fn step(runner: &mut Runner, active: &mut [Active<'_>]) -> Vec<(usize, After)> {
+    // A request cancelled mid-prompt stops before its next chunk.
+    let stopped: Vec<bool> = active.iter().map(|a| a.next.is_none() && a.job.abandoned()).collect();
+    let mut ended: Vec<(usize, After)> =
+        stopped.iter().enumerate().filter(|(_, &s)| s).map(|(i, _)| (i, After::Ended(RunEnd::Stopped))).collect();
+    let rt = batch_of(runner);
+    let decoding = active.iter().filter(|a| a.next.is_some()).count();
+    let room = rt.step_tokens().saturating_sub(decoding);
+    let chunk_limit = if decoding > 0 { PREFILL_CHUNK_WHILE_DECODING.min(room) } else { room };
+    let joining = (0..active.len()).find(|&i| active[i].next.is_none() && !stopped[i]);
+    // Entries in `active` order: (index, tokens fed).
+    let mut entries: Vec<(usize, Vec<u32>)> = Vec::new();
+    for (i, a) in active.iter().enumerate() {
+        if let Some(t) = a.next {
+            entries.push((i, vec![t]));
+        } else if Some(i) == joining && chunk_limit > 0 {
+            let n = (a.stream.prompt.len() - a.fed).min(chunk_limit);
+            entries.push((i, a.stream.prompt[a.fed..a.fed + n].to_vec()));
+        }
+    }
+    if entries.is_empty() {
+        return ended;
+    }
+    let work: Vec<SlotTokens<'_>> = entries.iter().map(|(i, t)| SlotTokens { slot: active[*i].slot, tokens: t }).collect();
+    if let Err(e) = rt.step(&work) {
+        let code = ErrorCode::from(&e);
+        ended.extend(entries.iter().map(|(i, _)| (*i, After::Failed(code, e.to_string()))));
+        ended.sort_unstable_by_key(|e| e.0);
+        return ended;
+    }
+    for (row, (i, fed)) in entries.iter().enumerate() {
+        let a = &mut active[*i];
+        if a.next.is_none() {
+            a.fed += fed.len();
+            if a.fed < a.stream.prompt.len() {
+                continue;
+            }
+        }
+        let after = hand_out(a, rt.logits(row));
+        if !matches!(after, After::Continue) {
+            ended.push((*i, after));
+        }
+    }
+    ended.sort_unstable_by_key(|e| e.0);
+    ended
+}
+
+/// Samples the request's next token from `logits` and gives it to its stream.
+fn hand_out(a: &mut Active<'_>, logits: &[f32]) -> After {
+    let request = &a.job.request;
+    let Some(s) = next_token(logits, &request.sampling, &a.seen, a.generated, request.top_logprobs, &a.stream.stop_tokens) else {
+        return After::Ended(RunEnd::StopToken);
+    };
+    let job = &a.job;
+    if a.stream.on_token(&s, job.abandoned(), &mut |e| job.emit(e)) == Flow::Stop {
+        return After::Ended(RunEnd::Stopped);
+    }
+    a.seen.push(s.id);
+    a.generated += 1;
+    if a.generated == request.max_tokens {
+        return After::Ended(RunEnd::Length);
+    }
+    a.next = Some(s.id);
+    After::Continue
+}
