@@ -123,15 +123,16 @@ impl BatchDecode for ScriptedRuntime {
         Ok(())
     }
     fn step(&mut self, work: &[SlotTokens<'_>]) -> peregrine_engine::Result<()> {
+        // A prompt counts as run when its step starts (before the gate).
+        for w in work.iter().filter(|w| self.slot_steps[w.slot] == 0) {
+            self.ran.lock().unwrap().push(w.tokens.to_vec());
+        }
         if !self.pace() {
             return Err(peregrine_engine::Error::Unavailable("the test closed the gate".into()));
         }
         self.step_logits.clear();
         for w in work {
             let steps = &mut self.slot_steps[w.slot];
-            if *steps == 0 {
-                self.ran.lock().unwrap().push(w.tokens.to_vec());
-            }
             // Greedy sampling picks the script's next token (prompts fit one chunk).
             let mut logits = vec![-30.0; self.config.vocab_size];
             logits[self.output[*steps % self.output.len()] as usize] = 0.0;
