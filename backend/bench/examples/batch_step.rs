@@ -1,0 +1,52 @@
+//! Time of one batched decode step of the fast CPU runtime, per number of sequences:
+//! what continuous batching costs the engine alone (no server, no sampling).
+//!
+//! usage: batch_step MODEL.gguf [THREADS] [int8]   (`int8`: 8-bit activations)
+use std::time::Instant;
+
+use peregrine_engine::cpu::act_quant::ActPrecision;
+use peregrine_engine::cpu::fast_runtime::{FastOptions, FastRuntime};
+use peregrine_engine::runtime::{BatchDecode, SlotTokens};
+
+/// Prompt tokens each sequence holds before the timed steps.
+const PROMPT: usize = 100;
+/// Timed steps per batch size (after 5 untimed ones).
+const STEPS: usize = 60;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let Some(path) = args.get(1) else {
+        eprintln!("usage: batch_step MODEL.gguf [THREADS] [int8]");
+        std::process::exit(2);
+    };
+    let threads = args.get(2).and_then(|t| t.parse().ok()).unwrap_or(2);
+    let (_, config, weights) = peregrine_engine::gguf::load_gguf(std::path::Path::new(path)).expect("the model loads");
+    let mut options = FastOptions::defaults();
+    options.threads = threads;
+    if args.get(3).is_some_and(|a| a == "int8") {
+        options.act_precision = ActPrecision::Int8;
+    }
+    let mut rt = FastRuntime::new(&config, &weights, options).expect("the runtime starts");
+    let prompt: Vec<u32> = (0..PROMPT as u32).map(|i| 100 + i * 7).collect();
+    println!("{threads} threads, {:?} activations, {PROMPT}-token prompts", options.act_precision);
+    for b in [1usize, 2, 3, 4, 6, 8] {
+        for s in 0..b {
+            rt.open(s, PROMPT + 5 + STEPS).expect("open");
+            rt.step(&[SlotTokens { slot: s, tokens: &prompt }]).expect("prompt");
+        }
+        let tokens: Vec<[u32; 1]> = (0..b as u32).map(|s| [500 + s]).collect();
+        let work: Vec<SlotTokens> = (0..b).map(|s| SlotTokens { slot: s, tokens: &tokens[s] }).collect();
+        for _ in 0..5 {
+            rt.step(&work).expect("step");
+        }
+        let t = Instant::now();
+        for _ in 0..STEPS {
+            rt.step(&work).expect("step");
+        }
+        let ms = t.elapsed().as_secs_f64() * 1e3 / STEPS as f64;
+        println!("batch {b}: {ms:.2} ms/step, {:.1} tok/s aggregate, {:.1} per stream", b as f64 * 1e3 / ms, 1e3 / ms);
+        for s in 0..b {
+            rt.close(s);
+        }
+    }
+}
