@@ -115,7 +115,8 @@ impl Runner {
         let text = self.text.clone();
         let prompt = Stream::prepare(&text, self.runtime.config(), request)?;
         let runtime = &mut self.runtime;
-        let Some(mut stream) = Stream::begin(&text, request, prompt, start, emit, &mut |p, top| score_prompt(runtime.as_mut(), &text, p, top))?
+        let Some(mut stream) =
+            Stream::begin(&text, request, prompt, start, emit, &mut |p, top| score_prompt(runtime.as_mut(), &text, p, top))?
         else {
             return Ok(());
         };
@@ -139,12 +140,14 @@ pub(crate) fn score_prompt(runtime: &mut dyn Runtime, text: &TextModel, prompt: 
     let mut out = vec![PromptToken { id: prompt[0], text: text(prompt[0]), scored: None }];
     for (i, &id) in prompt.iter().enumerate().skip(1) {
         let lp = log_softmax(&logits[i - 1]);
-        let alts =
-            top_k_indices(&lp, top.min(MAX_TOP_LOGPROBS)).into_iter().map(|(id, logprob)| TokenLogprob { id, logprob }).collect();
+        let alts = top_k_indices(&lp, top.min(MAX_TOP_LOGPROBS)).into_iter().map(|(id, logprob)| TokenLogprob { id, logprob }).collect();
         out.push(PromptToken { id, text: text(id), scored: Some(Sampled { id, logprob: lp[id as usize], top: alts }) });
     }
     Ok(out)
 }
+
+/// Scores a prompt's tokens (prompt ids, alternatives per token), for echo requests.
+pub(crate) type ScorePrompt<'a> = dyn FnMut(&[u32], usize) -> Result<Vec<PromptToken>> + 'a;
 
 /// A request's text side while it runs, between the runtime's tokens and the client's
 /// events: incremental detokenizing, stop strings, the clock, the terminal event. One
@@ -182,7 +185,7 @@ impl<'t> Stream<'t> {
         prompt: Vec<u32>,
         start: Instant,
         emit: &mut dyn FnMut(Event) -> bool,
-        score: &mut dyn FnMut(&[u32], usize) -> Result<Vec<PromptToken>>,
+        score: &mut ScorePrompt<'_>,
     ) -> Result<Option<Stream<'t>>> {
         let stop_tokens: Vec<u32> = match (&text.tokenizer, request.ignore_eos) {
             (Some(t), false) => t.eos_ids().to_vec(),

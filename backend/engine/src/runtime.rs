@@ -138,7 +138,14 @@ pub trait BatchDecode {
 /// Token `i` of a run, sampled from `logits` given `seen` (the prompt and the tokens
 /// generated before it); `None` when it is a stop token. The one sampling step of every
 /// host-side token loop, so a seed gives the same tokens alone or batched.
-pub(crate) fn next_token(logits: &[f32], sampling: &SamplingParams, seen: &[u32], i: usize, top_logprobs: usize, stop_tokens: &[u32]) -> Option<Sampled> {
+pub(crate) fn next_token(
+    logits: &[f32],
+    sampling: &SamplingParams,
+    seen: &[u32],
+    i: usize,
+    top_logprobs: usize,
+    stop_tokens: &[u32],
+) -> Option<Sampled> {
     let s = crate::sampling::sample(logits, sampling, seen, i as u64, top_logprobs);
     (!stop_tokens.contains(&s.id)).then_some(s)
 }

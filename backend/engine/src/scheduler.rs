@@ -44,7 +44,10 @@ impl BatchPlan {
                 )));
             }
             (Some(b), Some(n)) if n > b.capacity() => {
-                return Err(Error::InvalidRequest(format!("--max-batch {n} is more than the {} sequences this runtime holds", b.capacity())));
+                return Err(Error::InvalidRequest(format!(
+                    "--max-batch {n} is more than the {} sequences this runtime holds",
+                    b.capacity()
+                )));
             }
             (Some(_), Some(n)) => n,
             (Some(b), None) => b.default_batch(),
@@ -147,16 +150,11 @@ pub(crate) fn serve_batched(shared: &Shared, runner: &mut Runner, plan: BatchPla
             let r = ready.pop_front().expect("front exists");
             let slot = free.pop().expect("a free slot");
             match start(runner, &text, r, slot) {
-                Ok(Some(a)) => {
+                Some(a) => {
                     reserved += a.need;
                     active.push(a);
                 }
-                Ok(None) => {
-                    batch_of(runner).close(slot);
-                    free.push(slot);
-                }
-                Err((job, e)) => {
-                    fail(&job, &e);
+                None => {
                     batch_of(runner).close(slot);
                     free.push(slot);
                 }
@@ -211,19 +209,23 @@ fn prepare(runner: &Runner, text: &crate::generator::TextModel, job: &Job, budge
 }
 
 /// Opens the request's slot and tells its client it started; `None` when it already
-/// ended (nothing to generate, or nobody listens).
-fn start<'t>(runner: &mut Runner, text: &'t crate::generator::TextModel, r: Ready, slot: usize) -> std::result::Result<Option<Active<'t>>, (Job, Error)> {
+/// ended (nothing to generate, nobody listens, or an error, which it was told).
+fn start<'t>(runner: &mut Runner, text: &'t crate::generator::TextModel, r: Ready, slot: usize) -> Option<Active<'t>> {
     let Ready { job, prompt, need, start } = r;
     if let Err(e) = batch_of(runner).open(slot, need) {
-        return Err((job, e));
+        fail(&job, &e);
+        return None;
     }
     let seen = prompt.clone();
     let runtime = runner.runtime_mut();
     let begun = Stream::begin(text, &job.request, prompt, start, &mut |e| job.emit(e), &mut |p, top| score_prompt(runtime, text, p, top));
     match begun {
-        Ok(Some(stream)) => Ok(Some(Active { job, stream, slot, need, fed: 0, seen, generated: 0, next: None })),
-        Ok(None) => Ok(None),
-        Err(e) => Err((job, e)),
+        Ok(Some(stream)) => Some(Active { job, stream, slot, need, fed: 0, seen, generated: 0, next: None }),
+        Ok(None) => None,
+        Err(e) => {
+            fail(&job, &e);
+            None
+        }
     }
 }
 
