@@ -36,7 +36,8 @@ export default defineConfig({
   },
   webServer: [
     {
-      command: `${bin} serve --port ${port} --dist ../dist --model ${model} --data-dir ${dataDir}`,
+      // A batch of two: requests run side by side, and two long ones fill it (queue.spec).
+      command: `${bin} serve --port ${port} --dist ../dist --model ${model} --data-dir ${dataDir} --max-batch 2`,
       url: `http://127.0.0.1:${port}/health`,
       reuseExistingServer: false,
       timeout: 120_000,

@@ -30,6 +30,7 @@ internal_modules!(
     stop, synthetic, template, tensor, tokenizer, weights,
 );
 mod error;
+pub mod infill;
 
 pub use error::{Error, Result};
 pub use generator::TextModel;

@@ -82,6 +82,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/shares/{id}", get(routes::shares::get))
         // Unknown API paths are JSON 404s, not the playground page.
         .route("/api/{*rest}", any(routes::not_found))
+        .route("/infill", post(routes::infill::infill))
         .route("/tokenize", post(routes::tokenize::tokenize))
         .route("/detokenize", post(routes::tokenize::detokenize))
         .nest("/v1", crate::openai::router())

@@ -73,6 +73,7 @@ impl Tokenizer {
             add_eos: flag("tokenizer.ggml.add_eos_token").unwrap_or(false),
             extra_stops: ["tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"].iter().filter_map(|k| id(k)).collect(),
             chat_template: meta.get("tokenizer.chat_template").and_then(MetaValue::as_str).map(str::to_owned),
+            fim: super::FimIds::from_keys(id),
         }))
     }
 }

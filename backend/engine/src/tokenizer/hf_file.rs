@@ -43,7 +43,17 @@ impl Tokenizer {
             Some(t) => Some(t),
             None => read_optional_text(&dir.join("chat_template.jinja"))?,
         };
-        Ok(Tokenizer::assemble(Parts { inner, pieces, bos, eos, add_bos, add_eos, extra_stops: gen_eos, chat_template }))
+        Ok(Tokenizer::assemble(Parts {
+            inner,
+            pieces,
+            bos,
+            eos,
+            add_bos,
+            add_eos,
+            extra_stops: gen_eos,
+            chat_template,
+            fim: Default::default(),
+        }))
     }
 }
 

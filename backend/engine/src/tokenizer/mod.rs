@@ -3,6 +3,7 @@
 //! model asks) and a byte-exact, stream-friendly decoder.
 
 mod detok;
+pub mod fim;
 mod gguf;
 mod hf_file;
 mod pieces;
@@ -11,6 +12,7 @@ pub mod pretok;
 use std::sync::OnceLock;
 
 pub use detok::Detokenizer;
+pub use fim::{FimIds, FimTokens};
 use pieces::TokenPieces;
 
 use crate::{Error, Result};
@@ -57,6 +59,8 @@ pub struct Tokenizer {
     add_eos: bool,
     stop_ids: Vec<u32>,
     chat_template: Option<String>,
+    /// Fill-in-the-middle tokens (declared or recognised by their text).
+    fim: FimIds,
 }
 
 /// What the format-specific loaders hand to [`Tokenizer::assemble`].
@@ -70,6 +74,8 @@ struct Parts {
     /// End-of-generation ids besides `eos` (eot, eom, generation_config's list...).
     extra_stops: Vec<u32>,
     chat_template: Option<String>,
+    /// FIM tokens the file declares (GGUF metadata); the rest are looked up by text.
+    fim: FimIds,
 }
 
 impl Tokenizer {
@@ -79,6 +85,7 @@ impl Tokenizer {
         stop_ids.retain(|&id| (id as usize) < p.pieces.len());
         stop_ids.sort_unstable();
         stop_ids.dedup();
+        let fim = FimIds::resolve(p.fim, |t| p.inner.token_to_id(t));
         Self {
             inner: p.inner,
             plain: OnceLock::new(),
@@ -89,6 +96,7 @@ impl Tokenizer {
             add_eos: p.add_eos,
             stop_ids,
             chat_template: p.chat_template,
+            fim,
         }
     }
 
@@ -177,6 +185,11 @@ impl Tokenizer {
     /// The equivalent Hugging Face `tokenizer.json` text (e.g. to export a GGUF's tokenizer).
     pub fn to_json(&self) -> Result<String> {
         self.inner.to_string(false).map_err(|e| Error::Tokenizer(format!("serializing: {e}")))
+    }
+
+    /// The fill-in-the-middle tokens, or the names of the roles the vocabulary lacks.
+    pub fn fim(&self) -> std::result::Result<FimTokens, Vec<&'static str>> {
+        self.fim.tokens()
     }
 
     /// The model's own Jinja chat template, if it ships one.

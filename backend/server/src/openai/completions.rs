@@ -1,5 +1,7 @@
 //! `POST /v1/completions`: a text or token-id prompt, streamed or not, with
-//! `logprobs` and `echo` (so `echo: true, max_tokens: 0` scores a prompt).
+//! `logprobs` and `echo` (so `echo: true, max_tokens: 0` scores a prompt), and
+//! `suffix`: the prompt is the text before the insertion point and the answer fills
+//! the middle (laid out as llama.cpp's `/infill` lays it out).
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -19,6 +21,8 @@ use crate::extract::{ClientIp, JsonBody};
 use crate::ids::{response_id, unix_now};
 use crate::jobs::{self, JobSpec};
 use crate::prompt;
+use crate::routes::infill::infill_prompt;
+use peregrine_engine::infill::InfillInput;
 
 /// OpenAI's default `max_tokens` for completions.
 pub const DEFAULT_COMPLETION_MAX_TOKENS: u32 = 16;
@@ -76,9 +80,6 @@ pub async fn completions(
     let JsonBody(req) = body?;
     let engine = state.engine.get()?;
     req.common.check_model(&engine)?;
-    if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
-        return Err(Error::bad("suffix", "suffix is not supported").into());
-    }
     if req.best_of.is_some_and(|b| b != 1) {
         return Err(Error::bad("best_of", "only best_of = 1 is supported").into());
     }
@@ -86,8 +87,20 @@ pub async fn completions(
     let stop = req.common.stops()?;
     let top = req.logprobs.map(|n| check_top_logprobs("logprobs", n)).transpose()?;
     let (input, prompt_text) = parse_prompt(req.prompt.as_ref())?;
-    let ids = prompt::tokenize(&engine, input, "prompt").await?;
     let max_tokens = req.max_tokens.unwrap_or(DEFAULT_COMPLETION_MAX_TOKENS) as usize;
+    let ids = match req.suffix.filter(|s| !s.is_empty()) {
+        None => prompt::tokenize(&engine, input, "prompt").await?,
+        Some(suffix) => {
+            if req.echo {
+                return Err(Error::bad("echo", "echo cannot be combined with suffix").into());
+            }
+            let Prompt::Text(prefix) = input else {
+                return Err(Error::bad("suffix", "suffix needs a text prompt (the text before the insertion point)").into());
+            };
+            let fill = InfillInput { prefix, suffix, ..InfillInput::default() };
+            infill_prompt(&engine, fill, max_tokens as i64, "suffix").await?
+        }
+    };
     prompt::check_fits(&engine, ids.len(), max_tokens)?;
     let text = engine.handle.text().clone();
     let echo_text =

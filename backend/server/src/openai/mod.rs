@@ -6,9 +6,9 @@ mod completions;
 pub mod error;
 mod logprobs;
 mod models;
-mod params;
-mod steps;
-mod stream;
+pub(crate) mod params;
+pub(crate) mod steps;
+pub(crate) mod stream;
 
 use axum::routing::{get, post};
 use axum::Router;

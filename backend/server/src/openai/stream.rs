@@ -1,5 +1,6 @@
 //! Streaming answers: each step rendered to `data: {chunk}` events, then
-//! `data: [DONE]`; a failure mid-stream is one `data: {"error": …}` event instead.
+//! `data: [DONE]` (OpenAI; llama.cpp's own endpoints end without it); a failure
+//! mid-stream is one `data: {"error": …}` event instead.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -24,11 +25,17 @@ struct Driver<R> {
     render: R,
     pending: VecDeque<SseEvent>,
     ended: bool,
+    done_marker: bool,
 }
 
-/// The SSE response for `steps`.
+/// The SSE response for `steps`, ending with `data: [DONE]`.
 pub fn sse<R: Render>(steps: Steps, render: R, keep_alive: Duration) -> Response {
-    let driver = Driver { steps, render, pending: VecDeque::new(), ended: false };
+    sse_with(steps, render, keep_alive, true)
+}
+
+/// [`sse`], with or without the closing `data: [DONE]`.
+pub fn sse_with<R: Render>(steps: Steps, render: R, keep_alive: Duration, done_marker: bool) -> Response {
+    let driver = Driver { steps, render, pending: VecDeque::new(), ended: false, done_marker };
     let events = stream::unfold(driver, |mut d| async move {
         loop {
             if let Some(e) = d.pending.pop_front() {
@@ -49,7 +56,9 @@ pub fn sse<R: Render>(steps: Steps, render: R, keep_alive: Duration) -> Response
                         d.pending.push_back(SseEvent::default().data(chunk.to_string()));
                     }
                     if done {
-                        d.pending.push_back(SseEvent::default().data("[DONE]"));
+                        if d.done_marker {
+                            d.pending.push_back(SseEvent::default().data("[DONE]"));
+                        }
                         d.ended = true;
                     }
                 }

@@ -2,6 +2,7 @@
 
 pub mod generate;
 pub mod health;
+pub mod infill;
 pub mod info;
 pub mod metrics;
 pub mod shares;

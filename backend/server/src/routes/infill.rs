@@ -1,0 +1,198 @@
+//! `POST /infill`: llama.cpp's fill-in-the-middle endpoint, the one editor plugins
+//! (llama.vscode, llama.vim) call. The request shape is llama.cpp's: `input_prefix`
+//! and `input_suffix` (required), `input_extra` (`[{filename, text}]`), `prompt` (the
+//! start of the middle), `n_predict` (−1 or absent: until the end of the context),
+//! llama.cpp's sampling names and defaults, `stream`. The prompt is laid out as
+//! llama.cpp's server lays it out (`peregrine_engine::infill`); the answer is
+//! llama.cpp's `/completion` object (`content`, `stop`, `tokens_predicted`, …), streamed
+//! as one `data: {…}` per piece of text and a last one with `"stop": true`.
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use peregrine_api::FinishReason;
+use peregrine_engine::infill::{self, ExtraFile, InfillBudget, InfillInput};
+use peregrine_engine::{Prompt, Request, TextModel};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::app::AppState;
+use crate::engine_slot::LoadedEngine;
+use crate::error::{Error, Result};
+use crate::extract::{ClientIp, JsonBody};
+use crate::jobs::{self, JobSpec};
+use crate::openai::error::OpenAiError;
+use crate::openai::params::CommonParams;
+use crate::openai::steps::{Step, Steps};
+use crate::openai::stream::{sse_with, Render};
+use crate::prompt;
+
+/// llama.cpp's default `n_batch`: prefix and suffix share this many tokens (¾ : ¼).
+pub const INFILL_BATCH: usize = 2048;
+/// llama.cpp's sampling defaults, for fields the request leaves out.
+const LLAMA_TEMPERATURE: f32 = 0.8;
+const LLAMA_TOP_K: u32 = 40;
+const LLAMA_TOP_P: f32 = 0.95;
+const LLAMA_MIN_P: f32 = 0.05;
+
+/// One `input_extra` entry.
+#[derive(Debug, Deserialize)]
+pub struct ExtraChunk {
+    pub text: String,
+    /// llama.cpp's default name.
+    #[serde(default = "default_filename")]
+    pub filename: String,
+}
+
+fn default_filename() -> String {
+    "tmp".into()
+}
+
+/// Body of `POST /infill`.
+#[derive(Debug, Deserialize)]
+pub struct InfillRequest {
+    pub input_prefix: Option<String>,
+    pub input_suffix: Option<String>,
+    #[serde(default)]
+    pub input_extra: Vec<ExtraChunk>,
+    #[serde(default)]
+    pub prompt: String,
+    /// Tokens to generate; −1 (llama.cpp's default): until EOS or the end of the context.
+    pub n_predict: Option<i64>,
+    #[serde(flatten)]
+    pub common: CommonParams,
+}
+
+/// The laid-out prompt of a fill-in-the-middle request, tokenized off the engine
+/// thread; a model without FIM tokens is a 400 (on `param`) naming them.
+pub async fn infill_prompt(engine: &LoadedEngine, input: InfillInput, predict: i64, param: &'static str) -> Result<Vec<u32>> {
+    let text: std::sync::Arc<TextModel> = engine.handle.text().clone();
+    let context = engine.handle.info().context_length;
+    let unsupported = |e: peregrine_engine::Error| match e {
+        peregrine_engine::Error::InvalidRequest(m) => Error::bad(param, m),
+        other => Error::Engine(other),
+    };
+    infill::supported(&text).map_err(unsupported)?;
+    let budget = InfillBudget { batch: INFILL_BATCH, predict, context };
+    tokio::task::spawn_blocking(move || infill::prompt_ids(&text, &input, &budget))
+        .await
+        .map_err(|e| Error::Internal(format!("tokenizer task failed: {e}")))?
+        .map_err(unsupported)
+}
+
+/// Handles an infill request.
+pub async fn infill(
+    State(state): State<AppState>,
+    ClientIp(client): ClientIp,
+    body: Result<JsonBody<InfillRequest>>,
+) -> std::result::Result<Response, OpenAiError> {
+    let JsonBody(mut req) = body?;
+    let engine = state.engine.get()?;
+    req.common.check_model(&engine)?;
+    let prefix = req.input_prefix.take().ok_or_else(|| Error::bad("input_prefix", "\"input_prefix\" is required"))?;
+    let suffix = req.input_suffix.take().ok_or_else(|| Error::bad("input_suffix", "\"input_suffix\" is required"))?;
+    let predict = match req.n_predict {
+        None => -1,
+        Some(n) if n >= -1 => n,
+        Some(_) => return Err(Error::bad("n_predict", "n_predict must be -1 (until the end) or a number of tokens").into()),
+    };
+    let c = &mut req.common;
+    c.temperature = c.temperature.or(Some(LLAMA_TEMPERATURE));
+    c.top_k = c.top_k.or(Some(LLAMA_TOP_K));
+    c.top_p = c.top_p.or(Some(LLAMA_TOP_P));
+    c.min_p = c.min_p.or(Some(LLAMA_MIN_P));
+    let sampling = req.common.sampling()?;
+    let stop = req.common.stops()?;
+    let extra = req.input_extra.drain(..).map(|c| ExtraFile { filename: c.filename, text: c.text }).collect();
+    let input = InfillInput { prefix, suffix, extra, prompt: std::mem::take(&mut req.prompt) };
+    let ids = infill_prompt(&engine, input, predict, "input_prefix").await?;
+    let max_tokens = match usize::try_from(predict) {
+        Ok(n) => n,
+        Err(_) => prompt::room_left(&engine, ids.len()),
+    };
+    prompt::check_fits(&engine, ids.len(), max_tokens)?;
+    let text = engine.handle.text().clone();
+    let prompt_text = text.tokenizer.as_ref().and_then(|t| t.decode(&ids).ok()).unwrap_or_default();
+    let prompt_n = ids.len();
+    let request =
+        Request { max_tokens, sampling, stop, ignore_eos: req.common.ignore_eos.unwrap_or(false), ..Request::new(Prompt::Tokens(ids)) };
+    let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/infill", client, ticker: false })?;
+    let steps = Steps { job, text, logprobs: false };
+    let out = InfillAnswer { model: engine.model_id.clone(), prompt: prompt_text, prompt_n, predicted: 0, content: String::new() };
+    if req.common.streaming() {
+        Ok(sse_with(steps, out, state.settings.keep_alive, false))
+    } else {
+        Ok(Json(out.collect(steps).await?).into_response())
+    }
+}
+
+/// Builds llama.cpp `/completion` objects.
+struct InfillAnswer {
+    model: String,
+    /// The laid-out prompt as text (special tokens spelled out), as llama.cpp reports it.
+    prompt: String,
+    prompt_n: usize,
+    /// Text pieces sent so far.
+    predicted: usize,
+    /// All text so far (for `has_new_line`).
+    content: String,
+}
+
+/// llama.cpp's `stop_type`.
+fn stop_type(reason: FinishReason) -> &'static str {
+    match reason {
+        FinishReason::Stop => "eos",
+        FinishReason::Length => "limit",
+        FinishReason::Cancelled => "none",
+    }
+}
+
+impl InfillAnswer {
+    fn last(&self, content: &str, reason: FinishReason, predicted: u32, timings: Value) -> Value {
+        json!({
+            "index": 0,
+            "content": content,
+            "tokens": [],
+            "id_slot": 0,
+            "stop": true,
+            "model": self.model,
+            "tokens_predicted": predicted,
+            "tokens_evaluated": self.prompt_n,
+            "prompt": self.prompt,
+            "has_new_line": self.content.contains('\n'),
+            "truncated": false,
+            "stop_type": stop_type(reason),
+            "stopping_word": "",
+            "tokens_cached": 0,
+            "timings": timings,
+        })
+    }
+
+    async fn collect(mut self, steps: Steps) -> Result<Value> {
+        let f = steps.finish().await?;
+        self.content = f.text.clone();
+        Ok(self.last(&f.text, f.reason, f.usage.completion_tokens, json!(f.timings)))
+    }
+}
+
+impl Render for InfillAnswer {
+    fn render(&mut self, step: Step) -> Vec<Value> {
+        match step {
+            Step::Started | Step::Prompt(_) | Step::Failed(_) => vec![],
+            Step::Text { text, .. } => {
+                self.predicted += 1;
+                self.content.push_str(&text);
+                vec![json!({
+                    "index": 0,
+                    "content": text,
+                    "tokens": [],
+                    "stop": false,
+                    "id_slot": -1,
+                    "tokens_predicted": self.predicted,
+                    "tokens_evaluated": self.prompt_n,
+                })]
+            }
+            Step::Done { reason, usage, timings } => vec![self.last("", reason, usage.completion_tokens, json!(timings))],
+        }
+    }
+}
