@@ -254,8 +254,9 @@ mod tests {
             predicted_ms: 200.0,
             predicted_per_second: 10.0,
             ttft_ms: 100.0,
+            cache_n: 0,
         };
-        let usage = Usage { prompt_tokens: 4, completion_tokens: 3, total_tokens: 7 };
+        let usage = Usage { prompt_tokens: 4, completion_tokens: 3, total_tokens: 7, ..Usage::default() };
         r.apply(StreamEvent::Done { finish_reason: FinishReason::Length, usage, timings });
         assert_eq!(r.phase, Phase::Done { finish_reason: FinishReason::Length });
         assert_eq!(

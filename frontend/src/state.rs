@@ -158,7 +158,7 @@ impl Playground {
             return;
         }
         let Some((params, prompt)) = self.checked_input() else { return };
-        let request = GenerateRequest { prompt: prompt.clone(), mode: self.mode.get_untracked(), params };
+        let request = GenerateRequest { prompt: prompt.clone(), mode: self.mode.get_untracked(), params, cache_prompt: None };
         let controller = AbortController::new().ok();
         let signal = controller.as_ref().map(|c| c.signal());
         self.abort.set_value(controller);

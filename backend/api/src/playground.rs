@@ -78,6 +78,9 @@ pub struct GenerateRequest {
     pub mode: Mode,
     #[serde(flatten)]
     pub params: GenerationParams,
+    /// Reuse the cached prefix of an earlier request (`None`: yes, llama.cpp's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_prompt: Option<bool>,
 }
 
 /// One server-sent event of `POST /api/generate`.

@@ -27,6 +27,16 @@ pub struct Usage {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
     pub total_tokens: u32,
+    /// How much of the prompt came from the cache of an earlier request.
+    #[serde(default)]
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+/// OpenAI's `usage.prompt_tokens_details`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens whose keys and values were reused, not computed again.
+    pub cached_tokens: u32,
 }
 
 /// Live figures sent while a request streams.
@@ -45,7 +55,11 @@ pub struct Stats {
 /// Final timings, with llama.cpp's field names plus TTFT.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 pub struct Timings {
+    /// Prompt tokens read by this request (the cached ones not counted, as llama.cpp).
     pub prompt_n: u32,
+    /// Prompt tokens reused from an earlier request's cache.
+    #[serde(default)]
+    pub cache_n: u32,
     pub prompt_ms: f64,
     pub prompt_per_second: f64,
     pub predicted_n: u32,
@@ -83,7 +97,7 @@ impl TokenClock {
         Stats { tokens: self.tokens, ttft_ms: self.first_ms, decode_tok_per_s: self.decode_tok_per_s(), elapsed_ms: now_ms }
     }
 
-    /// Final timings for a prompt of `prompt_n` tokens.
+    /// Final timings for a prompt of `prompt_n` tokens read (besides any cached ones).
     pub fn timings(&self, prompt_n: u32) -> Timings {
         let ttft = self.first_ms.unwrap_or(0.0);
         let predicted_ms = match (self.first_ms, self.last_ms) {
@@ -98,6 +112,7 @@ impl TokenClock {
             predicted_ms,
             predicted_per_second: self.decode_tok_per_s().unwrap_or(0.0),
             ttft_ms: ttft,
+            cache_n: 0,
         }
     }
 }

@@ -31,7 +31,7 @@ fn main() {
     println!("{threads} threads, {:?} activations, {PROMPT}-token prompts", options.act_precision);
     for b in [1usize, 2, 3, 4, 6, 8] {
         for s in 0..b {
-            rt.open(s, PROMPT + 5 + STEPS).expect("open");
+            rt.open(s, PROMPT + 5 + STEPS, &prompt, false).expect("open");
             rt.step(&[SlotTokens { slot: s, tokens: &prompt }]).expect("prompt");
         }
         let tokens: Vec<[u32; 1]> = (0..b as u32).map(|s| [500 + s]).collect();

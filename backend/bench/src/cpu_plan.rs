@@ -74,7 +74,7 @@ pub fn measure(rt: &mut dyn Runtime, plan: &BenchPlan) -> Result<Figures> {
     let start = Instant::now();
     let mut first = None;
     let job =
-        DecodeJob { prompt: &plan.prompt, max_tokens: 1, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER };
+        DecodeJob { prompt: &plan.prompt, max_tokens: 1, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false };
     rt.generate(&job, &mut |_| {
         first = Some(start.elapsed());
         Flow::Continue
@@ -90,6 +90,7 @@ pub fn measure(rt: &mut dyn Runtime, plan: &BenchPlan) -> Result<Figures> {
         stop_tokens: &[],
         top_logprobs: 0,
         cancel: Cancel::NEVER,
+        reuse_prefix: false,
     };
     rt.generate(&job, &mut |_| {
         stamps.push(Instant::now());

@@ -195,7 +195,7 @@ fn argmax(v: &[f32]) -> u32 {
 /// Greedy run of `max_tokens`; returns the tokens and how the run ended.
 fn greedy(rt: &mut CudaRuntime, prompt: &[u32], max_tokens: usize) -> Result<(Vec<u32>, RunEnd)> {
     let sampling = SamplingParams::default();
-    let job = DecodeJob { prompt, max_tokens, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER };
+    let job = DecodeJob { prompt, max_tokens, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false };
     let (out, end) = rt.generate_all(&job)?;
     Ok((out.iter().map(|s| s.id).collect(), end))
 }
@@ -351,7 +351,7 @@ struct Ttft {
 /// [`Ttft`] of `prompt` over `runs` runs.
 fn ttft(rt: &mut CudaRuntime, prompt: &[u32], runs: usize) -> Result<Ttft> {
     let sampling = SamplingParams::default();
-    let job = DecodeJob { prompt, max_tokens: 1, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER };
+    let job = DecodeJob { prompt, max_tokens: 1, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false };
     let mut ttfts = Vec::with_capacity(runs);
     let mut gpu = Vec::with_capacity(runs);
     for _ in 0..runs {

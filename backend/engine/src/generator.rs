@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use peregrine_api::{timing::TokenClock, FinishReason, Usage};
+use peregrine_api::timing::{PromptTokensDetails, TokenClock};
+use peregrine_api::{FinishReason, Timings, Usage};
 
 use crate::error::{Error, Result};
 use crate::request::{ErrorCode, Event, Prompt, PromptToken, Request, STATS_INTERVAL};
@@ -127,8 +128,10 @@ impl Runner {
             stop_tokens: &stream.stop_tokens.clone(),
             top_logprobs: request.top_logprobs,
             cancel,
+            reuse_prefix: request.cache_prompt,
         };
         let end = self.runtime.generate(&job, &mut |s: &Sampled| stream.on_token(s, cancel.requested(), emit))?;
+        stream.set_cached(self.runtime.reused_prefix());
         stream.finish(end, emit)
     }
 }
@@ -166,6 +169,8 @@ pub(crate) struct Stream<'t> {
     last_stats: f64,
     hit_stop_string: bool,
     listener_gone: bool,
+    /// Prompt tokens taken from a cache instead of computed.
+    cached: usize,
 }
 
 impl<'t> Stream<'t> {
@@ -202,6 +207,7 @@ impl<'t> Stream<'t> {
             last_stats: 0.0,
             hit_stop_string: false,
             listener_gone: false,
+            cached: 0,
         };
         if !emit(Event::Started { prompt_tokens: stream.prompt.len() }) {
             stream.done(FinishReason::Cancelled, emit);
@@ -219,6 +225,11 @@ impl<'t> Stream<'t> {
             return Ok(None);
         }
         Ok(Some(stream))
+    }
+
+    /// Records how many prompt tokens the runtime reused (timings and usage report it).
+    pub fn set_cached(&mut self, n: usize) {
+        self.cached = n;
     }
 
     fn ms(&self) -> f64 {
@@ -288,8 +299,15 @@ impl<'t> Stream<'t> {
 
     fn done(&self, reason: FinishReason, emit: &mut dyn FnMut(Event) -> bool) {
         let prompt_n = self.prompt.len() as u32;
+        let cached = self.cached as u32;
         let tokens = self.clock.tokens;
-        let usage = Usage { prompt_tokens: prompt_n, completion_tokens: tokens, total_tokens: prompt_n + tokens };
-        emit(Event::Done { finish_reason: reason, usage, timings: self.clock.timings(prompt_n) });
+        let usage = Usage {
+            prompt_tokens: prompt_n,
+            completion_tokens: tokens,
+            total_tokens: prompt_n + tokens,
+            prompt_tokens_details: PromptTokensDetails { cached_tokens: cached },
+        };
+        let timings = Timings { cache_n: cached, ..self.clock.timings(prompt_n - cached) };
+        emit(Event::Done { finish_reason: reason, usage, timings });
     }
 }

@@ -200,7 +200,7 @@ fn warm_up(runtime: &mut dyn crate::runtime::Runtime, lengths: &[usize]) -> Resu
     for &len in lengths {
         let prompt: Vec<u32> = (0..len as u32).map(|i| (i * 7 + 1) % vocab).collect();
         let job =
-            DecodeJob { prompt: &prompt, max_tokens: 1, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER };
+            DecodeJob { prompt: &prompt, max_tokens: 1, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false };
         runtime.generate(&job, &mut |_| Flow::Continue)?;
     }
     Ok(start.elapsed())

@@ -36,6 +36,9 @@ pub struct Request {
     pub top_logprobs: usize,
     /// Also report the prompt tokens' log-probabilities (OpenAI `echo` scoring).
     pub echo_logprobs: bool,
+    /// Reuse the cached keys and values of the prefix this prompt shares with an
+    /// earlier request (llama.cpp's `cache_prompt`, on by default); same output.
+    pub cache_prompt: bool,
 }
 
 impl Request {
@@ -49,6 +52,7 @@ impl Request {
             ignore_eos: false,
             top_logprobs: 0,
             echo_logprobs: false,
+            cache_prompt: true,
         }
     }
 }

@@ -22,6 +22,9 @@ pub struct DecodeJob<'a> {
     /// Asked between prompt chunks, where `on_token` cannot be: a cancelled long
     /// prompt stops within one chunk instead of after the whole prefill.
     pub cancel: Cancel<'a>,
+    /// Keep the cached keys and values of the longest prefix this prompt shares with
+    /// what the runtime last ran (llama.cpp's `cache_prompt`); the output is the same.
+    pub reuse_prefix: bool,
 }
 
 /// The caller's "nobody wants this run any more", polled by runtimes during prefill
@@ -91,6 +94,11 @@ pub trait Runtime: Send {
     fn generate(&mut self, job: &DecodeJob<'_>, on_token: &mut dyn FnMut(&Sampled) -> Flow) -> Result<RunEnd>;
     /// Logits of every position of `tokens` (prompt scoring).
     fn score(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>>;
+    /// Prompt tokens the last [`Runtime::generate`] took from its cache instead of
+    /// computing them (0 for runtimes that keep nothing).
+    fn reused_prefix(&self) -> usize {
+        0
+    }
     /// The runtime's batch side, when it decodes several sequences per step; `None`
     /// runs one request at a time through [`Runtime::generate`].
     fn batch(&mut self) -> Option<&mut dyn BatchDecode> {
@@ -105,6 +113,13 @@ pub trait Runtime: Send {
         })?;
         Ok((out, end))
     }
+}
+
+/// Length of the common prefix of `cached` and `prompt`, leaving at least the last
+/// prompt token to run (its logits start the generation).
+pub(crate) fn reusable_prefix(cached: &[u32], prompt: &[u32]) -> usize {
+    let common = cached.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+    common.min(prompt.len().saturating_sub(1))
 }
 
 /// One sequence's tokens in a batch step: they follow what its slot holds.
@@ -124,14 +139,19 @@ pub trait BatchDecode {
     fn default_batch(&self) -> usize;
     /// Most tokens one step may carry, all slots together.
     fn step_tokens(&self) -> usize;
-    /// Starts an empty sequence in `slot` with room for `positions` tokens.
-    fn open(&mut self, slot: usize, positions: usize) -> Result<()>;
+    /// Starts a sequence in `slot` with room for `positions` tokens for a request whose
+    /// prompt is `prompt`: with `reuse`, the slot keeps the longest prefix of `prompt` it
+    /// already holds (one token short of the whole prompt at most, so the last one still
+    /// runs and gives logits) and returns its length; else it starts empty (0).
+    fn open(&mut self, slot: usize, positions: usize, prompt: &[u32], reuse: bool) -> Result<usize>;
+    /// How many leading tokens of `prompt` `slot` holds from its last sequence.
+    fn cached_prefix(&self, slot: usize, prompt: &[u32]) -> usize;
     /// Runs each entry's tokens after what its slot holds (distinct slots, each with at
     /// least one token); afterwards [`Self::logits`]`(i)` is entry `i`'s last token's.
     fn step(&mut self, work: &[SlotTokens<'_>]) -> Result<()>;
     /// Logits of entry `i`'s last token in the last step.
     fn logits(&self, i: usize) -> &[f32];
-    /// Ends `slot`'s sequence and frees its cache.
+    /// Ends `slot`'s sequence; its cache stays for a later request to reuse.
     fn close(&mut self, slot: usize);
 }
 

@@ -148,7 +148,7 @@ pub(crate) fn serve_batched(shared: &Shared, runner: &mut Runner, plan: BatchPla
                 break;
             }
             let r = ready.pop_front().expect("front exists");
-            let slot = free.pop().expect("a free slot");
+            let slot = take_slot(batch_of(runner), &mut free, &r);
             match start(runner, &text, r, slot) {
                 Some(a) => {
                     reserved += a.need;
@@ -185,6 +185,17 @@ pub(crate) fn serve_batched(shared: &Shared, runner: &mut Runner, plan: BatchPla
     }
 }
 
+/// The free slot for `r`: the one holding the longest prefix of its prompt (a
+/// conversation's next turn finds its earlier turns), else the most recently freed.
+fn take_slot(rt: &dyn BatchDecode, free: &mut Vec<usize>, r: &Ready) -> usize {
+    let best = if r.job.request.cache_prompt {
+        (0..free.len()).rev().max_by_key(|&i| rt.cached_prefix(free[i], &r.prompt)).unwrap_or(free.len() - 1)
+    } else {
+        free.len() - 1
+    };
+    free.remove(best)
+}
+
 /// The runtime's batch side (present: the plan has a batch only for runtimes with one).
 fn batch_of(runner: &mut Runner) -> &mut dyn BatchDecode {
     runner.runtime_mut().batch().expect("a batched plan needs a runtime with a batch side")
@@ -212,15 +223,21 @@ fn prepare(runner: &Runner, text: &crate::generator::TextModel, job: &Job, budge
 /// ended (nothing to generate, nobody listens, or an error, which it was told).
 fn start<'t>(runner: &mut Runner, text: &'t crate::generator::TextModel, r: Ready, slot: usize) -> Option<Active<'t>> {
     let Ready { job, prompt, need, start } = r;
-    if let Err(e) = batch_of(runner).open(slot, need) {
-        fail(&job, &e);
-        return None;
-    }
+    let reused = match batch_of(runner).open(slot, need, &prompt, job.request.cache_prompt) {
+        Ok(n) => n,
+        Err(e) => {
+            fail(&job, &e);
+            return None;
+        }
+    };
     let seen = prompt.clone();
     let runtime = runner.runtime_mut();
     let begun = Stream::begin(text, &job.request, prompt, start, &mut |e| job.emit(e), &mut |p, top| score_prompt(runtime, text, p, top));
     match begun {
-        Ok(Some(stream)) => Some(Active { job, stream, slot, need, fed: 0, seen, generated: 0, next: None }),
+        Ok(Some(mut stream)) => {
+            stream.set_cached(reused);
+            Some(Active { job, stream, slot, need, fed: reused, seen, generated: 0, next: None })
+        }
         Ok(None) => None,
         Err(e) => {
             fail(&job, &e);

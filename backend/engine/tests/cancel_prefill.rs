@@ -46,7 +46,7 @@ fn run_counted(rt: &mut dyn Runtime, prompt: &[u32], max_tokens: usize, fire_at:
         asked.get() >= fire_at
     };
     let sampling = SamplingParams::default();
-    let job = DecodeJob { prompt, max_tokens, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::when(&requested) };
+    let job = DecodeJob { prompt, max_tokens, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::when(&requested), reuse_prefix: false };
     let mut ids = Vec::new();
     let end = rt
         .generate(&job, &mut |s| {
@@ -118,8 +118,10 @@ fn default_engine() -> (EngineHandle, usize) {
     (engine, vocab)
 }
 
+/// A request that reads its whole prompt (no reuse of an earlier run's cache: the
+/// test times prefills of the same prompt).
 fn request(prompt: Vec<u32>, max_tokens: usize) -> Request {
-    Request { max_tokens, ignore_eos: true, ..Request::new(Prompt::Tokens(prompt)) }
+    Request { max_tokens, ignore_eos: true, cache_prompt: false, ..Request::new(Prompt::Tokens(prompt)) }
 }
 
 /// The next event other than queue positions and stats; panics after 120 s.

@@ -54,6 +54,7 @@ fn fast_runtime_matches_the_reference_and_llamacpp() {
             stop_tokens: &[],
             top_logprobs: 0,
             cancel: Cancel::NEVER,
+            reuse_prefix: false,
         };
         let mut greedy = Vec::new();
         fast.generate(&job, &mut |s| {

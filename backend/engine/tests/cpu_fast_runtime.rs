@@ -40,7 +40,7 @@ fn runtime(name: &str, threads: usize, isa: Isa, prefill_batch: usize) -> FastRu
 
 fn greedy(rt: &mut FastRuntime, prompt: &[u32], n: usize) -> Vec<u32> {
     let sampling = SamplingParams::default();
-    let job = DecodeJob { prompt, max_tokens: n, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER };
+    let job = DecodeJob { prompt, max_tokens: n, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false };
     rt.generate_all(&job).unwrap().0.iter().map(|s| s.id).collect()
 }
 

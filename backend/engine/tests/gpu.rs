@@ -113,7 +113,7 @@ fn run_top(
     stops: &[u32],
     top: usize,
 ) -> Result<(Vec<Sampled>, RunEnd), Failed> {
-    let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: stops, top_logprobs: top, cancel: Cancel::NEVER };
+    let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: stops, top_logprobs: top, cancel: Cancel::NEVER, reuse_prefix: false };
     Ok(rt.generate_all(&job).map_err(|e| e.to_string())?)
 }
 
@@ -237,7 +237,7 @@ fn stop_check(config: &ModelConfig) -> Check {
     let (s, end) = run(&mut rt, &prompt, 12, &greedy, &many)?;
     ensure(end == RunEnd::StopToken && ids(&s) == g[..k], || format!("21 stop tokens: {} tokens, end {end:?}", s.len()))?;
     let mut got = Vec::new();
-    let job = DecodeJob { prompt: &prompt, max_tokens: 12, sampling: &greedy, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER };
+    let job = DecodeJob { prompt: &prompt, max_tokens: 12, sampling: &greedy, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false };
     let end = rt
         .generate(&job, &mut |s: &Sampled| {
             got.push(s.id);

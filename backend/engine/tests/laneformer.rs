@@ -121,6 +121,7 @@ fn run(rt: &mut dyn Runtime, r: &Reference) -> (Vec<f32>, Vec<u32>) {
         stop_tokens: &[],
         top_logprobs: 0,
         cancel: Cancel::NEVER,
+        reuse_prefix: false,
     };
     (logits, rt.generate_all(&job).unwrap().0.iter().map(|s| s.id).collect())
 }

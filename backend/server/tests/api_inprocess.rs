@@ -210,7 +210,10 @@ async fn openai_completion_and_chat_answer_with_usage_and_timings() {
     assert_eq!(v["choices"][0]["text"], " hello world");
     assert_eq!(v["choices"][0]["finish_reason"], "length");
     assert_eq!(v["choices"][0]["logprobs"]["tokens"], json!([" hello", " world"]));
-    assert_eq!(v["usage"], json!({ "prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3 }));
+    assert_eq!(
+        v["usage"],
+        json!({ "prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3, "prompt_tokens_details": { "cached_tokens": 0 } })
+    );
     assert_eq!(v["timings"]["predicted_n"], 2);
 
     let a = call(&app, "POST", "/v1/chat/completions", &json!({ "messages": [{ "role": "user", "content": [{ "type": "text", "text": "Hi" }] }], "max_completion_tokens": 1, "logprobs": true, "top_logprobs": 2 }).to_string()).await;

@@ -82,6 +82,10 @@ async fn infill_streams_and_not_and_suffix_fills_the_same_middle() {
     assert_eq!(last["stop"], true);
     assert_eq!(last["tokens_evaluated"], whole["tokens_evaluated"]);
     assert!(pieces.iter().all(|c| c["stop"] == false));
+    // The same prompt again: all but its last token come from the cache.
+    let prompt_n = whole["tokens_evaluated"].as_u64().unwrap();
+    assert_eq!(last["tokens_cached"].as_u64().unwrap(), prompt_n - 1, "{last}");
+    assert_eq!(last["timings"]["prompt_n"].as_u64().unwrap(), 1, "{last}");
     assert_eq!(pieces.iter().map(|c| c["content"].as_str().unwrap()).collect::<String>(), content, "greedy: the same middle");
 
     // `suffix` on the OpenAI route: the prompt is the prefix, the same layout without extra files.

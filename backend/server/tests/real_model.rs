@@ -168,7 +168,12 @@ async fn chat_completions_streamed_and_not() {
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
     let streamed: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
     assert_eq!(streamed, content);
-    assert_eq!(chunks.last().unwrap()["usage"], v["usage"]);
+    let usage = &chunks.last().unwrap()["usage"];
+    for field in ["prompt_tokens", "completion_tokens", "total_tokens"] {
+        assert_eq!(usage[field], v["usage"][field], "{field}");
+    }
+    // The same conversation again: all of its prompt but the last token came from the cache.
+    assert_eq!(usage["prompt_tokens_details"]["cached_tokens"].as_u64(), usage["prompt_tokens"].as_u64().map(|n| n - 1), "{usage}");
     assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk"));
 }
 
@@ -243,7 +248,8 @@ async fn until_started(reader: &mut SseReader) -> common::Sse {
 
 /// Seconds from `started` to `done` of one request, and its prompt length.
 async fn timed_prefill(server: &Server, prompt: &str) -> (f64, u64) {
-    let mut reader = SseReader::new(post(server, "/api/generate", json!({ "prompt": prompt, "max_tokens": 1, "ignore_eos": true })).await);
+    let body = json!({ "prompt": prompt, "max_tokens": 1, "ignore_eos": true, "cache_prompt": false });
+    let mut reader = SseReader::new(post(server, "/api/generate", body).await);
     let started = until_started(&mut reader).await;
     let t = Instant::now();
     let events = reader.collect().await;
@@ -261,7 +267,9 @@ async fn disconnecting_during_a_long_prompt_frees_the_engine_within_a_chunk() {
     let (prefill, prompt_tokens) = timed_prefill(&server, &long).await;
     let before = metric(&metrics(&server).await, "peregrine_requests_total{finish_reason=\"cancelled\"}").unwrap();
 
-    let mut reader = SseReader::new(post(&server, "/api/generate", json!({ "prompt": long, "max_tokens": 16, "ignore_eos": true })).await);
+    // No reuse: the prompt is read again, so the disconnect lands during its prefill.
+    let body = json!({ "prompt": long, "max_tokens": 16, "ignore_eos": true, "cache_prompt": false });
+    let mut reader = SseReader::new(post(&server, "/api/generate", body).await);
     until_started(&mut reader).await;
     tokio::time::sleep(DISCONNECT_AFTER).await;
     drop(reader); // the client disconnects while its prompt is being read

@@ -15,7 +15,9 @@ use crate::cpu::lanes::{LaneModel, LaneWorkspace};
 use crate::cpu::pool::Pool;
 use crate::cpu::workspace::Workspace;
 use crate::error::{Error, Result};
-use crate::runtime::{cpu_name, decode_steps, BackendInfo, BatchDecode, Cancel, DecodeJob, Flow, RunEnd, Runtime, SlotTokens};
+use crate::runtime::{
+    cpu_name, decode_steps, reusable_prefix, BackendInfo, BatchDecode, Cancel, DecodeJob, Flow, RunEnd, Runtime, SlotTokens,
+};
 use crate::sampling::Sampled;
 use crate::weights::Weights;
 
@@ -93,15 +95,36 @@ impl Pass {
     }
 }
 
+/// A KV cache and the token ids whose keys and values it holds (for prompt reuse).
+struct Sequence {
+    cache: KvCache,
+    ids: Vec<u32>,
+}
+
+impl Sequence {
+    fn new(config: &ModelConfig) -> Sequence {
+        Sequence { cache: KvCache::new(config), ids: Vec::new() }
+    }
+
+    /// Keeps the first `n` positions (all of them when fewer are cached).
+    fn truncate(&mut self, n: usize) {
+        self.cache.truncate(n);
+        self.ids.truncate(n);
+    }
+}
+
 /// The fast CPU runtime.
 pub struct FastRuntime {
     pass: Pass,
     isa: Isa,
     packed_bytes: usize,
     pool: Pool,
-    cache: KvCache,
+    /// The one-at-a-time path's sequence (kept between runs for prompt reuse).
+    seq: Sequence,
+    /// Prompt tokens the last `generate` reused.
+    reused: usize,
     /// The batch side's sequences (grown to [`MAX_SLOTS`] on demand).
-    slots: Vec<KvCache>,
+    slots: Vec<Sequence>,
 }
 
 impl FastRuntime {
@@ -127,8 +150,7 @@ impl FastRuntime {
             Pass::Lanes { model, .. } => model.packed_bytes(),
         };
         let pool = Pool::new(threads).map_err(|e| Error::Unavailable(format!("cannot start CPU worker threads: {e}")))?;
-        let cache = KvCache::new(config);
-        Ok(FastRuntime { pass, isa: options.isa, packed_bytes, pool, cache, slots: Vec::new() })
+        Ok(FastRuntime { pass, isa: options.isa, packed_bytes, pool, seq: Sequence::new(config), reused: 0, slots: Vec::new() })
     }
 
     /// Threads in the team.
@@ -155,7 +177,8 @@ impl FastRuntime {
         for (i, chunk) in chunks.iter().enumerate() {
             let last_chunk = i + 1 == chunks.len();
             let want = if all || last_chunk { want } else { LogitsFor::Last };
-            let rows = self.pass.forward(&self.pool, &mut self.cache, chunk, want)?;
+            let rows = self.pass.forward(&self.pool, &mut self.seq.cache, chunk, want)?;
+            self.seq.ids.extend_from_slice(chunk);
             if all || last_chunk {
                 out.extend((0..rows).map(|r| self.pass.logits(r).to_vec()));
             }
@@ -165,7 +188,7 @@ impl FastRuntime {
 
     /// Forgets the cached sequence.
     pub fn reset(&mut self) {
-        self.cache.clear();
+        self.seq.truncate(0);
     }
 
     /// Runs the prompt (chunked) and leaves the last position's logits in the workspace;
@@ -176,7 +199,8 @@ impl FastRuntime {
             if cancel.requested() {
                 return Ok(false);
             }
-            self.pass.forward(&self.pool, &mut self.cache, chunk, LogitsFor::Last)?;
+            self.pass.forward(&self.pool, &mut self.seq.cache, chunk, LogitsFor::Last)?;
+            self.seq.ids.extend_from_slice(chunk);
         }
         Ok(true)
     }
@@ -194,9 +218,11 @@ impl Runtime for FastRuntime {
 
     fn generate(&mut self, job: &DecodeJob<'_>, on_token: &mut dyn FnMut(&Sampled) -> Flow) -> Result<RunEnd> {
         check_fits(self.pass.config(), job.prompt.len(), job.max_tokens)?;
-        self.cache.clear();
-        self.cache.reserve(job.prompt.len() + job.max_tokens);
-        if !self.prefill(job.prompt, job.cancel)? {
+        let keep = if job.reuse_prefix { reusable_prefix(&self.seq.ids, job.prompt) } else { 0 };
+        self.seq.truncate(keep);
+        self.reused = keep;
+        self.seq.cache.reserve(job.prompt.len() + job.max_tokens);
+        if !self.prefill(&job.prompt[keep..], job.cancel)? {
             return Ok(RunEnd::Stopped);
         }
         decode_steps(
@@ -204,8 +230,16 @@ impl Runtime for FastRuntime {
             job,
             on_token,
             |rt| rt.pass.logits(0),
-            |rt, id| rt.pass.forward(&rt.pool, &mut rt.cache, &[id], LogitsFor::Last).map(|_| ()),
+            |rt, id| {
+                rt.pass.forward(&rt.pool, &mut rt.seq.cache, &[id], LogitsFor::Last)?;
+                rt.seq.ids.push(id);
+                Ok(())
+            },
         )
+    }
+
+    fn reused_prefix(&self) -> usize {
+        self.reused
     }
 
     fn batch(&mut self) -> Option<&mut dyn BatchDecode> {
@@ -215,8 +249,8 @@ impl Runtime for FastRuntime {
 
     fn score(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
         check_fits(self.pass.config(), tokens.len(), 0)?;
-        self.cache.clear();
-        self.cache.reserve(tokens.len());
+        self.seq.truncate(0);
+        self.seq.cache.reserve(tokens.len());
         self.forward(tokens, true)
     }
 }
@@ -234,26 +268,31 @@ impl BatchDecode for FastRuntime {
         self.pass.batch()
     }
 
-    fn open(&mut self, slot: usize, positions: usize) -> Result<()> {
+    fn open(&mut self, slot: usize, positions: usize, prompt: &[u32], reuse: bool) -> Result<usize> {
         if slot >= MAX_SLOTS {
             return Err(Error::InvalidRequest(format!("slot {slot} is outside the {MAX_SLOTS} this runtime holds")));
         }
         check_fits(self.pass.config(), positions.max(1), 0)?;
         let config = self.pass.config().clone();
         while self.slots.len() <= slot {
-            self.slots.push(KvCache::new(&config));
+            self.slots.push(Sequence::new(&config));
         }
-        let cache = &mut self.slots[slot];
-        cache.clear();
-        cache.reserve(positions);
-        Ok(())
+        let seq = &mut self.slots[slot];
+        let keep = if reuse { reusable_prefix(&seq.ids, prompt) } else { 0 };
+        seq.truncate(keep);
+        seq.cache.reserve(positions);
+        Ok(keep)
+    }
+
+    fn cached_prefix(&self, slot: usize, prompt: &[u32]) -> usize {
+        self.slots.get(slot).map_or(0, |s| reusable_prefix(&s.ids, prompt))
     }
 
     fn step(&mut self, work: &[SlotTokens<'_>]) -> Result<()> {
         let Pass::Ordinary { model, ws } = &mut self.pass else {
             return Err(Error::Unavailable("the lane pass decodes one sequence at a time".into()));
         };
-        let mut caches: Vec<Option<&mut KvCache>> = self.slots.iter_mut().map(Some).collect();
+        let mut caches: Vec<Option<&mut KvCache>> = self.slots.iter_mut().map(|s| Some(&mut s.cache)).collect();
         let mut seqs = Vec::with_capacity(work.len());
         for w in work {
             let cache = caches.get_mut(w.slot).and_then(Option::take);
@@ -270,17 +309,19 @@ impl BatchDecode for FastRuntime {
         if seqs.is_empty() {
             return Ok(());
         }
-        forward_seqs(model, &self.pool, ws, &mut seqs, LogitsFor::Last).map(|_| ())
+        forward_seqs(model, &self.pool, ws, &mut seqs, LogitsFor::Last)?;
+        for w in work {
+            self.slots[w.slot].ids.extend_from_slice(w.tokens);
+        }
+        Ok(())
     }
 
     fn logits(&self, i: usize) -> &[f32] {
         self.pass.logits(i)
     }
 
-    fn close(&mut self, slot: usize) {
-        if let Some(cache) = self.slots.get_mut(slot) {
-            // The memory goes back: an idle slot holds nothing.
-            *cache = KvCache::new(self.pass.config());
-        }
+    fn close(&mut self, _slot: usize) {
+        // The slot keeps its sequence: the next request may share its prefix (a
+        // conversation's next turn). Its memory is bounded by the context.
     }
 }

@@ -56,6 +56,12 @@ impl KvCache {
         self.len = 0;
     }
 
+    /// Forgets every position from `n` on (keeping the first `n` for a sequence that
+    /// shares them); a no-op when fewer are cached.
+    pub fn truncate(&mut self, n: usize) {
+        self.len = self.len.min(n);
+    }
+
     /// Marks `n` more positions as filled (after a forward pass wrote them).
     pub fn advance(&mut self, n: usize) {
         assert!(self.len + n <= self.capacity);

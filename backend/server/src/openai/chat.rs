@@ -109,6 +109,7 @@ pub async fn chat_completions(
         sampling,
         stop,
         ignore_eos: req.common.ignore_eos.unwrap_or(false),
+        cache_prompt: req.common.cache_prompt.unwrap_or(true),
         top_logprobs: top.unwrap_or(0),
         ..Request::new(Prompt::Tokens(ids))
     };

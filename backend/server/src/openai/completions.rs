@@ -110,6 +110,7 @@ pub async fn completions(
         sampling,
         stop,
         ignore_eos: req.common.ignore_eos.unwrap_or(false),
+        cache_prompt: req.common.cache_prompt.unwrap_or(true),
         top_logprobs: top.unwrap_or(0),
         echo_logprobs: req.echo && top.is_some(),
         ..Request::new(Prompt::Tokens(ids))

@@ -38,6 +38,8 @@ pub struct CommonParams {
     /// A string or an array of strings.
     pub stop: Option<Value>,
     pub ignore_eos: Option<bool>,
+    /// llama.cpp extension: reuse the cached prefix of an earlier request (default true).
+    pub cache_prompt: Option<bool>,
     pub n: Option<u32>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,

@@ -51,6 +51,7 @@ pub async fn generate(
         },
         stop: p.stop.clone(),
         ignore_eos: p.ignore_eos,
+        cache_prompt: req.cache_prompt.unwrap_or(true),
         ..Request::new(Prompt::Tokens(ids))
     };
     let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/api/generate", client, ticker: true })?;

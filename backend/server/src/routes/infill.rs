@@ -114,8 +114,14 @@ pub async fn infill(
     let text = engine.handle.text().clone();
     let prompt_text = text.tokenizer.as_ref().and_then(|t| t.decode(&ids).ok()).unwrap_or_default();
     let prompt_n = ids.len();
-    let request =
-        Request { max_tokens, sampling, stop, ignore_eos: req.common.ignore_eos.unwrap_or(false), ..Request::new(Prompt::Tokens(ids)) };
+    let request = Request {
+        max_tokens,
+        sampling,
+        stop,
+        ignore_eos: req.common.ignore_eos.unwrap_or(false),
+        cache_prompt: req.common.cache_prompt.unwrap_or(true),
+        ..Request::new(Prompt::Tokens(ids))
+    };
     let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/infill", client, ticker: false })?;
     let steps = Steps { job, text, logprobs: false };
     let out = InfillAnswer { model: engine.model_id.clone(), prompt: prompt_text, prompt_n, predicted: 0, content: String::new() };
@@ -148,7 +154,7 @@ fn stop_type(reason: FinishReason) -> &'static str {
 }
 
 impl InfillAnswer {
-    fn last(&self, content: &str, reason: FinishReason, predicted: u32, timings: Value) -> Value {
+    fn last(&self, content: &str, reason: FinishReason, predicted: u32, timings: &peregrine_api::Timings) -> Value {
         json!({
             "index": 0,
             "content": content,
@@ -163,7 +169,7 @@ impl InfillAnswer {
             "truncated": false,
             "stop_type": stop_type(reason),
             "stopping_word": "",
-            "tokens_cached": 0,
+            "tokens_cached": timings.cache_n,
             "timings": timings,
         })
     }
@@ -171,7 +177,7 @@ impl InfillAnswer {
     async fn collect(mut self, steps: Steps) -> Result<Value> {
         let f = steps.finish().await?;
         self.content = f.text.clone();
-        Ok(self.last(&f.text, f.reason, f.usage.completion_tokens, json!(f.timings)))
+        Ok(self.last(&f.text, f.reason, f.usage.completion_tokens, &f.timings))
     }
 }
 
@@ -192,7 +198,7 @@ impl Render for InfillAnswer {
                     "tokens_evaluated": self.prompt_n,
                 })]
             }
-            Step::Done { reason, usage, timings } => vec![self.last("", reason, usage.completion_tokens, json!(timings))],
+            Step::Done { reason, usage, timings } => vec![self.last("", reason, usage.completion_tokens, &timings)],
         }
     }
 }

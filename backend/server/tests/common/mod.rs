@@ -115,12 +115,15 @@ impl BatchDecode for ScriptedRuntime {
     fn step_tokens(&self) -> usize {
         256
     }
-    fn open(&mut self, slot: usize, _positions: usize) -> peregrine_engine::Result<()> {
+    fn open(&mut self, slot: usize, _positions: usize, _prompt: &[u32], _reuse: bool) -> peregrine_engine::Result<usize> {
         if self.slot_steps.len() <= slot {
             self.slot_steps.resize(slot + 1, 0);
         }
         self.slot_steps[slot] = 0;
-        Ok(())
+        Ok(0)
+    }
+    fn cached_prefix(&self, _slot: usize, _prompt: &[u32]) -> usize {
+        0
     }
     fn step(&mut self, work: &[SlotTokens<'_>]) -> peregrine_engine::Result<()> {
         // A prompt counts as run when its step starts (before the gate).

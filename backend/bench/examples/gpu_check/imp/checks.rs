@@ -89,6 +89,7 @@ pub(super) fn correctness_for(config: &ModelConfig, weights: &Weights, quick: bo
             stop_tokens: &[],
             top_logprobs: 0,
             cancel: Cancel::NEVER,
+            reuse_prefix: false,
         };
         cpu_rt.generate(&job, &mut |s: &Sampled| {
             cpu_ids.push(s.id);
@@ -151,7 +152,7 @@ pub(super) fn correctness_for(config: &ModelConfig, weights: &Weights, quick: bo
     }
     let mut got = Vec::new();
     let job =
-        DecodeJob { prompt: &prompt, max_tokens: n_gen, sampling: &greedy, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER };
+        DecodeJob { prompt: &prompt, max_tokens: n_gen, sampling: &greedy, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false };
     let c_end = rt.generate(&job, &mut |s: &Sampled| {
         got.push(s.id);
         if got.len() == 3 {

@@ -225,7 +225,7 @@ fn collect(
     stops: &[u32],
     top: usize,
 ) -> Result<(Vec<Sampled>, RunEnd)> {
-    let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: stops, top_logprobs: top, cancel: Cancel::NEVER };
+    let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: stops, top_logprobs: top, cancel: Cancel::NEVER, reuse_prefix: false };
     rt.generate_all(&job)
 }
 

@@ -91,7 +91,7 @@ pub(super) fn tp_check(config: &ModelConfig, weights: &Weights, tp: usize, n: us
     );
     let mut count = 0;
     let job =
-        DecodeJob { prompt: &prompt, max_tokens: 200, sampling: &greedy, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER };
+        DecodeJob { prompt: &prompt, max_tokens: 200, sampling: &greedy, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false };
     let c_end = rt.generate(&job, &mut |_| {
         count += 1;
         if count == 3 {
