@@ -41,6 +41,10 @@ pub use options::{
 };
 pub use request::{ErrorCode, Event, Prompt, PromptToken, Request, DEFAULT_MAX_TOKENS, STATS_INTERVAL};
 pub use sampling::{Sampled, SamplingParams, TokenLogprob, MAX_TOP_LOGPROBS};
+/// The ranges OpenAI allows for its logit adjustments.
+pub mod sampling_limits {
+    pub use crate::sampling::{MAX_LOGIT_BIAS, MAX_PENALTY};
+}
 pub use template::ChatMessage;
 
 /// Activation precision of the fast CPU runtime (`--cpu-act-bits`).

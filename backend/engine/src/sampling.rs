@@ -1,5 +1,6 @@
-//! Token sampling on the CPU: repetition penalty, temperature, top-k, top-p, min-p,
-//! greedy, and the top-k log-probabilities of the chosen token. The random draw is
+//! Token sampling on the CPU: logit bias, repetition penalty, OpenAI's presence and
+//! frequency penalties, temperature, top-k, top-p, min-p, greedy, and the top-k
+//! log-probabilities of the chosen token. The random draw is
 //! counter-based (seed, step) so the GPU kernel can reproduce it exactly.
 
 /// Default number of candidate tokens kept by top-k (0 = all).
@@ -22,11 +23,32 @@ pub struct SamplingParams {
     pub repetition_penalty: f32,
     /// Same seed ⇒ same tokens.
     pub seed: u64,
+    /// OpenAI's: subtracted once from the logit of every token generated so far (0 = off).
+    pub presence_penalty: f32,
+    /// OpenAI's: subtracted from a token's logit per time it was generated so far (0 = off).
+    pub frequency_penalty: f32,
+    /// Added to the logits of these tokens (OpenAI's `logit_bias`, −100..100).
+    pub logit_bias: Vec<(u32, f32)>,
 }
+
+/// Largest penalty magnitude OpenAI accepts.
+pub const MAX_PENALTY: f32 = 2.0;
+/// Largest logit-bias magnitude OpenAI accepts.
+pub const MAX_LOGIT_BIAS: f32 = 100.0;
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        SamplingParams { temperature: 0.0, top_k: DEFAULT_TOP_K, top_p: 1.0, min_p: 0.0, repetition_penalty: 1.0, seed: 0 }
+        SamplingParams {
+            temperature: 0.0,
+            top_k: DEFAULT_TOP_K,
+            top_p: 1.0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            seed: 0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            logit_bias: Vec::new(),
+        }
     }
 }
 
@@ -46,7 +68,20 @@ impl SamplingParams {
         if !(self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0) {
             return bad("repetition_penalty must be a finite number > 0");
         }
+        for (name, v) in [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)] {
+            if !(v.is_finite() && v.abs() <= MAX_PENALTY) {
+                return Err(crate::Error::InvalidRequest(format!("{name} must be between -{MAX_PENALTY} and {MAX_PENALTY}")));
+            }
+        }
+        if self.logit_bias.iter().any(|&(_, b)| !(b.is_finite() && b.abs() <= MAX_LOGIT_BIAS)) {
+            return bad("logit_bias values must be between -100 and 100");
+        }
         Ok(())
+    }
+
+    /// Whether any of OpenAI's logit adjustments (bias, presence, frequency) is on.
+    pub fn adjusts_logits(&self) -> bool {
+        self.presence_penalty != 0.0 || self.frequency_penalty != 0.0 || !self.logit_bias.is_empty()
     }
 }
 
@@ -130,8 +165,17 @@ pub fn sample(logits: &[f32], params: &SamplingParams, seen: &[u32], step: u64, 
     Sampled { id, logprob: raw_logprobs[id as usize], top }
 }
 
-fn choose(logits: &[f32], params: &SamplingParams, seen: &[u32], step: u64) -> u32 {
+/// The logits sampling draws from: `logits` with the logit bias added, then the
+/// repetition penalty over every seen token (prompt included, as llama.cpp), then
+/// OpenAI's presence and frequency penalties over the `step` tokens generated so far
+/// (the last `step` of `seen`): `l − count·frequency − (count > 0)·presence`.
+pub fn adjusted_logits(logits: &[f32], params: &SamplingParams, seen: &[u32], step: u64) -> Vec<f32> {
     let mut adjusted = logits.to_vec();
+    for &(id, bias) in &params.logit_bias {
+        if let Some(l) = adjusted.get_mut(id as usize) {
+            *l += bias;
+        }
+    }
     if params.repetition_penalty != 1.0 {
         // Penalise each distinct seen token once (as llama.cpp and transformers do).
         let mut done = vec![false; adjusted.len()];
@@ -144,6 +188,23 @@ fn choose(logits: &[f32], params: &SamplingParams, seen: &[u32], step: u64) -> u
             }
         }
     }
+    if params.presence_penalty != 0.0 || params.frequency_penalty != 0.0 {
+        let generated = &seen[seen.len().saturating_sub(step as usize)..];
+        let mut counts = std::collections::HashMap::<usize, u32>::new();
+        for &t in generated {
+            *counts.entry(t as usize).or_default() += 1;
+        }
+        for (t, c) in counts {
+            if let Some(l) = adjusted.get_mut(t) {
+                *l -= c as f32 * params.frequency_penalty + params.presence_penalty;
+            }
+        }
+    }
+    adjusted
+}
+
+fn choose(logits: &[f32], params: &SamplingParams, seen: &[u32], step: u64) -> u32 {
+    let adjusted = adjusted_logits(logits, params, seen, step);
     if params.temperature == 0.0 {
         return top_k_indices(&adjusted, 1)[0].0;
     }

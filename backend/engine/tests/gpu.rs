@@ -194,7 +194,7 @@ fn sampling_check(config: &ModelConfig) -> Check {
     let prompt = SplitMix64(5).tokens(8, config.vocab_size);
     rt.set_debug_logits(true);
     let modes = [
-        SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.9, min_p: 0.05, repetition_penalty: 1.1, seed: 7 },
+        SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.9, min_p: 0.05, repetition_penalty: 1.1, seed: 7, ..Default::default() },
         SamplingParams { temperature: 1.0, seed: 11, ..Default::default() },
         SamplingParams { temperature: 0.7, top_p: 0.95, seed: 5, ..Default::default() },
     ];

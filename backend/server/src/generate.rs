@@ -40,6 +40,7 @@ pub async fn run(args: GenerateArgs) -> Result<()> {
             min_p: args.min_p,
             repetition_penalty: args.repetition_penalty,
             seed: args.seed,
+            ..SamplingParams::default()
         },
         stop: args.stop.clone(),
         ignore_eos: args.ignore_eos,

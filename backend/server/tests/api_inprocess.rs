@@ -153,7 +153,15 @@ async fn openai_errors_have_openai_shape_and_status() {
     assert_eq!(e["param"], "n");
     openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": "x", "temperature": -1}"#).await, 400, "invalid_request");
     openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": "x", "logprobs": 50}"#).await, 400, "invalid_request");
-    openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": "x", "frequency_penalty": 0.5}"#).await, 400, "invalid_request");
+    let e =
+        openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": "x", "frequency_penalty": 2.5}"#).await, 400, "invalid_request");
+    assert_eq!(e["param"], "frequency_penalty");
+    let e =
+        openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": "x", "logit_bias": {"abc": 1}}"#).await, 400, "invalid_request");
+    assert_eq!(e["param"], "logit_bias");
+    let e =
+        openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": "x", "logit_bias": {"5": 101}}"#).await, 400, "invalid_request");
+    assert_eq!(e["param"], "logit_bias");
     openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": "x", "stop": 7}"#).await, 400, "invalid_request");
     openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": [1, -2]}"#).await, 400, "invalid_request");
     openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": ["a", "b"]}"#).await, 400, "invalid_request");

@@ -295,3 +295,36 @@ async fn disconnecting_during_a_long_prompt_frees_the_engine_within_a_chunk() {
     assert_eq!(after - before, 1.0, "the abandoned request counts as cancelled");
     assert!(first_token < prefill * 0.5, "the next request waited {first_token:.3} s (whole prefill {prefill:.3} s)");
 }
+
+#[tokio::test]
+async fn logit_bias_and_penalties_steer_the_real_model() {
+    let _turn = engine_lock().await;
+    let server = serve().await;
+    let ask = |extra: Value| {
+        let mut body =
+            json!({ "prompt": "The capital of France is", "max_tokens": 6, "temperature": 0, "ignore_eos": true, "logprobs": 0 });
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        post(&server, "/v1/completions", body)
+    };
+    let tokens = |v: &Value| -> Vec<String> {
+        v["choices"][0]["logprobs"]["tokens"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_string()).collect()
+    };
+    let plain: Value = ask(json!({})).await.json().await.unwrap();
+    let plain_tokens = tokens(&plain);
+    // The greedy answer's first token, forbidden: the answer starts differently.
+    let ids: Value = post(&server, "/tokenize", json!({ "content": plain_tokens[0] })).await.json().await.unwrap();
+    let first = ids["tokens"][0].as_u64().unwrap();
+    assert_eq!(ids["tokens"].as_array().unwrap().len(), 1, "{ids}");
+    let banned: Value = ask(json!({ "logit_bias": { first.to_string(): -100 } })).await.json().await.unwrap();
+    assert_ne!(tokens(&banned)[0], plain_tokens[0], "{:?} vs {plain_tokens:?}", tokens(&banned));
+    // And favoured: a +100 bias makes a token the whole answer.
+    let forced: Value = ask(json!({ "logit_bias": { first.to_string(): 100 } })).await.json().await.unwrap();
+    assert!(tokens(&forced).iter().all(|t| t == &plain_tokens[0]), "{:?}", tokens(&forced));
+    // A large frequency penalty: no token repeats in the answer.
+    let varied: Value = ask(json!({ "frequency_penalty": 2.0, "presence_penalty": 2.0, "max_tokens": 6 })).await.json().await.unwrap();
+    let t = tokens(&varied);
+    let mut unique = t.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), t.len(), "{t:?}");
+}

@@ -1,6 +1,7 @@
 //! Request fields shared by completions and chat, their validation (every bad value
 //! is a 400 naming the field) and their translation into engine sampling settings.
 
+use peregrine_engine::sampling_limits::{MAX_LOGIT_BIAS, MAX_PENALTY};
 use peregrine_engine::{SamplingParams, MAX_TOP_LOGPROBS};
 use serde::Deserialize;
 use serde_json::Value;
@@ -85,16 +86,19 @@ impl CommonParams {
     /// Sampling settings; every unsupported or out-of-range value is a 400.
     pub fn sampling(&self) -> Result<SamplingParams> {
         if self.n.is_some_and(|n| n != 1) {
-            return Err(Error::bad("n", "only n = 1 is supported (one engine, one sequence at a time)"));
+            return Err(Error::bad("n", "only n = 1 is supported (one sequence per request)"));
         }
-        for (name, v) in [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)] {
-            if v.is_some_and(|v| v != 0.0) {
-                return Err(Error::bad(name, format!("{name} is not supported; use repetition_penalty")));
+        let mut penalties = [0.0f32; 2];
+        for (slot, (name, v)) in
+            penalties.iter_mut().zip([("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)])
+        {
+            let v = v.unwrap_or(0.0);
+            if !(v.is_finite() && v.abs() <= MAX_PENALTY) {
+                return Err(Error::bad(name, format!("{name} must be between -{MAX_PENALTY} and {MAX_PENALTY}")));
             }
+            *slot = v;
         }
-        if self.logit_bias.as_ref().is_some_and(|m| !m.is_empty()) {
-            return Err(Error::bad("logit_bias", "logit_bias is not supported"));
-        }
+        let logit_bias = self.logit_bias()?;
         let temperature = self.temperature.unwrap_or(DEFAULT_TEMPERATURE);
         if !(temperature.is_finite() && (0.0..=MAX_TEMPERATURE).contains(&temperature)) {
             return Err(Error::bad("temperature", format!("temperature must be between 0 and {MAX_TEMPERATURE}")));
@@ -115,7 +119,33 @@ impl CommonParams {
             None | Some(Value::Null) => crate::ids::random_seed(),
             Some(v) => v.as_u64().or_else(|| v.as_i64().map(|i| i as u64)).ok_or_else(|| Error::bad("seed", "seed must be an integer"))?,
         };
-        Ok(SamplingParams { temperature, top_k: self.top_k.unwrap_or(0) as usize, top_p, min_p, repetition_penalty, seed })
+        Ok(SamplingParams {
+            temperature,
+            top_k: self.top_k.unwrap_or(0) as usize,
+            top_p,
+            min_p,
+            repetition_penalty,
+            seed,
+            presence_penalty: penalties[0],
+            frequency_penalty: penalties[1],
+            logit_bias,
+        })
+    }
+
+    /// `logit_bias`: token ids (as strings, OpenAI's JSON) to a bias in −100..100.
+    fn logit_bias(&self) -> Result<Vec<(u32, f32)>> {
+        let Some(map) = &self.logit_bias else { return Ok(Vec::new()) };
+        let bad = |m: String| Error::bad("logit_bias", m);
+        map.iter()
+            .map(|(k, v)| {
+                let id = k.trim().parse::<u32>().map_err(|_| bad(format!("logit_bias keys are token ids; `{k}` is not one")))?;
+                let b = v.as_f64().ok_or_else(|| bad(format!("logit_bias[{k}] must be a number")))? as f32;
+                if !(b.is_finite() && b.abs() <= MAX_LOGIT_BIAS) {
+                    return Err(bad(format!("logit_bias[{k}] must be between -100 and 100")));
+                }
+                Ok((id, b))
+            })
+            .collect()
     }
 }
 

@@ -100,7 +100,7 @@ pub(super) fn correctness_for(config: &ModelConfig, weights: &Weights, quick: bo
     }
 
     // 3. Sampling: CPU sampler on the GPU's logits, reruns, seeds.
-    let sp = SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.9, min_p: 0.05, repetition_penalty: 1.1, seed: 7 };
+    let sp = SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.9, min_p: 0.05, repetition_penalty: 1.1, seed: 7, ..Default::default() };
     let modes = [
         ("t0.8 k40 p0.9 minp0.05 rep1.1", sp.clone()),
         ("t1.0 full vocab", SamplingParams { temperature: 1.0, seed: 11, ..Default::default() }),

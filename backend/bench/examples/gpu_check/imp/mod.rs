@@ -332,7 +332,7 @@ pub fn main() -> Result<()> {
         let mut rt = rt_with(c, &w, &[0], KernelOptions { prefill_chunk: 16, ..KernelOptions::default() }, None)?;
         println!("{}", rt.describe());
         let prompt = Rng(5).tokens(40, c.vocab_size);
-        let sp = SamplingParams { temperature: 0.8, top_k: 20, top_p: 0.9, min_p: 0.02, repetition_penalty: 1.1, seed: 1 };
+        let sp = SamplingParams { temperature: 0.8, top_k: 20, top_p: 0.9, min_p: 0.02, repetition_penalty: 1.1, seed: 1, ..Default::default() };
         let (out, end) = collect(&mut rt, &prompt, 8, &sp, &[], 4)?;
         // The same prompt through the CUDA-core prefill attention.
         rt.set_options(KernelOptions { prefill_chunk: 16, prefill_mma_attention: false, ..KernelOptions::default() })?;

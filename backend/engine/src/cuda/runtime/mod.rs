@@ -418,6 +418,13 @@ impl Runtime for CudaRuntime {
     }
 
     fn generate(&mut self, job: &DecodeJob<'_>, on_token: &mut dyn FnMut(&Sampled) -> Flow) -> Result<RunEnd> {
+        if job.sampling.adjusts_logits() {
+            // The kernel samples on the device and has no logit bias or OpenAI penalties yet.
+            return Err(Error::InvalidRequest(
+                "presence_penalty, frequency_penalty and logit_bias are not supported on the CUDA runtime yet (the CPU runtime has them)"
+                    .into(),
+            ));
+        }
         self.decode(job, on_token)
     }
 
