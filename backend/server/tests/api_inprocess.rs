@@ -149,7 +149,10 @@ async fn openai_errors_have_openai_shape_and_status() {
     let e = openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": "x", "max_tokens": "many"}"#).await, 400, "invalid_request");
     assert_eq!(e["param"], "max_tokens");
     openai_error(&call(&app, "POST", "/v1/completions", r#"{"max_tokens": 1}"#).await, 400, "invalid_request");
-    let e = openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": "x", "n": 2}"#).await, 400, "invalid_request");
+    let e = openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": "x", "n": 9}"#).await, 400, "invalid_request");
+    assert_eq!(e["param"], "n");
+    let e =
+        openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": "x", "n": 2, "stream": true}"#).await, 400, "invalid_request");
     assert_eq!(e["param"], "n");
     openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": "x", "temperature": -1}"#).await, 400, "invalid_request");
     openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": "x", "logprobs": 50}"#).await, 400, "invalid_request");
@@ -188,7 +191,7 @@ async fn openai_errors_have_openai_shape_and_status() {
         "invalid_request",
     );
     openai_error(
-        &call(&app, "POST", "/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "x"}], "n": 3}"#).await,
+        &call(&app, "POST", "/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "x"}], "n": 9}"#).await,
         400,
         "invalid_request",
     );

@@ -328,3 +328,32 @@ async fn logit_bias_and_penalties_steer_the_real_model() {
     unique.dedup();
     assert_eq!(unique.len(), t.len(), "{t:?}");
 }
+
+#[tokio::test]
+async fn n_choices_are_the_requests_of_consecutive_seeds() {
+    let _turn = engine_lock().await;
+    let server = serve().await;
+    let body = |n: u32, seed: u64| json!({ "prompt": "Once upon a time", "max_tokens": 8, "temperature": 1.0, "seed": seed, "ignore_eos": true, "n": n });
+    let many: Value = post(&server, "/v1/completions", body(3, 5)).await.json().await.unwrap();
+    let choices = many["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3, "{many}");
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"], i);
+        let one: Value = post(&server, "/v1/completions", body(1, 5 + i as u64)).await.json().await.unwrap();
+        assert_eq!(c["text"], one["choices"][0]["text"], "choice {i} is the request with seed {}", 5 + i);
+    }
+    assert_eq!(many["usage"]["completion_tokens"], 24);
+    assert_eq!(many["usage"]["total_tokens"].as_u64(), many["usage"]["prompt_tokens"].as_u64().map(|p| p + 24));
+    let chat: Value = post(
+        &server,
+        "/v1/chat/completions",
+        json!({ "messages": [{ "role": "user", "content": "Hi" }], "max_tokens": 4, "n": 2, "temperature": 0 }),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let c = chat["choices"].as_array().unwrap();
+    assert_eq!(c.len(), 2, "{chat}");
+    assert_eq!(c[0]["message"], c[1]["message"], "greedy: the same answer twice");
+}

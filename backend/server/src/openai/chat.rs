@@ -4,8 +4,8 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use peregrine_engine::{Prompt, Request};
 use peregrine_engine::ChatMessage;
+use peregrine_engine::{Prompt, Request};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -18,7 +18,6 @@ use crate::app::AppState;
 use crate::error::{Error, Result};
 use crate::extract::{ClientIp, JsonBody};
 use crate::ids::{response_id, unix_now};
-use crate::jobs::{self, JobSpec};
 use crate::prompt;
 
 /// One message of the request.
@@ -90,6 +89,7 @@ pub async fn chat_completions(
             return Err(Error::bad("response_format", "only the text response format is supported").into());
         }
     }
+    let n = super::choices::count(req.common.n, req.common.streaming())?;
     let sampling = req.common.sampling()?;
     let stop = req.common.stops()?;
     let top = match (req.logprobs, req.top_logprobs) {
@@ -113,20 +113,27 @@ pub async fn chat_completions(
         top_logprobs: top.unwrap_or(0),
         ..Request::new(Prompt::Tokens(ids))
     };
-    let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/v1/chat/completions", client, ticker: false })?;
-    let steps = Steps { job, text: engine.handle.text().clone(), logprobs: top.is_some() };
-    let out = Chat {
-        id: response_id("chatcmpl"),
-        created: unix_now(),
+    let mut jobs = super::choices::submit_all(&state, &engine, request, n, ("/v1/chat/completions", client))?;
+    let (id, created) = (response_id("chatcmpl"), unix_now());
+    let out = || Chat {
+        id: id.clone(),
+        created,
         model: engine.model_id.clone(),
         logprobs: top.is_some(),
         include_usage: req.common.include_usage(),
     };
+    let text = engine.handle.text().clone();
     if req.common.streaming() {
-        Ok(sse(steps, out, state.settings.keep_alive))
-    } else {
-        Ok(Json(out.collect(steps).await?).into_response())
+        let steps = Steps { job: jobs.remove(0), text, logprobs: top.is_some() };
+        return Ok(sse(steps, out(), state.settings.keep_alive));
     }
+    let answers = futures_util::future::join_all(
+        jobs.into_iter().map(|job| out().collect(Steps { job, text: text.clone(), logprobs: top.is_some() })),
+    )
+    .await
+    .into_iter()
+    .collect::<Result<Vec<_>>>()?;
+    Ok(Json(super::choices::merge(answers)).into_response())
 }
 
 /// Builds chat completion objects and chunks.

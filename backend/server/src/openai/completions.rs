@@ -19,7 +19,7 @@ use crate::app::AppState;
 use crate::error::{Error, Result};
 use crate::extract::{ClientIp, JsonBody};
 use crate::ids::{response_id, unix_now};
-use crate::jobs::{self, JobSpec};
+
 use crate::prompt;
 use crate::routes::infill::infill_prompt;
 use peregrine_engine::infill::InfillInput;
@@ -83,6 +83,7 @@ pub async fn completions(
     if req.best_of.is_some_and(|b| b != 1) {
         return Err(Error::bad("best_of", "only best_of = 1 is supported").into());
     }
+    let n = super::choices::count(req.common.n, req.common.streaming())?;
     let sampling = req.common.sampling()?;
     let stop = req.common.stops()?;
     let top = req.logprobs.map(|n| check_top_logprobs("logprobs", n)).transpose()?;
@@ -115,22 +116,28 @@ pub async fn completions(
         echo_logprobs: req.echo && top.is_some(),
         ..Request::new(Prompt::Tokens(ids))
     };
-    let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/v1/completions", client, ticker: false })?;
-    let steps = Steps { job, text, logprobs: top.is_some() };
-    let out = Completion {
-        id: response_id("cmpl"),
-        created: unix_now(),
+    let mut jobs = super::choices::submit_all(&state, &engine, request, n, ("/v1/completions", client))?;
+    let (id, created) = (response_id("cmpl"), unix_now());
+    let out = || Completion {
+        id: id.clone(),
+        created,
         model: engine.model_id.clone(),
-        echo: echo_text,
+        echo: echo_text.clone(),
         logprobs: top.is_some(),
         include_usage: req.common.include_usage(),
         offset: 0,
     };
     if req.common.streaming() {
-        Ok(sse(steps, out, state.settings.keep_alive))
-    } else {
-        Ok(Json(out.collect(steps).await?).into_response())
+        let steps = Steps { job: jobs.remove(0), text, logprobs: top.is_some() };
+        return Ok(sse(steps, out(), state.settings.keep_alive));
     }
+    let answers = futures_util::future::join_all(
+        jobs.into_iter().map(|job| out().collect(Steps { job, text: text.clone(), logprobs: top.is_some() })),
+    )
+    .await
+    .into_iter()
+    .collect::<Result<Vec<_>>>()?;
+    Ok(Json(super::choices::merge(answers)).into_response())
 }
 
 /// Builds completion objects and chunks.

@@ -2,6 +2,7 @@
 //! streamed (`data: {chunk}` … `data: [DONE]`) or not, with OpenAI's error shape.
 
 mod chat;
+mod choices;
 mod completions;
 pub mod error;
 mod logprobs;

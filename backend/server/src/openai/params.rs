@@ -85,9 +85,6 @@ impl CommonParams {
 
     /// Sampling settings; every unsupported or out-of-range value is a 400.
     pub fn sampling(&self) -> Result<SamplingParams> {
-        if self.n.is_some_and(|n| n != 1) {
-            return Err(Error::bad("n", "only n = 1 is supported (one sequence per request)"));
-        }
         let mut penalties = [0.0f32; 2];
         for (slot, (name, v)) in
             penalties.iter_mut().zip([("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)])

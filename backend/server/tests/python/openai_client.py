@@ -58,9 +58,11 @@ try:
 except openai.NotFoundError as e:
     assert e.status_code == 404
 try:
-    client.completions.create(model=model, prompt="x", n=2)
+    client.completions.create(model=model, prompt="x", n=9)
     raise AssertionError("expected a 400")
 except openai.BadRequestError as e:
     assert e.status_code == 400
+two = client.completions.create(model=model, prompt="x", n=2, max_tokens=2, logit_bias={"1": -100}, presence_penalty=0.5)
+assert [c.index for c in two.choices] == [0, 1], two
 
 print(f"openai {openai.__version__}: completions {text!r}, chat {answer!r}; all checks passed")
