@@ -42,6 +42,17 @@ pub fn submit_all(
         .collect()
 }
 
+/// Waits for every choice's whole answer (`collect` builds one from its job) and
+/// merges them.
+pub async fn collect_merged<F, Fut>(jobs: Vec<Job>, collect: F) -> Result<Value>
+where
+    F: FnMut(Job) -> Fut,
+    Fut: std::future::Future<Output = Result<Value>>,
+{
+    let answers = futures_util::future::join_all(jobs.into_iter().map(collect)).await.into_iter().collect::<Result<Vec<_>>>()?;
+    Ok(merge(answers))
+}
+
 /// Whole answers of the same request, one per choice, as one: their first choices in
 /// order, usage with the prompt counted once and the completions summed.
 pub fn merge(mut answers: Vec<Value>) -> Value {

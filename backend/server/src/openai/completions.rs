@@ -131,13 +131,9 @@ pub async fn completions(
         let steps = Steps { job: jobs.remove(0), text, logprobs: top.is_some() };
         return Ok(sse(steps, out(), state.settings.keep_alive));
     }
-    let answers = futures_util::future::join_all(
-        jobs.into_iter().map(|job| out().collect(Steps { job, text: text.clone(), logprobs: top.is_some() })),
-    )
-    .await
-    .into_iter()
-    .collect::<Result<Vec<_>>>()?;
-    Ok(Json(super::choices::merge(answers)).into_response())
+    let merged =
+        super::choices::collect_merged(jobs, |job| out().collect(Steps { job, text: text.clone(), logprobs: top.is_some() })).await?;
+    Ok(Json(merged).into_response())
 }
 
 /// Builds completion objects and chunks.
