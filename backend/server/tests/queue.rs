@@ -172,13 +172,19 @@ async fn the_request_timeout_ends_the_stream_and_frees_the_engine() {
     assert_eq!((name.as_str(), v["code"].as_str()), ("error", Some("timeout")), "{v}");
     assert!(a.next().await.is_none(), "the error is terminal");
     // The engine sees the cancellation at its next token and takes the next request.
-    release(&gate, 1);
-    let mut b = SseReader::new(generate(&client, &server, "next", 1).await);
+    next_request_runs_after_timeouts(&client, &server, &gate, 1).await;
+}
+
+/// After timed-out requests: one gate opening lets the engine see the cancellations,
+/// a new request then starts and finishes, and `/metrics` counted `timeouts`.
+async fn next_request_runs_after_timeouts(client: &reqwest::Client, server: &Server, gate: &mpsc::Sender<()>, timeouts: usize) {
+    release(gate, 1);
+    let mut b = SseReader::new(generate(client, server, "next", 1).await);
     expect_started(&mut b).await;
-    release(&gate, 1);
+    release(gate, 1);
     assert_eq!(b.collect().await.last().unwrap().event, "done");
     let m = client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert_eq!(metric(&m, "peregrine_requests_total{finish_reason=\"timeout\"}"), Some(1.0));
+    assert_eq!(metric(&m, "peregrine_requests_total{finish_reason=\"timeout\"}"), Some(timeouts as f64));
 }
 
 #[tokio::test]
@@ -320,11 +326,5 @@ async fn with_a_batch_of_four_the_request_timeout_ends_every_stuck_stream_and_fr
         }
     }
     // The engine sees the cancellations after its next step and takes the next request.
-    release(&gate, 1);
-    let mut b = SseReader::new(generate(&client, &server, "next", 1).await);
-    expect_started(&mut b).await;
-    release(&gate, 1);
-    assert_eq!(b.collect().await.last().unwrap().event, "done");
-    let m = client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert_eq!(metric(&m, "peregrine_requests_total{finish_reason=\"timeout\"}"), Some(BATCH as f64));
+    next_request_runs_after_timeouts(&client, &server, &gate, BATCH).await;
 }

@@ -104,15 +104,7 @@ pub async fn chat_completions(
         None => prompt::room_left(&engine, ids.len()).max(1),
     };
     prompt::check_fits(&engine, ids.len(), max_tokens)?;
-    let request = Request {
-        max_tokens,
-        sampling,
-        stop,
-        ignore_eos: req.common.ignore_eos.unwrap_or(false),
-        cache_prompt: req.common.cache_prompt.unwrap_or(true),
-        top_logprobs: top.unwrap_or(0),
-        ..Request::new(Prompt::Tokens(ids))
-    };
+    let request = Request { top_logprobs: top.unwrap_or(0), ..req.common.request(ids, max_tokens, sampling, stop) };
     let mut jobs = super::choices::submit_all(&state, &engine, request, n, ("/v1/chat/completions", client))?;
     let (id, created) = (response_id("chatcmpl"), unix_now());
     let out = || Chat {

@@ -107,14 +107,9 @@ pub async fn completions(
     let echo_text =
         req.echo.then(|| prompt_text.unwrap_or_else(|| text.tokenizer.as_ref().and_then(|t| t.decode(&ids).ok()).unwrap_or_default()));
     let request = Request {
-        max_tokens,
-        sampling,
-        stop,
-        ignore_eos: req.common.ignore_eos.unwrap_or(false),
-        cache_prompt: req.common.cache_prompt.unwrap_or(true),
         top_logprobs: top.unwrap_or(0),
         echo_logprobs: req.echo && top.is_some(),
-        ..Request::new(Prompt::Tokens(ids))
+        ..req.common.request(ids, max_tokens, sampling, stop)
     };
     let mut jobs = super::choices::submit_all(&state, &engine, request, n, ("/v1/completions", client))?;
     let (id, created) = (response_id("cmpl"), unix_now());

@@ -2,7 +2,7 @@
 //! is a 400 naming the field) and their translation into engine sampling settings.
 
 use peregrine_engine::sampling_limits::{MAX_LOGIT_BIAS, MAX_PENALTY};
-use peregrine_engine::{SamplingParams, MAX_TOP_LOGPROBS};
+use peregrine_engine::{Prompt, Request, SamplingParams, MAX_TOP_LOGPROBS};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -55,6 +55,19 @@ impl CommonParams {
         match self.model.as_deref() {
             Some(m) if !m.is_empty() && !engine.serves(m) => Err(Error::ModelNotFound(m.to_string())),
             _ => Ok(()),
+        }
+    }
+
+    /// The engine request for prompt `ids`, with this body's EOS and prompt-cache choices
+    /// (`sampling` and `stop` from [`Self::sampling`] and [`Self::stops`], checked first).
+    pub fn request(&self, ids: Vec<u32>, max_tokens: usize, sampling: SamplingParams, stop: Vec<String>) -> Request {
+        Request {
+            max_tokens,
+            sampling,
+            stop,
+            ignore_eos: self.ignore_eos.unwrap_or(false),
+            cache_prompt: self.cache_prompt.unwrap_or(true),
+            ..Request::new(Prompt::Tokens(ids))
         }
     }
 

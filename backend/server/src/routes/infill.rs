@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use peregrine_api::FinishReason;
 use peregrine_engine::infill::{self, ExtraFile, InfillBudget, InfillInput};
-use peregrine_engine::{Prompt, Request, TextModel};
+use peregrine_engine::TextModel;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -114,14 +114,7 @@ pub async fn infill(
     let text = engine.handle.text().clone();
     let prompt_text = text.tokenizer.as_ref().and_then(|t| t.decode(&ids).ok()).unwrap_or_default();
     let prompt_n = ids.len();
-    let request = Request {
-        max_tokens,
-        sampling,
-        stop,
-        ignore_eos: req.common.ignore_eos.unwrap_or(false),
-        cache_prompt: req.common.cache_prompt.unwrap_or(true),
-        ..Request::new(Prompt::Tokens(ids))
-    };
+    let request = req.common.request(ids, max_tokens, sampling, stop);
     let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/infill", client, ticker: false })?;
     let steps = Steps { job, text, logprobs: false };
     let out = InfillAnswer { model: engine.model_id.clone(), prompt: prompt_text, prompt_n, predicted: 0, content: String::new() };
