@@ -150,6 +150,10 @@ pub struct ShapeFigures {
     pub ttft_ms: f64,
     /// The same through the per-token path (the prompt as persistent-kernel steps).
     pub ttft_tokens_ms: f64,
+    /// A conversation's next turn: the TTFT prompt plus [`TURN_TOKENS`] more, right after
+    /// the TTFT prompt ran, with prompt reuse (median), and the prompt tokens it reused.
+    pub turn_ttft_ms: f64,
+    pub turn_reused: usize,
     /// GPU time of the batched prefill itself in the TTFT runs (median), and one
     /// profiled run's split: (GEMMs, attention, row kernels) in ms.
     pub prefill_gpu_ms: Option<f64>,
@@ -195,7 +199,15 @@ fn argmax(v: &[f32]) -> u32 {
 /// Greedy run of `max_tokens`; returns the tokens and how the run ended.
 fn greedy(rt: &mut CudaRuntime, prompt: &[u32], max_tokens: usize) -> Result<(Vec<u32>, RunEnd)> {
     let sampling = SamplingParams::default();
-    let job = DecodeJob { prompt, max_tokens, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false };
+    let job = DecodeJob {
+        prompt,
+        max_tokens,
+        sampling: &sampling,
+        stop_tokens: &[],
+        top_logprobs: 0,
+        cancel: Cancel::NEVER,
+        reuse_prefix: false,
+    };
     let (out, end) = rt.generate_all(&job)?;
     Ok((out.iter().map(|s| s.id).collect(), end))
 }
@@ -310,6 +322,7 @@ pub fn bench_shape(
     rt.set_options(KernelOptions { batched_prefill: false, ..default_options.clone() })?;
     let tokens = ttft(&mut rt, &long_prompt, plan.runs)?;
     rt.set_options(default_options)?;
+    let (turn_ttft_ms, turn_reused) = turn_ttft(&mut rt, &long_prompt, plan.runs)?;
     let bytes_per_token = rt.streamed_bytes_per_token();
     let decode_tok_s = median(&decode_runs);
     let bound_tok_s = bandwidth / bytes_per_token.max(1) as f64;
@@ -326,6 +339,8 @@ pub fn bench_shape(
         pct_of_spec: 100.0 * decode_tok_s * bytes_per_token as f64 / H200_SPEC_BANDWIDTH,
         ttft_ms: batched.ttft_ms,
         ttft_tokens_ms: tokens.ttft_ms,
+        turn_ttft_ms,
+        turn_reused,
         prefill_gpu_ms: batched.prefill_gpu_ms,
         prefill_split,
         prefill_rel_err: rel_err(&batched.logits, &tokens.logits),
@@ -348,10 +363,51 @@ struct Ttft {
     logits: Vec<f32>,
 }
 
+/// New tokens of the next turn in [`turn_ttft`].
+pub const TURN_TOKENS: usize = 32;
+
+/// TTFT (median ms over `runs`) of `first` plus [`TURN_TOKENS`] tokens with prompt
+/// reuse, each run right after one of `first` (its cache then holds all of `first`),
+/// and the prompt tokens the last run reused.
+fn turn_ttft(rt: &mut CudaRuntime, first: &[u32], runs: usize) -> Result<(f64, usize)> {
+    let sampling = SamplingParams::default();
+    let mut second = first.to_vec();
+    second.extend(bench_tokens(TURN_TOKENS, rt.config().vocab_size, PROMPT_SEED ^ 2));
+    let job = |prompt, reuse_prefix| DecodeJob {
+        prompt,
+        max_tokens: 1,
+        sampling: &sampling,
+        stop_tokens: &[],
+        top_logprobs: 0,
+        cancel: Cancel::NEVER,
+        reuse_prefix,
+    };
+    let mut ttfts = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        rt.generate(&job(first, false), &mut |_| Flow::Continue)?;
+        let started = Instant::now();
+        let mut at = None;
+        rt.generate(&job(&second, true), &mut |_| {
+            at.get_or_insert(started.elapsed());
+            Flow::Continue
+        })?;
+        ttfts.push(at.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3));
+    }
+    Ok((median(&ttfts), rt.reused_prefix()))
+}
+
 /// [`Ttft`] of `prompt` over `runs` runs.
 fn ttft(rt: &mut CudaRuntime, prompt: &[u32], runs: usize) -> Result<Ttft> {
     let sampling = SamplingParams::default();
-    let job = DecodeJob { prompt, max_tokens: 1, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false };
+    let job = DecodeJob {
+        prompt,
+        max_tokens: 1,
+        sampling: &sampling,
+        stop_tokens: &[],
+        top_logprobs: 0,
+        cancel: Cancel::NEVER,
+        reuse_prefix: false,
+    };
     let mut ttfts = Vec::with_capacity(runs);
     let mut gpu = Vec::with_capacity(runs);
     for _ in 0..runs {

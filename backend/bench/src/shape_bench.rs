@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use crate::cuda_shape::{
     self as bench, CudaBenchPlan, ShapeFigures, BANDWIDTH_BYTES, BANDWIDTH_REPEATS, CHECKED_TOKENS, DEFAULT_GEN_TOKENS,
-    DEFAULT_PROMPT_TOKENS, DEFAULT_TTFT_PROMPT_TOKENS,
+    DEFAULT_PROMPT_TOKENS, DEFAULT_TTFT_PROMPT_TOKENS, TURN_TOKENS,
 };
 use crate::torch_baseline::{self, BaselineFigures, BaselinePlan};
 use peregrine_engine::config::ModelConfig;
@@ -236,7 +236,7 @@ fn shape_line(r: &ShapeFigures, plan: &CudaBenchPlan) -> String {
     let lo = r.decode_runs.iter().cloned().fold(f64::INFINITY, f64::min);
     let hi = r.decode_runs.iter().cloned().fold(0.0, f64::max);
     format!(
-        "{:.0} tok/s (min {lo:.0}, max {hi:.0}), {:.1} µs/token, {:.1} MB/token, {:.1}% of the {:.0} tok/s bound, TTFT({}) {:.2} ms ({}; token by token {:.2} ms; first-step logits batched vs token-by-token rel err {:.2e}, same first token {}); verified run: argmax-consistent {}, vs CPU f32 reference ({} {}) rel err max {:.2e}, top-1 {}/{}; timed runs' first {CHECKED_TOKENS} tokens = verified: {}",
+        "{:.0} tok/s (min {lo:.0}, max {hi:.0}), {:.1} µs/token, {:.1} MB/token, {:.1}% of the {:.0} tok/s bound, TTFT({}) {:.2} ms ({}; token by token {:.2} ms; next turn (+{TURN_TOKENS} tokens, {} reused) {:.2} ms; first-step logits batched vs token-by-token rel err {:.2e}, same first token {}); verified run: argmax-consistent {}, vs CPU f32 reference ({} {}) rel err max {:.2e}, top-1 {}/{}; timed runs' first {CHECKED_TOKENS} tokens = verified: {}",
         r.decode_tok_s,
         r.us_per_token,
         r.bytes_per_token as f64 / 1e6,
@@ -246,6 +246,8 @@ fn shape_line(r: &ShapeFigures, plan: &CudaBenchPlan) -> String {
         r.ttft_ms,
         prefill_detail(r),
         r.ttft_tokens_ms,
+        r.turn_reused,
+        r.turn_ttft_ms,
         r.prefill_rel_err,
         r.prefill_same_token,
         v.argmax_consistent,
@@ -394,6 +396,8 @@ fn report_json(report: Report) -> serde_json::Value {
                 "pct_of_spec": r.pct_of_spec,
                 "ttft_ms": r.ttft_ms,
                 "ttft_tokens_ms": r.ttft_tokens_ms,
+                "turn_ttft_ms": r.turn_ttft_ms,
+                "turn_reused": r.turn_reused,
                 "prefill_gpu_ms": r.prefill_gpu_ms,
                 "prefill_split_ms": r.prefill_split.map(|(g, a, o)| json!({"gemm": g, "attention": a, "rows": o})),
                 "prefill_rel_err": r.prefill_rel_err,

@@ -76,12 +76,14 @@ impl SamplingParams {
         if self.logit_bias.iter().any(|&(_, b)| !(b.is_finite() && b.abs() <= MAX_LOGIT_BIAS)) {
             return bad("logit_bias values must be between -100 and 100");
         }
+        // One bias per token: the GPU adds a per-token table, so a token listed twice
+        // would need the CPU's order of additions to agree.
+        let mut ids: Vec<u32> = self.logit_bias.iter().map(|&(id, _)| id).collect();
+        ids.sort_unstable();
+        if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+            return Err(crate::Error::InvalidRequest(format!("logit_bias names token {} more than once", w[0])));
+        }
         Ok(())
-    }
-
-    /// Whether any of OpenAI's logit adjustments (bias, presence, frequency) is on.
-    pub fn adjusts_logits(&self) -> bool {
-        self.presence_penalty != 0.0 || self.frequency_penalty != 0.0 || !self.logit_bias.is_empty()
     }
 }
 

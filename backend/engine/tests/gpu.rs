@@ -1,8 +1,9 @@
 //! The GPU engine checked against the CPU: scored logits and greedy tokens against the
 //! float32 reference, the batched prefill against the token path, seeded sampling
 //! against the CPU sampler, stop tokens and cancellation through the host ring, the
-//! race check (chaos delays change no token), and tensor parallelism and DTP on two
-//! GPUs (or both ranks on one) against one GPU and the CPU DTP reference. Synthetic
+//! race check (chaos delays change no token), prompt reuse (reuse.rs), and tensor
+//! parallelism and DTP on two GPUs (or both ranks on one) against one GPU and the CPU
+//! DTP reference. Synthetic
 //! random-weight models of the shapes the kernels special-case; quantized weights
 //! (quant.rs) against float64 and the fast CPU runtime.
 //!
@@ -12,6 +13,8 @@
 
 #[path = "gpu/quant.rs"]
 mod quant;
+#[path = "gpu/reuse.rs"]
+mod reuse;
 
 use std::path::PathBuf;
 
@@ -53,6 +56,8 @@ fn main() {
         trials.push(Trial::test(format!("{name}: batched prefill matches the token path"), move || prefill_check(&c)));
         let c = config.clone();
         trials.push(Trial::test(format!("{name}: chaos delays change no token"), move || race_check(&c)));
+        let c = config.clone();
+        trials.push(Trial::test(format!("{name}: a reused prompt prefix changes no token"), move || reuse::reuse_check(&c)));
     }
     trials.push(Trial::test("threads per block: measured at the first load, read before building at the next", tuning_check));
     trials.push(Trial::test("tp 2: scored logits match one GPU, chaos on each rank changes no token", tp_check));
@@ -186,8 +191,9 @@ fn reference_check(config: &ModelConfig) -> Check {
     Ok(())
 }
 
-/// Sampling with several parameter sets: the CPU sampler on the GPU's own logits picks
-/// the same tokens (one near-tie allowed), the same seed repeats, another seed differs.
+/// Sampling with several parameter sets (OpenAI's penalties and logit bias among them):
+/// the CPU sampler on the GPU's own logits picks the same tokens (one near-tie allowed),
+/// the same seed repeats, another seed differs; greedy with the adjustments likewise.
 fn sampling_check(config: &ModelConfig) -> Check {
     let weights = synthetic_weights(config, WEIGHT_SEED);
     let mut rt = runtime(config, &weights, &[0], KernelOptions::default(), None)?;
@@ -197,6 +203,16 @@ fn sampling_check(config: &ModelConfig) -> Check {
         SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.9, min_p: 0.05, repetition_penalty: 1.1, seed: 7, ..Default::default() },
         SamplingParams { temperature: 1.0, seed: 11, ..Default::default() },
         SamplingParams { temperature: 0.7, top_p: 0.95, seed: 5, ..Default::default() },
+        SamplingParams {
+            temperature: 0.9,
+            top_k: 50,
+            repetition_penalty: 1.05,
+            presence_penalty: 0.6,
+            frequency_penalty: 0.9,
+            logit_bias: vec![(prompt[0], 4.0), (prompt[1], -100.0), (3, 2.5)],
+            seed: 13,
+            ..Default::default()
+        },
     ];
     for p in modes {
         let (a, _) = run(&mut rt, &prompt, 16, &p, &[])?;
@@ -218,7 +234,23 @@ fn sampling_check(config: &ModelConfig) -> Check {
             )
         })?;
     }
-    Ok(())
+    // Greedy under the OpenAI adjustments: a strong frequency penalty walks the argmax
+    // through many tokens, each the CPU's choice on the kernel's raw logits.
+    let p = SamplingParams {
+        presence_penalty: 0.5,
+        frequency_penalty: 2.0,
+        logit_bias: vec![(prompt[2], 6.0), (5, -3.5)],
+        ..Default::default()
+    };
+    let (g, _) = run(&mut rt, &prompt, 24, &p, &[])?;
+    let logits = rt.debug_logits().to_vec();
+    let mut seen = prompt.clone();
+    let mut agree = 0;
+    for (t, s) in g.iter().enumerate() {
+        agree += usize::from(sample(&logits[t], &p, &seen, t as u64, 0).id == s.id);
+        seen.push(s.id);
+    }
+    ensure(g.len() == 24 && agree + 1 >= g.len(), || format!("greedy with penalties and logit_bias: CPU agrees {agree}/{}", g.len()))
 }
 
 /// A stop token ends the run before it (checked by the kernel, and by the host past the
@@ -237,7 +269,15 @@ fn stop_check(config: &ModelConfig) -> Check {
     let (s, end) = run(&mut rt, &prompt, 12, &greedy, &many)?;
     ensure(end == RunEnd::StopToken && ids(&s) == g[..k], || format!("21 stop tokens: {} tokens, end {end:?}", s.len()))?;
     let mut got = Vec::new();
-    let job = DecodeJob { prompt: &prompt, max_tokens: 12, sampling: &greedy, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false };
+    let job = DecodeJob {
+        prompt: &prompt,
+        max_tokens: 12,
+        sampling: &greedy,
+        stop_tokens: &[],
+        top_logprobs: 0,
+        cancel: Cancel::NEVER,
+        reuse_prefix: false,
+    };
     let end = rt
         .generate(&job, &mut |s: &Sampled| {
             got.push(s.id);

@@ -188,13 +188,14 @@ impl Prefill {
         self.use_mma = on && self.attention_mma.is_some();
     }
 
-    /// The chunks of a prefill of `n` positions: (first position, rows).
-    pub fn chunks(&self, n: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
-        (0..n).step_by(self.chunk).map(move |c0| (c0, self.chunk.min(n - c0)))
+    /// The chunks of a prefill of positions `from..n`: (first position, rows).
+    pub fn chunks(&self, from: usize, n: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        (from..n).step_by(self.chunk).map(move |c0| (c0, self.chunk.min(n - c0)))
     }
 
-    /// Enqueues prompt positions `0..n` on `stream` (tokens already on the device at
-    /// `tokens`, the KV cache at `kv`), writing their K/V rows into the cache. With
+    /// Enqueues prompt positions `from..n` on `stream` (tokens already on the device at
+    /// `tokens`, the KV cache at `kv`, holding positions `0..from` already), writing
+    /// their K/V rows into the cache. With
     /// `profile`, records an event pair around every op. One GPU only (tensor
     /// parallelism interleaves the ranks' halves of each layer with the exchanges).
     pub fn enqueue(
@@ -203,11 +204,12 @@ impl Prefill {
         w: &PrefillWeights<'_>,
         kv: u64,
         tokens: u64,
+        from: usize,
         n: usize,
         mut profile: Option<&mut Vec<(PrefillOp, CudaEvent, CudaEvent)>>,
     ) -> Result<()> {
         self.check_positions(n)?;
-        for (c0, rows) in self.chunks(n) {
+        for (c0, rows) in self.chunks(from, n) {
             self.enqueue_embed(stream, w, tokens, c0, rows, &mut profile)?;
             for l in 0..w.layers.len() {
                 self.enqueue_attention(stream, w, l, kv, c0, rows, &mut profile)?;

@@ -70,6 +70,12 @@ slots! {
         TraceStep,
         /// `tagged`: u64 `[layers × tagged_layer_words]` tagged words (zeroed per run; [`tagged_words`]).
         Tagged,
+        /// f32 `[vocab]` added to the logits before the penalties (`logit_bias`), or 0 (none).
+        LogitBias,
+        /// u32 `[vocab]`: how often each token was generated in this run (the sampler counts;
+        /// zeroed per run that has OpenAI penalties).
+        Counts,
+        PresencePenalty, FrequencyPenalty,
     }
 }
 

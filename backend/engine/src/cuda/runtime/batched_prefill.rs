@@ -12,7 +12,8 @@ use crate::dtp::DtpSchedule;
 use crate::error::{Error, Result};
 use crate::options::CudaPaths;
 
-/// What `enqueue_prefill` put on the stream: positions, and events to time them.
+/// What `enqueue_prefill` put on the stream: the positions the KV cache holds after it
+/// (where the kernels start), and events to time them.
 #[derive(Default)]
 pub(super) struct PrefillRun {
     pub(super) positions: usize,
@@ -48,13 +49,14 @@ pub(super) fn load_prefills(
 }
 
 impl CudaRuntime {
-    /// Enqueues the batched prefill of prompt positions 0..P-2 (after `prepare` uploaded
-    /// the tokens), so the kernels start at P-1; nothing for a 1-token prompt or with
-    /// the batched prefill off.
-    pub(super) fn enqueue_prefill(&mut self, prompt_len: usize) -> Result<PrefillRun> {
+    /// Enqueues the batched prefill of prompt positions `from`..P-2 (after `prepare`
+    /// uploaded the tokens; the KV cache holds positions before `from`), so the kernels
+    /// start at P-1; nothing when no position is left, or with the batched prefill off
+    /// (the kernels then start at `from`).
+    pub(super) fn enqueue_prefill(&mut self, from: usize, prompt_len: usize) -> Result<PrefillRun> {
         let n = prompt_len.saturating_sub(1);
-        if !self.options.batched_prefill || n == 0 || self.prefills.is_empty() {
-            return Ok(PrefillRun::default());
+        if !self.options.batched_prefill || from >= n || self.prefills.is_empty() {
+            return Ok(PrefillRun { positions: from, ..PrefillRun::default() });
         }
         let r0 = &self.ranks[0];
         self.prefills[0].check_positions(n)?;
@@ -66,9 +68,17 @@ impl CudaRuntime {
         let mut ops = Vec::new();
         let mut profile = if self.prefill_profile { Some(&mut ops) } else { None };
         if self.ranks.len() == 1 {
-            self.prefills[0].enqueue(&r0.stream, &r0.prefill_weights(), r0.dptr(&r0.state.kv), r0.dptr(&r0.state.tokens), n, profile)?;
+            self.prefills[0].enqueue(
+                &r0.stream,
+                &r0.prefill_weights(),
+                r0.dptr(&r0.state.kv),
+                r0.dptr(&r0.state.tokens),
+                from,
+                n,
+                profile,
+            )?;
         } else {
-            self.enqueue_prefill_tp(n, &mut profile)?;
+            self.enqueue_prefill_tp(from, n, &mut profile)?;
         }
         let r0 = &self.ranks[0];
         r0.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
@@ -90,9 +100,9 @@ impl CudaRuntime {
     /// The batched prefill under tensor parallelism: every rank's half-layers in turn, each
     /// o / down half followed by the exchange of the partials (`exchange_prefill`). Rank 0's
     /// ops are the profiled ones.
-    fn enqueue_prefill_tp(&self, n: usize, profile: Profile<'_, '_>) -> Result<()> {
+    fn enqueue_prefill_tp(&self, from: usize, n: usize, profile: Profile<'_, '_>) -> Result<()> {
         let layers = self.config.num_layers;
-        for (c0, rows) in self.prefills[0].chunks(n) {
+        for (c0, rows) in self.prefills[0].chunks(from, n) {
             // Per (layer, exchange): every rank's event after its copies to the peers.
             let mut sent: Vec<Vec<CudaEvent>> = (0..2 * layers).map(|_| Vec::new()).collect();
             self.each_rank(profile, |_, r, pf, p| pf.enqueue_embed(&r.stream, &r.prefill_weights(), r.dptr(&r.state.tokens), c0, rows, p))?;

@@ -26,6 +26,10 @@ pub(super) struct State {
     pub(super) counters: CudaSlice<u32>,
     pub(super) tokens: CudaSlice<u32>,
     pub(super) seen: CudaSlice<u8>,
+    /// `logit_bias` per token (uploaded by runs that have one).
+    pub(super) logit_bias: CudaSlice<f32>,
+    /// How often each token was generated (zeroed by runs with OpenAI penalties).
+    pub(super) counts: CudaSlice<u32>,
     pub(super) stop_ids: CudaSlice<u32>,
     /// Tensor parallelism: the region peers write into (counters, LM messages, DTP's final h).
     pub(super) exchange: CudaSlice<u32>,
@@ -67,6 +71,8 @@ impl CudaRuntime {
             counters: u32s(k.num_counters)?,
             tokens: u32s(kv_cap)?,
             seen: stream.alloc_zeros::<u8>(full.vocab_size).map_err(cuda_err("cuMemAlloc"))?,
+            logit_bias: f32s(full.vocab_size)?,
+            counts: u32s(full.vocab_size)?,
             stop_ids: u32s(MAX_DEVICE_STOP_TOKENS)?,
             exchange: u32s(k.exchange_words)?,
             rx: f32s(k.rx_floats)?,

@@ -13,8 +13,8 @@ use crate::cuda::prefill::Prefill;
 use crate::cuda::trace::{RawTrace, WORDS_PER_EVENT};
 use crate::cuda::RunStats;
 use crate::error::{Error, Result};
-use crate::runtime::{DecodeJob, Flow, RunEnd};
-use crate::sampling::{Sampled, TokenLogprob, MAX_TOP_LOGPROBS};
+use crate::runtime::{reusable_prefix, DecodeJob, Flow, RunEnd};
+use crate::sampling::{Sampled, SamplingParams, TokenLogprob, MAX_TOP_LOGPROBS};
 
 /// Bits the receive slots hold until a peer's value lands (kernels/sync.cuh's
 /// PEER_SENTINEL: a NaN no arithmetic produces).
@@ -121,6 +121,9 @@ impl CudaRuntime {
             a.set(Arg::Counters, r.dptr(&st.counters));
             a.set(Arg::Tokens, r.dptr(&st.tokens));
             a.set(Arg::Seen, r.dptr(&st.seen));
+            // A run without a logit bias sets this to 0 in `job_args`.
+            a.set(Arg::LogitBias, r.dptr(&st.logit_bias));
+            a.set(Arg::Counts, r.dptr(&st.counts));
             a.set(Arg::StopIds, r.dptr(&st.stop_ids));
             a.set(Arg::Peers, r.dptr(&st.peers));
             a.set(Arg::Rank, rank as u64);
@@ -264,6 +267,32 @@ impl CudaRuntime {
         Ok(())
     }
 
+    /// Uploads what `s` adds to the logits on the device: the logit bias per token (ids
+    /// past the vocabulary change nothing, as on the CPU), and zeroed counts of generated
+    /// tokens when OpenAI's penalties are on.
+    fn upload_adjustments(&mut self, s: &SamplingParams) -> Result<()> {
+        let bias = (!s.logit_bias.is_empty()).then(|| {
+            let mut b = vec![0f32; self.config.vocab_size];
+            for &(id, v) in &s.logit_bias {
+                if let Some(slot) = b.get_mut(id as usize) {
+                    *slot = v;
+                }
+            }
+            b
+        });
+        let counting = s.presence_penalty != 0.0 || s.frequency_penalty != 0.0;
+        for r in self.ranks.iter_mut() {
+            let stream = r.stream.clone();
+            if let Some(b) = &bias {
+                stream.memcpy_htod(b, &mut r.state.logit_bias).map_err(cuda_err("upload logit bias"))?;
+            }
+            if counting {
+                stream.memset_zeros(&mut r.state.counts).map_err(cuda_err("zero token counts"))?;
+            }
+        }
+        Ok(())
+    }
+
     fn read_record(&self, t: usize) -> (Sampled, u64) {
         let base = ctl::WORDS + (t % self.options.ring) * rec::WORDS;
         let w = |i: usize| self.host_word(base + i);
@@ -284,6 +313,11 @@ impl CudaRuntime {
         if job.max_tokens == 0 {
             return Ok(RunEnd::Length);
         }
+        // The KV rows past the kept prefix are about to be overwritten: until the run
+        // ends, only the prefix is known to be cached.
+        let keep = if job.reuse_prefix { reusable_prefix(&self.cached, job.prompt) } else { 0 };
+        self.cached.truncate(keep);
+        self.reused = keep;
         // The batched prefill takes milliseconds, so the last chance to skip a run the
         // caller gave up is before launch; afterwards `on_token` stops it at token one
         // (the kernel reads the stop flag only at the LM head).
@@ -299,6 +333,7 @@ impl CudaRuntime {
             }
         }
         let s = job.sampling;
+        self.upload_adjustments(s)?;
         let debug_rows = if self.debug_logits { job.max_tokens } else { 0 };
         let started = Instant::now();
         let (mut args, dbg) = self.prepare(
@@ -308,6 +343,11 @@ impl CudaRuntime {
                 a.set(Arg::NStop, device_stops.len() as u64);
                 a.set(Arg::TopLogprobs, job.top_logprobs.min(MAX_TOP_LOGPROBS) as u64);
                 a.set_f32(Arg::RepetitionPenalty, s.repetition_penalty);
+                a.set_f32(Arg::PresencePenalty, s.presence_penalty);
+                a.set_f32(Arg::FrequencyPenalty, s.frequency_penalty);
+                if s.logit_bias.is_empty() {
+                    a.set(Arg::LogitBias, 0);
+                }
                 a.set_f32(Arg::Temperature, s.temperature);
                 a.set(Arg::TopK, s.top_k.min(u32::MAX as usize) as u64);
                 a.set_f32(Arg::TopP, s.top_p);
@@ -318,12 +358,13 @@ impl CudaRuntime {
             },
             debug_rows,
         )?;
-        let prefill = self.enqueue_prefill(job.prompt.len())?;
+        let prefill = self.enqueue_prefill(keep, job.prompt.len())?;
         for a in args.iter_mut() {
             a.set(Arg::StartStep, prefill.positions as u64);
         }
         self.launch(&args)?;
-        let mut stats = RunStats { prompt_tokens: job.prompt.len(), prefill_positions: prefill.positions, ..Default::default() };
+        let mut stats = RunStats { prompt_tokens: job.prompt.len(), prefill_positions: prefill.positions - keep, ..Default::default() };
+        let mut published_ids = Vec::new();
         let mut next = 0usize;
         let mut outcome: Option<RunEnd> = None;
         let mut last_progress = Instant::now();
@@ -334,6 +375,7 @@ impl CudaRuntime {
             let published = self.host_word(ctl::PUBLISHED) as usize;
             while next < published {
                 let (sampled, time) = self.read_record(next);
+                published_ids.push(sampled.id);
                 stats.token_times_ns.push(time);
                 if stats.first_token.is_none() {
                     stats.first_token = Some(started.elapsed());
@@ -381,6 +423,10 @@ impl CudaRuntime {
         }
         let reason = self.host_word(ctl::REASON);
         self.finish(dbg, debug_rows.min(next + 1))?;
+        // Every published token but the last went through the kernel, its KV rows
+        // written; the last one never does (the run ended at its sampling).
+        self.cached = [job.prompt, &published_ids].concat();
+        self.cached.truncate(job.prompt.len() + published_ids.len() - 1);
         if let Some((start, stop)) = &prefill.span {
             stats.prefill_gpu_ms = Some(start.elapsed_ms(stop).map_err(cuda_err("prefill event time"))? as f64);
         }

@@ -121,6 +121,10 @@ pub struct CudaRuntime {
     last_trace: Option<RawTrace>,
     /// Set when a run hung: the kernel may still occupy the device.
     poisoned: Option<String>,
+    /// The tokens whose keys and values every rank's KV cache holds (prompt reuse).
+    cached: Vec<u32>,
+    /// Prompt tokens the last `generate` took from `cached`.
+    reused: usize,
 }
 
 /// The text a kernel measurement is keyed by: the GPUs, the architecture, the grid, the
@@ -259,6 +263,8 @@ impl CudaRuntime {
             trace_buf: None,
             last_trace: None,
             poisoned: None,
+            cached: Vec::new(),
+            reused: 0,
         })
     }
 
@@ -314,6 +320,8 @@ impl CudaRuntime {
             p.set_mma_attention(options.prefill_mma_attention);
         }
         self.options = options;
+        // Another kernel variant may round differently: its runs start from an empty cache.
+        self.cached.clear();
         Ok(())
     }
 
@@ -418,18 +426,16 @@ impl Runtime for CudaRuntime {
     }
 
     fn generate(&mut self, job: &DecodeJob<'_>, on_token: &mut dyn FnMut(&Sampled) -> Flow) -> Result<RunEnd> {
-        if job.sampling.adjusts_logits() {
-            // The kernel samples on the device and has no logit bias or OpenAI penalties yet.
-            return Err(Error::InvalidRequest(
-                "presence_penalty, frequency_penalty and logit_bias are not supported on the CUDA runtime yet (the CPU runtime has them)"
-                    .into(),
-            ));
-        }
         self.decode(job, on_token)
+    }
+
+    fn reused_prefix(&self) -> usize {
+        self.reused
     }
 
     fn score(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
         check_fits(&self.config, tokens.len(), 0)?;
+        self.cached.clear();
         if tokens.len() > self.kv_cap {
             return Err(Error::ContextOverflow { prompt: tokens.len(), max_tokens: 0, context: self.kv_cap });
         }
