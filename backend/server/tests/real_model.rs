@@ -362,3 +362,44 @@ async fn n_choices_are_the_requests_of_consecutive_seeds() {
     assert_eq!(c.len(), 2, "{chat}");
     assert_eq!(c[0]["message"], c[1]["message"], "greedy: the same answer twice");
 }
+
+#[tokio::test]
+async fn n_choices_stream_interleaved_with_their_indices() {
+    let _turn = engine_lock().await;
+    let server = serve().await;
+    let body = json!({ "prompt": "Once upon a time", "max_tokens": 8, "temperature": 1.0, "seed": 5, "ignore_eos": true, "n": 3 });
+    let whole: Value = post(&server, "/v1/completions", body.clone()).await.json().await.unwrap();
+    let mut streamed = body;
+    streamed["stream"] = json!(true);
+    streamed["stream_options"] = json!({ "include_usage": true });
+    let events = SseReader::new(post(&server, "/v1/completions", streamed).await).collect().await;
+    assert_eq!(events.last().unwrap().data, "[DONE]");
+    let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| e.json()).collect();
+    let (usage, parts) = chunks.split_last().unwrap();
+    assert_eq!(usage["choices"], json!([]), "one usage chunk, last");
+    assert_eq!(usage["usage"]["completion_tokens"], 24, "{usage}");
+    assert_eq!(usage["usage"]["total_tokens"].as_u64(), usage["usage"]["prompt_tokens"].as_u64().map(|p| p + 24));
+    let id = &parts[0]["id"];
+    let mut texts = vec![String::new(); 3];
+    let mut finished = [0; 3];
+    for c in parts {
+        assert_eq!(&c["id"], id, "every chunk carries the request's id");
+        let choice = &c["choices"][0];
+        let i = choice["index"].as_u64().unwrap() as usize;
+        texts[i] += choice["text"].as_str().unwrap_or("");
+        finished[i] += usize::from(!choice["finish_reason"].is_null());
+    }
+    assert_eq!(finished, [1, 1, 1], "each choice ends once");
+    for (i, t) in texts.iter().enumerate() {
+        assert_eq!(t.as_str(), whole["choices"][i]["text"].as_str().unwrap(), "choice {i} streamed = whole");
+    }
+    let chat = json!({ "messages": [{ "role": "user", "content": "Hi" }], "max_tokens": 4, "n": 2, "temperature": 0, "stream": true });
+    let events = SseReader::new(post(&server, "/v1/chat/completions", chat).await).collect().await;
+    let mut answers = vec![String::new(); 2];
+    for e in &events[..events.len() - 1] {
+        let c = e.json();
+        let choice = &c["choices"][0];
+        answers[choice["index"].as_u64().unwrap() as usize] += choice["delta"]["content"].as_str().unwrap_or("");
+    }
+    assert!(!answers[0].is_empty() && answers[0] == answers[1], "greedy: the same answer twice: {answers:?}");
+}

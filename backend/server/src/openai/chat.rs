@@ -89,7 +89,7 @@ pub async fn chat_completions(
             return Err(Error::bad("response_format", "only the text response format is supported").into());
         }
     }
-    let n = super::choices::count(req.common.n, req.common.streaming())?;
+    let n = super::choices::count(req.common.n)?;
     let sampling = req.common.sampling()?;
     let stop = req.common.stops()?;
     let top = match (req.logprobs, req.top_logprobs) {
@@ -115,9 +115,13 @@ pub async fn chat_completions(
         include_usage: req.common.include_usage(),
     };
     let text = engine.handle.text().clone();
-    if req.common.streaming() {
+    if req.common.streaming() && n == 1 {
         let steps = Steps { job: jobs.remove(0), text, logprobs: top.is_some() };
         return Ok(sse(steps, out(), state.settings.keep_alive));
+    }
+    if req.common.streaming() {
+        let parts = jobs.into_iter().map(|job| (Steps { job, text: text.clone(), logprobs: top.is_some() }, out())).collect();
+        return Ok(super::stream::sse_choices(parts, state.settings.keep_alive));
     }
     let merged =
         super::choices::collect_merged(jobs, |job| out().collect(Steps { job, text: text.clone(), logprobs: top.is_some() })).await?;

@@ -1,6 +1,7 @@
 //! `n` > 1: one engine request per choice (seeds `seed`, `seed + 1`, …, so each choice
 //! is what a single request with that seed gives; with a batch they run side by side),
-//! and the whole answers merged into one object with `choices[i].index = i`.
+//! and the whole answers merged into one object with `choices[i].index = i` (streamed:
+//! stream.rs's `sse_choices`).
 
 use peregrine_engine::Request;
 use serde_json::{json, Value};
@@ -13,14 +14,11 @@ use crate::jobs::{self, Job, JobSpec};
 /// Most choices one request may ask for.
 pub const MAX_CHOICES: u32 = 8;
 
-/// The number of choices, checked (a stream carries one for now).
-pub fn count(n: Option<u32>, streaming: bool) -> Result<usize> {
+/// The number of choices, checked.
+pub fn count(n: Option<u32>) -> Result<usize> {
     let n = n.unwrap_or(1);
     if !(1..=MAX_CHOICES).contains(&n) {
         return Err(Error::bad("n", format!("n must be between 1 and {MAX_CHOICES}")));
-    }
-    if n > 1 && streaming {
-        return Err(Error::bad("n", "n > 1 is not supported with stream yet; ask without stream"));
     }
     Ok(n as usize)
 }

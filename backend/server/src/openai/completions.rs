@@ -83,7 +83,7 @@ pub async fn completions(
     if req.best_of.is_some_and(|b| b != 1) {
         return Err(Error::bad("best_of", "only best_of = 1 is supported").into());
     }
-    let n = super::choices::count(req.common.n, req.common.streaming())?;
+    let n = super::choices::count(req.common.n)?;
     let sampling = req.common.sampling()?;
     let stop = req.common.stops()?;
     let top = req.logprobs.map(|n| check_top_logprobs("logprobs", n)).transpose()?;
@@ -122,9 +122,13 @@ pub async fn completions(
         include_usage: req.common.include_usage(),
         offset: 0,
     };
-    if req.common.streaming() {
+    if req.common.streaming() && n == 1 {
         let steps = Steps { job: jobs.remove(0), text, logprobs: top.is_some() };
         return Ok(sse(steps, out(), state.settings.keep_alive));
+    }
+    if req.common.streaming() {
+        let parts = jobs.into_iter().map(|job| (Steps { job, text: text.clone(), logprobs: top.is_some() }, out())).collect();
+        return Ok(super::stream::sse_choices(parts, state.settings.keep_alive));
     }
     let merged =
         super::choices::collect_merged(jobs, |job| out().collect(Steps { job, text: text.clone(), logprobs: top.is_some() })).await?;

@@ -1,6 +1,7 @@
 //! Streaming answers: each step rendered to `data: {chunk}` events, then
 //! `data: [DONE]` (OpenAI; llama.cpp's own endpoints end without it); a failure
-//! mid-stream is one `data: {"error": …}` event instead.
+//! mid-stream is one `data: {"error": …}` event instead. Several choices (`n` > 1)
+//! stream interleaved, each chunk carrying its choice's index.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -65,5 +66,79 @@ pub fn sse_with<R: Render>(steps: Steps, render: R, keep_alive: Duration, done_m
             }
         }
     });
+    Sse::new(events).keep_alive(KeepAlive::new().interval(keep_alive)).into_response()
+}
+
+/// What the per-choice streams of [`sse_choices`] yield.
+enum Piece {
+    Chunk(usize, Value),
+    Failed(crate::error::Error),
+}
+
+/// The SSE response for several choices of one request (`n` > 1): each choice's steps
+/// rendered as for one, their chunks interleaved as they come with `index` set to the
+/// choice's, the usage chunks (`choices: []`) of all choices merged into one at the end
+/// (prompt counted once), then `data: [DONE]`; a failure ends the whole stream.
+pub fn sse_choices<R: Render>(parts: Vec<(Steps, R)>, keep_alive: Duration) -> Response {
+    use futures_util::StreamExt;
+    let per_choice = parts.into_iter().enumerate().map(|(i, (steps, render))| {
+        stream::unfold(Some((steps, render)), move |state| async move {
+            let (mut steps, mut render) = state?;
+            match steps.next().await? {
+                Step::Failed(e) => Some((vec![Piece::Failed(e)], None)),
+                step => {
+                    let done = matches!(step, Step::Done { .. });
+                    let pieces: Vec<Piece> = render.render(step).into_iter().map(|c| Piece::Chunk(i, c)).collect();
+                    Some((pieces, (!done).then_some((steps, render))))
+                }
+            }
+        })
+        .flat_map(stream::iter)
+        .boxed()
+    });
+    let merged = stream::select_all(per_choice);
+    let events = stream::unfold((merged, None::<Value>, false), |(mut merged, mut usage, ended)| async move {
+        if ended {
+            return None;
+        }
+        loop {
+            match merged.next().await {
+                None => {
+                    let mut out = Vec::new();
+                    if let Some(u) = usage.take() {
+                        out.push(SseEvent::default().data(u.to_string()));
+                    }
+                    out.push(SseEvent::default().data("[DONE]"));
+                    return Some((stream::iter(out), (merged, None, true)));
+                }
+                Some(Piece::Failed(e)) => {
+                    let event = SseEvent::default().data(error_body(&e).to_string());
+                    return Some((stream::iter(vec![event]), (merged, None, true)));
+                }
+                Some(Piece::Chunk(i, mut c)) => {
+                    if c["choices"].as_array().is_some_and(|a| a.is_empty()) {
+                        // A choice's usage chunk: sum the completions into one.
+                        usage = Some(match usage.take() {
+                            None => c,
+                            Some(mut u) => {
+                                let add = c["usage"]["completion_tokens"].as_u64().unwrap_or(0);
+                                let total = u["usage"]["completion_tokens"].as_u64().unwrap_or(0) + add;
+                                u["usage"]["completion_tokens"] = total.into();
+                                u["usage"]["total_tokens"] = (u["usage"]["prompt_tokens"].as_u64().unwrap_or(0) + total).into();
+                                u
+                            }
+                        });
+                        continue;
+                    }
+                    if let Some(first) = c["choices"].get_mut(0) {
+                        first["index"] = i.into();
+                    }
+                    return Some((stream::iter(vec![SseEvent::default().data(c.to_string())]), (merged, usage, false)));
+                }
+            }
+        }
+    })
+    .flatten()
+    .map(Ok::<_, Infallible>);
     Sse::new(events).keep_alive(KeepAlive::new().interval(keep_alive)).into_response()
 }
