@@ -88,6 +88,7 @@ mod tests {
             backend: "cpu".into(),
             devices: vec!["AMD EPYC".into()],
             max_queue: 8,
+            infill: false,
         };
         assert_eq!(backend_badge(&info), "CPU · SmolLM2 135M Instruct");
         info.backend = "cuda".into();

@@ -32,6 +32,9 @@ pub struct Info {
     pub devices: Vec<String>,
     /// Requests that may wait in the queue.
     pub max_queue: u32,
+    /// The model has fill-in-the-middle tokens (`/infill`, the playground's infill mode).
+    #[serde(default)]
+    pub infill: bool,
 }
 
 /// The server's other limits: `GET /api/info` also carries them under `"limits"`

@@ -15,13 +15,69 @@ pub const MAX_MAX_TOKENS: u32 = 4096;
 /// Largest prompt, in bytes, that a request or share may carry.
 pub const MAX_PROMPT_BYTES: usize = 64 * 1024;
 
-/// Completion (raw prompt) or chat (the model's chat template around one user message).
+/// Completion (raw prompt), chat (the model's chat template around the conversation),
+/// or infill (fill in the middle: the prompt is the text before the cursor, `suffix`
+/// the text after it; models with FIM tokens only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     #[default]
     Complete,
     Chat,
+    Infill,
+}
+
+/// Most earlier turns one conversation may carry.
+pub const MAX_TURNS: usize = 64;
+
+/// One finished turn of a chat conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatTurn {
+    pub user: String,
+    pub assistant: String,
+    /// The turn's figures, when it ran here (shown beside it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timings: Option<Timings>,
+}
+
+/// What surrounds the prompt in the modes that have more than one text: the earlier
+/// turns and system prompt of a chat, the text after the cursor of an infill.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Surroundings {
+    /// Chat: the system prompt (empty: none).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub system: String,
+    /// Chat: the turns before this one, oldest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<ChatTurn>,
+    /// Infill: the text after the insertion point.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub suffix: String,
+}
+
+impl Surroundings {
+    /// Bytes of text these carry (they count against [`MAX_PROMPT_BYTES`] with the prompt).
+    pub fn text_bytes(&self) -> usize {
+        self.system.len() + self.suffix.len() + self.history.iter().map(|t| t.user.len() + t.assistant.len()).sum::<usize>()
+    }
+
+    /// The first field that `mode` does not use, with what to do instead.
+    pub fn misplaced(&self, mode: Mode) -> Option<(&'static str, String)> {
+        if mode != Mode::Chat && !self.system.is_empty() {
+            return Some(("system", "a system prompt needs mode \"chat\"".into()));
+        }
+        if mode != Mode::Chat && !self.history.is_empty() {
+            return Some(("history", "earlier turns need mode \"chat\"".into()));
+        }
+        if mode != Mode::Infill && !self.suffix.is_empty() {
+            return Some(("suffix", "a suffix needs mode \"infill\"".into()));
+        }
+        if self.history.len() > MAX_TURNS {
+            return Some(("history", format!("a conversation may carry at most {MAX_TURNS} earlier turns")));
+        }
+        None
+    }
 }
 
 /// Sampling settings, shared by requests and shares.
@@ -81,6 +137,8 @@ pub struct GenerateRequest {
     /// Reuse the cached prefix of an earlier request (`None`: yes, llama.cpp's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_prompt: Option<bool>,
+    #[serde(flatten)]
+    pub around: Surroundings,
 }
 
 /// One server-sent event of `POST /api/generate`.
@@ -137,6 +195,9 @@ pub struct ShareRequest {
     pub params: GenerationParams,
     #[serde(default)]
     pub run: Option<SharedRun>,
+    /// The conversation before the prompt, or the infill's suffix.
+    #[serde(flatten)]
+    pub around: Surroundings,
 }
 
 /// Answer of `POST /api/shares` (201).

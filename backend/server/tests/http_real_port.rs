@@ -4,7 +4,7 @@
 mod common;
 
 use common::{dist_with_index, start, temp_dir};
-use peregrine_api::playground::{GenerationParams, Mode, Share, ShareCreated, ShareRequest, SharedRun};
+use peregrine_api::playground::{ChatTurn, GenerationParams, Mode, Share, ShareCreated, ShareRequest, SharedRun, Surroundings};
 use peregrine_api::{FinishReason, Timings};
 use peregrine_server::app::AppState;
 use peregrine_server::share_store::ShareStore;
@@ -59,6 +59,22 @@ fn sample_share() -> ShareRequest {
             backend: "cuda".into(),
             device: "1× H200 · SmolLM2-135M".into(),
         }),
+        around: Surroundings::default(),
+    }
+}
+
+/// A chat share carrying its conversation: the system prompt and two earlier turns.
+fn conversation_share() -> ShareRequest {
+    let turn = |user: &str, assistant: &str| ChatTurn { user: user.into(), assistant: assistant.into(), timings: None };
+    ShareRequest {
+        prompt: "And in Rust?".into(),
+        mode: Mode::Chat,
+        around: Surroundings {
+            system: "You answer in one line.".into(),
+            history: vec![turn("What is 2 + 2?", "4."), turn("Write it in Python.", "`print(2 + 2)`")],
+            suffix: String::new(),
+        },
+        ..sample_share()
     }
 }
 
@@ -94,6 +110,16 @@ async fn shares_round_trip_and_survive_a_restart() {
     assert_eq!(share.share.params, GenerationParams::default());
     assert!(share.share.run.is_none());
 
+    // A conversation and an infill keep what surrounds their prompt.
+    let mut fill = sample_share();
+    fill.mode = Mode::Infill;
+    fill.around.suffix = "\n    return a\n".into();
+    for sent in [conversation_share(), fill] {
+        let created: ShareCreated = client.post(server.url("/api/shares")).json(&sent).send().await.unwrap().json().await.unwrap();
+        let back: Share = client.get(server.url(&format!("/api/shares/{}", created.id))).send().await.unwrap().json().await.unwrap();
+        assert_eq!(back.share, sent);
+    }
+
     for unknown in ["AAAAAAAAAAAA", "nope", "..%2F..%2Fetc%2Fpasswd"] {
         let res = client.get(server.url(&format!("/api/shares/{unknown}"))).send().await.unwrap();
         assert_eq!(res.status(), 404, "{unknown}");
@@ -118,5 +144,12 @@ async fn bad_shares_are_400_or_413() {
     big.run = None;
     big.prompt = "p".repeat(peregrine_api::playground::MAX_PROMPT_BYTES + 1);
     assert_eq!(client.post(server.url("/api/shares")).json(&big).send().await.unwrap().status(), 413);
+    // The conversation counts with the prompt; its fields belong to chat mode.
+    let mut long = conversation_share();
+    long.around.history[0].user = "u".repeat(peregrine_api::playground::MAX_PROMPT_BYTES);
+    assert_eq!(client.post(server.url("/api/shares")).json(&long).send().await.unwrap().status(), 413);
+    let mut misplaced = conversation_share();
+    misplaced.mode = Mode::Complete;
+    assert_eq!(client.post(server.url("/api/shares")).json(&misplaced).send().await.unwrap().status(), 400);
     server.stop().await;
 }

@@ -103,6 +103,19 @@ async fn infill_streams_and_not_and_suffix_fills_the_same_middle() {
     assert_eq!(openai["choices"][0]["text"], plain["content"]);
     assert_eq!(openai["usage"]["prompt_tokens"], plain["tokens_evaluated"]);
 
+    // The playground's infill mode: the same layout, streamed as playground events.
+    let info: Value = client.get(server.url("/api/info")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(info["infill"], true, "{info}");
+    let playground = json!({ "prompt": "def add(a, b):\n    ", "suffix": "\n\nprint(add(2, 3))\n", "mode": "infill",
+                             "max_tokens": 8, "temperature": 0, "ignore_eos": true });
+    let res = post("/api/generate", playground).await.unwrap();
+    assert_eq!(res.status(), 200);
+    let events: Vec<Value> = SseReader::new(res).collect().await.iter().map(|e| e.json()).collect();
+    let text: String = events.iter().filter(|e| e["type"] == "token").map(|e| e["text"].as_str().unwrap()).collect();
+    assert_eq!(text, plain["content"].as_str().unwrap(), "infill mode fills the same middle");
+    let started = events.iter().find(|e| e["type"] == "started").unwrap();
+    assert_eq!(started["prompt_tokens"], plain["tokens_evaluated"]);
+
     // Client mistakes are 400s naming the field.
     for (bad, field) in [
         (json!({ "input_suffix": "" }), "input_prefix"),
@@ -133,5 +146,12 @@ async fn the_default_model_has_no_fim_tokens_and_says_so() {
     assert_eq!(res.status(), 400);
     let e: Value = res.json().await.unwrap();
     assert_eq!(e["error"]["param"], "suffix", "{e}");
+    let info: Value = client.get(server.url("/api/info")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(info["infill"], false, "{info}");
+    let res =
+        client.post(server.url("/api/generate")).json(&json!({ "prompt": "a", "suffix": "b", "mode": "infill" })).send().await.unwrap();
+    assert_eq!(res.status(), 400);
+    let e: Value = res.json().await.unwrap();
+    assert!(e["message"].as_str().unwrap().contains("cannot fill in the middle"), "{e}");
     server.stop().await;
 }

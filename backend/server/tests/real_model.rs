@@ -403,3 +403,33 @@ async fn n_choices_stream_interleaved_with_their_indices() {
     }
     assert!(!answers[0].is_empty() && answers[0] == answers[1], "greedy: the same answer twice: {answers:?}");
 }
+
+#[tokio::test]
+async fn a_playground_chat_turn_carries_its_conversation() {
+    let _turn = engine_lock().await;
+    let server = serve().await;
+    let system = "You are terse.";
+    let history = json!([{ "user": "Name a colour.", "assistant": "Blue." }, { "user": "Another?", "assistant": "Red." }]);
+    let turn = json!({ "prompt": "And a third?", "mode": "chat", "system": system, "history": history, "max_tokens": 6, "temperature": 0 });
+    let events: Vec<Value> = SseReader::new(post(&server, "/api/generate", turn).await).collect().await.iter().map(|e| e.json()).collect();
+    let text: String = events.iter().filter(|e| e["type"] == "token").map(|e| e["text"].as_str().unwrap()).collect();
+    let messages = json!([
+        { "role": "system", "content": system },
+        { "role": "user", "content": "Name a colour." }, { "role": "assistant", "content": "Blue." },
+        { "role": "user", "content": "Another?" }, { "role": "assistant", "content": "Red." },
+        { "role": "user", "content": "And a third?" },
+    ]);
+    let openai: Value = post(&server, "/v1/chat/completions", json!({ "messages": messages, "max_tokens": 6, "temperature": 0 }))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(text, openai["choices"][0]["message"]["content"].as_str().unwrap(), "the same conversation, the same answer");
+    let started = events.iter().find(|e| e["type"] == "started").unwrap();
+    assert_eq!(started["prompt_tokens"], openai["usage"]["prompt_tokens"]);
+    // Fields of another mode are a 400 naming them.
+    let res = post(&server, "/api/generate", json!({ "prompt": "x", "history": history })).await;
+    assert_eq!(res.status(), 400);
+    let e: Value = res.json().await.unwrap();
+    assert!(e["message"].as_str().unwrap().contains("chat"), "{e}");
+}

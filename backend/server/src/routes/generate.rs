@@ -1,4 +1,5 @@
-//! `POST /api/generate`: the playground's run, answered with server-sent events
+//! `POST /api/generate`: the playground's run (a completion, a chat turn after its
+//! conversation, or an infill), answered with server-sent events
 //! (`queued`* → `started` → `token`/`stats`* → `done` | `error`). Bad input and a full
 //! queue are plain JSON errors (400/413/429/503) before any event is sent.
 
@@ -8,10 +9,11 @@ use axum::extract::State;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream};
-use peregrine_api::playground::{GenerateRequest, Mode, StreamEvent, MAX_PROMPT_BYTES};
-use peregrine_engine::{Event, Prompt, Request};
-use peregrine_engine::SamplingParams;
+use peregrine_api::playground::{GenerateRequest, Mode, StreamEvent, Surroundings, MAX_PROMPT_BYTES};
+use peregrine_engine::infill::InfillInput;
 use peregrine_engine::ChatMessage;
+use peregrine_engine::SamplingParams;
+use peregrine_engine::{Event, Prompt, Request};
 
 use crate::app::AppState;
 use crate::config::{MAX_STOP_BYTES, MAX_STOP_STRINGS};
@@ -19,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::extract::{ClientIp, JsonBody};
 use crate::jobs::{self, Job, JobSpec};
 use crate::prompt;
+use crate::routes::infill::infill_prompt;
 
 /// Starts a playground run.
 pub async fn generate(
@@ -27,18 +30,19 @@ pub async fn generate(
     body: Result<JsonBody<GenerateRequest>>,
 ) -> Result<Response> {
     let JsonBody(req) = body?;
-    if req.prompt.len() > MAX_PROMPT_BYTES {
-        return Err(Error::TooLarge(format!("the prompt is {} bytes; the limit is {MAX_PROMPT_BYTES}", req.prompt.len())));
-    }
+    check_texts(&req.prompt, &req.around, req.mode)?;
     req.params.validate().map_err(|m| Error::BadRequest { message: m, param: None })?;
     check_stops(&req.params.stop)?;
     let engine = state.engine.get()?;
-    let input = match req.mode {
-        Mode::Complete => Prompt::Text(req.prompt),
-        Mode::Chat => Prompt::Chat(vec![ChatMessage::new("user", req.prompt)]),
-    };
-    let ids = prompt::tokenize(&engine, input, "prompt").await?;
     let p = &req.params;
+    let ids = match req.mode {
+        Mode::Complete => prompt::tokenize(&engine, Prompt::Text(req.prompt), "prompt").await?,
+        Mode::Chat => prompt::tokenize(&engine, Prompt::Chat(conversation(req.prompt, req.around)), "prompt").await?,
+        Mode::Infill => {
+            let fill = InfillInput { prefix: req.prompt, suffix: req.around.suffix, ..InfillInput::default() };
+            infill_prompt(&engine, fill, p.max_tokens as i64, "mode").await?
+        }
+    };
     prompt::check_fits(&engine, ids.len(), p.max_tokens as usize)?;
     let request = Request {
         max_tokens: p.max_tokens as usize,
@@ -56,6 +60,27 @@ pub async fn generate(
     };
     let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/api/generate", client, ticker: true })?;
     Ok(Sse::new(events(job)).keep_alive(KeepAlive::new().interval(state.settings.keep_alive)).into_response())
+}
+
+/// The prompt and what surrounds it: within [`MAX_PROMPT_BYTES`] together (413), and
+/// only the fields the mode uses (400).
+pub fn check_texts(prompt: &str, around: &Surroundings, mode: Mode) -> Result<()> {
+    let bytes = prompt.len() + around.text_bytes();
+    if bytes > MAX_PROMPT_BYTES {
+        return Err(Error::TooLarge(format!("the prompt and its context are {bytes} bytes; the limit is {MAX_PROMPT_BYTES}")));
+    }
+    match around.misplaced(mode) {
+        Some((param, message)) => Err(Error::bad(param, message)),
+        None => Ok(()),
+    }
+}
+
+/// The chat messages of a playground turn: the system prompt, the earlier turns, then
+/// the new user message.
+fn conversation(prompt: String, around: Surroundings) -> Vec<ChatMessage> {
+    let system = (!around.system.is_empty()).then(|| ChatMessage::new("system", around.system));
+    let turns = around.history.into_iter().flat_map(|t| [ChatMessage::new("user", t.user), ChatMessage::new("assistant", t.assistant)]);
+    system.into_iter().chain(turns).chain([ChatMessage::new("user", prompt)]).collect()
 }
 
 /// Stop strings: a few, short, non-empty.

@@ -34,6 +34,7 @@ pub async fn info(State(state): State<AppState>) -> Result<Json<InfoBody>> {
             backend: i.backend.clone(),
             devices: i.devices.clone(),
             max_queue: i.max_queue as u32,
+            infill: peregrine_engine::infill::supported(engine.handle.text()).is_ok(),
         },
         limits: Limits {
             max_per_client: s.max_per_client as u32,

@@ -4,14 +4,14 @@ use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use peregrine_api::playground::{Share, ShareCreated, ShareRequest, MAX_PROMPT_BYTES};
+use peregrine_api::playground::{Share, ShareCreated, ShareRequest};
 
 use crate::app::AppState;
 use crate::config::{MAX_SHARE_LABEL_BYTES, MAX_SHARE_OUTPUT_BYTES};
 use crate::error::{Error, Result};
 use crate::extract::JsonBody;
 use crate::ids::is_share_id;
-use crate::routes::generate::check_stops;
+use crate::routes::generate::{check_stops, check_texts};
 use crate::share_store::ShareStore;
 
 fn store(state: &AppState) -> Result<&ShareStore> {
@@ -20,8 +20,9 @@ fn store(state: &AppState) -> Result<&ShareStore> {
 
 /// Checks sizes (413) and settings (400) of a share.
 fn validate(share: &ShareRequest) -> Result<()> {
-    if share.prompt.len() > MAX_PROMPT_BYTES {
-        return Err(Error::TooLarge(format!("the prompt is {} bytes; the limit is {MAX_PROMPT_BYTES}", share.prompt.len())));
+    check_texts(&share.prompt, &share.around, share.mode)?;
+    if let Some(t) = share.around.history.iter().find(|t| t.assistant.len() > MAX_SHARE_OUTPUT_BYTES) {
+        return Err(Error::TooLarge(format!("an answer is {} bytes; the limit is {MAX_SHARE_OUTPUT_BYTES}", t.assistant.len())));
     }
     share.params.validate().map_err(|m| Error::bad("params", m))?;
     check_stops(&share.params.stop)?;
