@@ -59,6 +59,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
   float* attn_part = ARG_PTR(float*, ATTN_PART);
   u32* tokens = ARG_PTR(u32*, TOKENS);
   unsigned char* seen = ARG_PTR(unsigned char*, SEEN);
+  const float* logit_bias = ARG_PTR(const float*, LOGIT_BIAS);  // [V] added to the logits, or null
+  u32* counts = ARG_PTR(u32*, COUNTS);                           // [V] generated occurrences
   float* dbg = ARG_PTR(float*, DEBUG_LOGITS);
   const u32* stop_ids = ARG_PTR(const u32*, STOP_IDS);
   u32* ring = ARG_PTR(u32*, RING);
@@ -69,6 +71,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
   const u32 n_stop = ARG_U32(N_STOP);
   const u32 top_logprobs = ARG_U32(TOP_LOGPROBS);
   const float penalty = ARG_F32(REPETITION_PENALTY);
+  const float presence = ARG_F32(PRESENCE_PENALTY);
+  const float frequency = ARG_F32(FREQUENCY_PENALTY);
+  const bool count_on = presence != 0.f || frequency != 0.f;
   const SampleParams sp{ARG_F32(TEMPERATURE), ARG_U32(TOP_K), ARG_F32(TOP_P), ARG_F32(MIN_P), args.a[PG_ARG_SEED]};
   u64* trace = ARG_PTR(u64*, TRACE);       // PG_TRACE: [G][TRACE_EVENTS][TRACE_WORDS], or null
   const u32 trace_step = ARG_U32(TRACE_STEP);
@@ -474,7 +479,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       const u32 row0 = (u32)rank * V;  // this rank's first vocabulary row
       auto lm_epi = [&](int r, float v) {
         const u32 gr = row0 + (u32)r;
-        const float a = penalise_on ? penalise(v, ld_shared_u8(seen + gr) != 0, penalty) : v;
+        float a = logit_bias ? v + __ldg(logit_bias + gr) : v;
+        if (penalise_on) a = penalise(a, ld_shared_u8(seen + gr) != 0, penalty);
+        if (count_on) a = openai_penalise(a, ld_shared_u32(counts + gr), presence, frequency);
         logits[gr] = v;
         adj[gr] = a;
         if (gather) {
@@ -559,6 +566,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       if (!reason) {
         tokens[s + 1] = id;
         seen[id] = 1;
+        if (count_on) counts[id] += 1;
       }
       if (reason) *step_ctr(ctr, CTR_HALT) = 1;
       __threadfence();

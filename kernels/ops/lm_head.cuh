@@ -1,5 +1,6 @@
-//! Per-row bookkeeping of the LM head: repetition penalty (transformers /
+//! Per-row bookkeeping of the LM head: logit bias, repetition penalty (transformers /
 //! llama.cpp rule: divide positive logits, multiply negative ones, of seen tokens),
+//! OpenAI's presence and frequency penalties over the generated tokens,
 //! and the running statistics a block reports to the sampler: the raw logits' max
 //! and sum of exponentials (for log-probabilities) and the best penalised logit.
 #pragma once
@@ -17,6 +18,13 @@ __device__ __forceinline__ LmStats lm_stats_empty() { return LmStats{NEG_INF, 0.
 __device__ __forceinline__ float penalise(float logit, bool seen, float penalty) {
   if (!seen) return logit;
   return logit > 0.f ? logit / penalty : logit * penalty;
+}
+
+/// OpenAI's penalties for a token generated `count` times, rounded step by step as the
+/// CPU sampler (no fused multiply-add) so both choose the same tokens.
+__device__ __forceinline__ float openai_penalise(float logit, u32 count, float presence, float frequency) {
+  if (count == 0) return logit;
+  return __fsub_rn(logit, __fadd_rn(__fmul_rn((float)count, frequency), presence));
 }
 
 /// Adds one row. Rows arrive in increasing order per warp, so ties keep the lower index.
