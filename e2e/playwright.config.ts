@@ -9,6 +9,9 @@ const port = Number(process.env.PEREGRINE_E2E_PORT ?? 18080);
 // tests/laneformer.spec.ts.
 const lanePort = Number(process.env.PEREGRINE_E2E_LANE_PORT ?? 18081);
 const laneModel = path.join(__dirname, '../backend/engine/tests/fixtures/laneformer/lane-head-lane-norms-window');
+// A third on that fixture with FIM tokens (make-fim-model.mjs), for tests/infill.spec.ts.
+const fimPort = Number(process.env.PEREGRINE_E2E_FIM_PORT ?? 18082);
+const fimModel = path.join(os.tmpdir(), 'peregrine-e2e-fim-model');
 const bin = process.env.PEREGRINE_BIN ?? path.join(os.homedir(), '.cache/peregrine/target/debug/peregrine');
 const model = process.env.PEREGRINE_DEFAULT_MODEL ?? path.join(os.homedir(), '.cache/peregrine/models/SmolLM2-135M-Instruct.Q4_1.gguf');
 // Chromium keeps its profile and caches out of $HOME.
@@ -47,6 +50,14 @@ export default defineConfig({
     {
       command: `${bin} serve --port ${lanePort} --dist ../dist --model ${laneModel} --device cpu --data-dir ${dataDir}-lanes`,
       url: `http://127.0.0.1:${lanePort}/health`,
+      reuseExistingServer: false,
+      timeout: 120_000,
+      stdout: 'pipe',
+      stderr: 'pipe',
+    },
+    {
+      command: `node make-fim-model.mjs ${laneModel} ${fimModel} && ${bin} serve --port ${fimPort} --dist ../dist --model ${fimModel} --device cpu --data-dir ${dataDir}-fim`,
+      url: `http://127.0.0.1:${fimPort}/health`,
       reuseExistingServer: false,
       timeout: 120_000,
       stdout: 'pipe',

@@ -54,6 +54,15 @@ export class Playground {
   readonly shareNotice: Locator;
   readonly shareMissing: Locator;
   readonly recentRuns: Locator;
+  readonly system: Locator;
+  readonly modeInfill: Locator;
+  readonly infillHint: Locator;
+  readonly infillUnavailable: Locator;
+  readonly conversation: Locator;
+  readonly turns: Locator;
+  readonly regenerate: Locator;
+  readonly editLast: Locator;
+  readonly newChat: Locator;
 
   constructor(readonly page: Page) {
     const id = (t: string) => page.getByTestId(t);
@@ -89,6 +98,15 @@ export class Playground {
     this.shareNotice = id('share-notice');
     this.shareMissing = id('share-missing');
     this.recentRuns = id('recent-run');
+    this.system = id('system');
+    this.modeInfill = id('mode-infill');
+    this.infillHint = id('infill-hint');
+    this.infillUnavailable = id('infill-unavailable');
+    this.conversation = id('conversation');
+    this.turns = id('turn');
+    this.regenerate = id('regenerate');
+    this.editLast = id('edit-last');
+    this.newChat = id('new-chat');
     page.on('console', (msg) => { if (msg.type() === 'error') this.consoleErrors.push(msg.text()); });
     page.on('pageerror', (err) => this.consoleErrors.push(String(err)));
   }
@@ -137,6 +155,14 @@ export class Playground {
   /** The next /api/generate response (its body is complete once the run ended). */
   nextGenerate(): Promise<Response> {
     return this.page.waitForResponse((r) => r.url().endsWith('/api/generate') && r.request().method() === 'POST', { timeout: RUN_TIMEOUT });
+  }
+
+  /** Clicks `button`, waits for the run to end, and returns the request body it sent. */
+  async sendAndWait(button: Locator): Promise<Record<string, unknown>> {
+    const response = this.nextGenerate();
+    await button.click();
+    await this.expectState('done');
+    return JSON.parse((await response).request().postData() ?? '{}');
   }
 
   /** Runs to completion and returns the `done` event the server sent. */

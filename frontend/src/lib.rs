@@ -1,9 +1,12 @@
 //! Pure playground logic, testable natively (`cargo test -p peregrine-frontend --lib`):
 //! SSE framing, the run state machine, settings validation, number formatting,
-//! recent runs, example prompts, syntax highlighting and markdown rendering.
+//! recent runs, example prompts, syntax highlighting, markdown rendering, chat
+//! conversations and fill-in-the-middle.
 //! The browser glue and the Leptos components live in the wasm32-only binary.
 
+pub mod conversation;
 pub mod examples;
+pub mod fill;
 pub mod format;
 pub mod highlight;
 pub mod markdown;

@@ -54,8 +54,10 @@ pub struct RunState {
     pub phase: Phase,
     /// The prompt this run was started with (a share only carries a run of its own prompt).
     pub prompt: String,
-    /// Chat answers render as markdown, completions as code.
+    /// Chat answers render as markdown, completions as code, an infill in place.
     pub mode: Mode,
+    /// Infill: the text after the insertion point (`prompt` is the text before it).
+    pub suffix: String,
     pub output: String,
     /// Tokens counted from `token` events, so the counter moves between `stats` events.
     pub tokens: u32,
@@ -75,6 +77,7 @@ impl Default for RunState {
             phase: Phase::Idle,
             prompt: String::new(),
             mode: Mode::Complete,
+            suffix: String::new(),
             output: String::new(),
             tokens: 0,
             prompt_tokens: None,

@@ -1,14 +1,17 @@
 //! The playground's shared state (one context struct of signals) and the actions
-//! that change it: run, stop, share, restore a share, remember settings.
+//! that change it: run, stop, share, restore a share, remember settings, and a chat's
+//! regenerate / edit / new conversation.
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use peregrine_api::playground::{GenerateRequest, GenerationParams, Mode, Share, ShareCreated, ShareRequest, SharedRun};
+use peregrine_api::playground::{
+    ChatTurn, GenerateRequest, GenerationParams, Mode, Share, ShareCreated, ShareRequest, SharedRun, Surroundings,
+};
 use peregrine_api::{FinishReason, Info};
-use peregrine_frontend::highlight;
 use peregrine_frontend::recent::{self, RecentRun};
 use peregrine_frontend::run::{Phase, RunError, RunState};
 use peregrine_frontend::settings::{Field, Remembered, SettingsForm};
+use peregrine_frontend::{conversation, fill, highlight};
 use web_sys::AbortController;
 
 use crate::client::{self, FetchError};
@@ -45,6 +48,11 @@ pub enum ShareLink {
 pub struct Playground {
     pub prompt: RwSignal<String>,
     pub mode: RwSignal<Mode>,
+    /// Chat: the system prompt and the turns before the current run.
+    pub system: RwSignal<String>,
+    pub history: RwSignal<Vec<ChatTurn>>,
+    /// Infill: the editor's caret (UTF-16 units), where the middle goes.
+    pub caret: RwSignal<u32>,
     /// "auto" or a syntax name from `highlight::LANGUAGES`.
     pub language: RwSignal<String>,
     pub form: RwSignal<SettingsForm>,
@@ -83,6 +91,9 @@ impl Playground {
         let pg = Playground {
             prompt: RwSignal::new(remembered.prompt.clone().unwrap_or_else(|| first.prompt.to_string())),
             mode: RwSignal::new(remembered.mode),
+            system: RwSignal::new(String::new()),
+            history: RwSignal::new(Vec::new()),
+            caret: RwSignal::new(0),
             language: RwSignal::new(if remembered.language.is_empty() { "auto".into() } else { remembered.language.clone() }),
             form: RwSignal::new(SettingsForm::from_params(&remembered.params)),
             prompt_error: RwSignal::new(None),
@@ -152,19 +163,77 @@ impl Playground {
     }
 
     /// Starts a run of the current prompt and settings (Generate, Ctrl/Cmd+Enter,
-    /// Retry). Invalid settings stop it here, with the first bad field focused.
+    /// Retry). Invalid settings stop it here, with the first bad field focused. In chat
+    /// mode a finished answer first joins the conversation; in infill mode the caret
+    /// splits the editor into the text before and after the middle.
     pub fn start(self) {
         if self.run.with_untracked(RunState::is_active) {
             return;
         }
         let Some((params, prompt)) = self.checked_input() else { return };
-        let request = GenerateRequest { prompt: prompt.clone(), mode: self.mode.get_untracked(), params, cache_prompt: None };
+        let mode = self.mode.get_untracked();
+        let (prompt, around) = match mode {
+            Mode::Complete => (prompt, Surroundings::default()),
+            Mode::Chat => {
+                let history = self.run.with_untracked(|r| self.history.with_untracked(|h| conversation::with_current(h, r)));
+                self.history.set(history.clone());
+                (prompt, Surroundings { system: self.system.get_untracked(), history, ..Surroundings::default() })
+            }
+            Mode::Infill => {
+                let (prefix, suffix) = fill::split_at_caret(&prompt, self.caret.get_untracked());
+                (prefix, Surroundings { suffix, ..Surroundings::default() })
+            }
+        };
+        self.launch(GenerateRequest { prompt, mode, params, cache_prompt: None, around });
+    }
+
+    /// Chat: the last message again after the same conversation (a new answer).
+    pub fn regenerate(self) {
+        if self.run.with_untracked(RunState::is_active) {
+            return;
+        }
+        let Some(prompt) = self.run.with_untracked(|r| (r.mode == Mode::Chat && !r.prompt.is_empty()).then(|| r.prompt.clone())) else {
+            return;
+        };
+        let Some(params) = self.checked_params() else { return };
+        let around = Surroundings { system: self.system.get_untracked(), history: self.history.get_untracked(), ..Surroundings::default() };
+        self.launch(GenerateRequest { prompt, mode: Mode::Chat, params, cache_prompt: None, around });
+    }
+
+    /// Chat: the last message back in the editor, its answer dropped, so sending it
+    /// again replaces the last turn.
+    pub fn edit_last(self) {
+        if self.run.with_untracked(RunState::is_active) {
+            return;
+        }
+        let Some(prompt) = self.run.with_untracked(|r| (r.mode == Mode::Chat && !r.prompt.is_empty()).then(|| r.prompt.clone())) else {
+            return;
+        };
+        self.prompt.set(prompt);
+        self.run.set(RunState::default());
+        self.focus.set(Some(FocusTarget::Prompt));
+    }
+
+    /// Chat: forgets the conversation (the system prompt stays).
+    pub fn new_chat(self) {
+        if self.run.with_untracked(RunState::is_active) {
+            return;
+        }
+        self.history.set(Vec::new());
+        self.run.set(RunState::default());
+        self.share_link.set(ShareLink::Idle);
+        self.focus.set(Some(FocusTarget::Prompt));
+    }
+
+    /// Sends `request` and streams its events into the run.
+    fn launch(self, request: GenerateRequest) {
+        let prompt = request.prompt.clone();
         let controller = AbortController::new().ok();
         let signal = controller.as_ref().map(|c| c.signal());
         self.abort.set_value(controller);
         let seq = self.run_seq.with_value(|s| s + 1);
         self.run_seq.set_value(seq);
-        self.run.set(RunState::connecting(&prompt, request.mode));
+        self.run.set(RunState { suffix: request.around.suffix.clone(), ..RunState::connecting(&prompt, request.mode) });
         self.share_link.set(ShareLink::Idle);
         self.focus.set(Some(FocusTarget::Stop));
         let Some(signal) = signal else {
@@ -237,9 +306,10 @@ impl Playground {
             let entry = RecentRun {
                 at_ms: client::now_ms(),
                 prompt: recent::excerpt(&run.prompt),
-                mode: match self.mode.get_untracked() {
+                mode: match run.mode {
                     Mode::Complete => "complete".into(),
                     Mode::Chat => "chat".into(),
+                    Mode::Infill => "infill".into(),
                 },
                 tokens: run.tokens,
                 tok_per_s: run.tok_per_s(),
@@ -251,6 +321,10 @@ impl Playground {
             self.recent.update(|runs| recent::push(runs, entry));
             self.recent.with_untracked(|runs| client::save(recent::STORAGE_KEY, &recent::to_json(runs)));
         }
+        // A chat answer is in: the editor is ready for the next message.
+        if run.mode == Mode::Chat && matches!(run.phase, Phase::Done { .. }) {
+            self.prompt.set(String::new());
+        }
         self.focus.set(Some(FocusTarget::Generate));
     }
 
@@ -260,17 +334,23 @@ impl Playground {
         client::save(recent::STORAGE_KEY, "[]");
     }
 
-    /// The settings and prompt when both are valid; otherwise shows the errors and
-    /// focuses the first bad field (nothing is sent).
-    fn checked_input(self) -> Option<(GenerationParams, String)> {
-        let params = match self.form.with_untracked(SettingsForm::params) {
-            Ok(p) => p,
+    /// The settings when they are valid; otherwise shows the errors and focuses the
+    /// first bad field.
+    fn checked_params(self) -> Option<GenerationParams> {
+        match self.form.with_untracked(SettingsForm::params) {
+            Ok(p) => Some(p),
             Err(errors) => {
                 self.show_errors.set(true);
                 self.focus.set(errors.first().map(|(f, _)| FocusTarget::Field(*f)));
-                return None;
+                None
             }
-        };
+        }
+    }
+
+    /// The settings and prompt when both are valid; otherwise shows the errors and
+    /// focuses the first bad field (nothing is sent).
+    fn checked_input(self) -> Option<(GenerationParams, String)> {
+        let params = self.checked_params()?;
         let prompt = self.prompt.get_untracked();
         if let Some(message) = peregrine_frontend::settings::prompt_error(&prompt) {
             self.prompt_error.set(Some(message));
@@ -281,21 +361,43 @@ impl Playground {
     }
 
     /// Saves the prompt, mode and settings (and the finished run of this prompt, if
-    /// any) as a share link, copies it and shows it.
+    /// any) as a share link, copies it and shows it. A chat shares its conversation
+    /// (after an answer: the last message with it as the run), an infill its suffix.
     pub fn share(self) {
-        let Some((params, prompt)) = self.checked_input() else { return };
+        let mode = self.mode.get_untracked();
+        let answered = self.run.with_untracked(|r| r.mode == Mode::Chat && matches!(r.phase, Phase::Done { .. }));
+        let (params, prompt) = if mode == Mode::Chat && answered {
+            let Some(params) = self.checked_params() else { return };
+            (params, self.run.with_untracked(|r| r.prompt.clone()))
+        } else {
+            let Some(input) = self.checked_input() else { return };
+            input
+        };
+        let (prompt, around) = match mode {
+            Mode::Complete => (prompt, Surroundings::default()),
+            Mode::Chat => (
+                prompt,
+                Surroundings { system: self.system.get_untracked(), history: self.history.get_untracked(), ..Surroundings::default() },
+            ),
+            Mode::Infill => {
+                let (prefix, suffix) = fill::split_at_caret(&prompt, self.caret.get_untracked());
+                (prefix, Surroundings { suffix, ..Surroundings::default() })
+            }
+        };
         let run = self.run.with_untracked(|r| match (&r.phase, r.timings) {
-            (Phase::Done { finish_reason }, Some(timings)) if r.prompt == prompt => Some(SharedRun {
-                output: r.output.clone(),
-                finish_reason: *finish_reason,
-                timings,
-                backend: self.info.with_untracked(|i| i.as_ref().map(|i| i.backend.clone())).unwrap_or_default(),
-                device: self.badge_untracked(),
-            }),
+            (Phase::Done { finish_reason }, Some(timings)) if r.prompt == prompt && r.mode == mode && r.suffix == around.suffix => {
+                Some(SharedRun {
+                    output: r.output.clone(),
+                    finish_reason: *finish_reason,
+                    timings,
+                    backend: self.info.with_untracked(|i| i.as_ref().map(|i| i.backend.clone())).unwrap_or_default(),
+                    device: self.badge_untracked(),
+                })
+            }
             _ => None,
         });
         let with_run = run.is_some();
-        let request = ShareRequest { prompt, mode: self.mode.get_untracked(), params, run };
+        let request = ShareRequest { prompt, mode, params, run, around };
         self.share_link.set(ShareLink::Saving);
         spawn_local(async move {
             match client::post_json::<_, ShareCreated>("/api/shares", &request).await {
@@ -334,7 +436,15 @@ impl Playground {
             let url = format!("/api/shares/{}", js_sys::encode_uri_component(&id));
             match client::get_json::<Share>(&url).await {
                 Ok(share) => {
-                    self.prompt.set(share.share.prompt.clone());
+                    let s = &share.share;
+                    if s.mode == Mode::Infill {
+                        self.prompt.set(format!("{}{}", s.prompt, s.around.suffix));
+                        self.caret.set(fill::caret_after(&s.prompt));
+                    } else {
+                        self.prompt.set(s.prompt.clone());
+                    }
+                    self.system.set(s.around.system.clone());
+                    self.history.set(s.around.history.clone());
                     self.mode.set(share.share.mode);
                     self.form.set(SettingsForm::from_params(&share.share.params));
                     self.shared.set(ShareView::Loaded(Box::new(share)));

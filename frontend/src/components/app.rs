@@ -7,6 +7,7 @@ use peregrine_frontend::run::RunState;
 
 use super::backend_badge::BackendBadge;
 use super::controls::Controls;
+use super::conversation::Conversation;
 use super::counters::Counters;
 use super::editor::Editor;
 use super::output::Output;
@@ -55,6 +56,7 @@ pub fn App() -> impl IntoView {
                 </section>
                 <section class="output-pane" aria-label="Output and speed">
                     <Counters/>
+                    <Conversation/>
                     <div class="race" class:racing=move || pg.has_shared_run()>
                         <Output/>
                         <SharedRunPanel/>

@@ -1,8 +1,10 @@
-//! Generate / Stop / Share, the run's status line (queued, streaming, done,
-//! stopped, error with Retry) and the share link once made.
+//! Generate / Stop / Share (and a chat's Regenerate, Edit, New chat), the run's
+//! status line (queued, streaming, done, stopped, error with Retry) and the share
+//! link once made.
 
 use leptos::html;
 use leptos::prelude::*;
+use peregrine_api::playground::Mode;
 use peregrine_frontend::run::{Phase, RunError, RunState};
 use wasm_bindgen::JsCast;
 
@@ -74,7 +76,16 @@ pub fn Controls() -> impl IntoView {
     let failed = move || pg.run.with(|r| matches!(r.phase, Phase::Failed(_)));
     let busy = move || pg.run.with(|r| matches!(r.phase, Phase::Failed(RunError::Busy { .. })));
     let invalid = move || pg.show_errors.get() && pg.form.with(|f| !f.errors().is_empty());
-    let run_label = move || if pg.has_shared_run() { "Run" } else { "Generate" };
+    let chat = move || pg.mode.get() == Mode::Chat;
+    let run_label = move || match (pg.has_shared_run(), chat()) {
+        (true, _) => "Run",
+        (false, true) => "Send",
+        (false, false) => "Generate",
+    };
+    // Regenerate and Edit act on the last answer, which is the current run.
+    let last_turn =
+        move || pg.run.with(|r| r.mode == Mode::Chat && !r.is_active() && !r.prompt.is_empty() && !matches!(r.phase, Phase::Idle));
+    let has_conversation = move || pg.history.with(|h| !h.is_empty()) || last_turn();
 
     view! {
         <div class="controls">
@@ -108,6 +119,24 @@ pub fn Controls() -> impl IntoView {
                 "Share"
             </button>
         </div>
+        <Show when=chat>
+            <div class="controls chat-controls" data-testid="chat-controls">
+                <button type="button" data-testid="regenerate" disabled=move || !last_turn() on:click=move |_| pg.regenerate()>
+                    "Regenerate"
+                </button>
+                <button type="button" data-testid="edit-last" disabled=move || !last_turn() on:click=move |_| pg.edit_last()>
+                    "Edit last message"
+                </button>
+                <button
+                    type="button"
+                    data-testid="new-chat"
+                    disabled=move || !has_conversation() || active()
+                    on:click=move |_| pg.new_chat()
+                >
+                    "New chat"
+                </button>
+            </div>
+        </Show>
         <p class="status" role="status" data-testid="status" data-state=move || pg.run.with(RunState::state_name)
             data-queue-position=move || queue_position().map(|p| p.to_string())>
             {status}

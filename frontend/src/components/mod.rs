@@ -4,6 +4,7 @@ pub mod app;
 pub mod backend_badge;
 pub mod chart;
 pub mod controls;
+pub mod conversation;
 pub mod counters;
 pub mod editor;
 pub mod output;

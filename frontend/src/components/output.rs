@@ -1,23 +1,26 @@
-//! The streamed output: code highlighted in the context of its prompt, chat
-//! answers as sanitised markdown, and a copy button.
+//! The streamed output: code highlighted in the context of its prompt, an infill
+//! in place between its prefix and suffix, chat answers as sanitised markdown, and a
+//! copy button.
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use peregrine_api::playground::Mode;
 use peregrine_frontend::run::RunState;
-use peregrine_frontend::{highlight, markdown};
+use peregrine_frontend::{fill, highlight, markdown};
 
 use crate::client;
 use crate::state::Playground;
 
-/// HTML for an output: markdown for chat, highlighted code for completions.
-pub fn render_output(mode: Mode, language: &str, prompt: &str, output: &str) -> String {
+/// HTML for an output: markdown for chat, highlighted code for completions, the
+/// middle marked between `prompt` and `suffix` for an infill.
+pub fn render_output(mode: Mode, language: &str, prompt: &str, output: &str, suffix: &str) -> String {
     if output.is_empty() {
         return String::new();
     }
     match mode {
         Mode::Chat => markdown::render(output),
         Mode::Complete => format!("<pre class=\"code\"><code>{}</code></pre>", highlight::highlight_continuation(language, prompt, output)),
+        Mode::Infill => fill::render(language, prompt, output, suffix),
     }
 }
 
@@ -28,7 +31,7 @@ pub fn Output() -> impl IntoView {
     let copied = RwSignal::new(false);
     let html = Memo::new(move |_| {
         let language = pg.effective_language();
-        pg.run.with(|r| render_output(r.mode, &language, &r.prompt, &r.output))
+        pg.run.with(|r| render_output(r.mode, &language, &r.prompt, &r.output, &r.suffix))
     });
     let empty = move || pg.run.with(|r| r.output.is_empty());
     let active = move || pg.run.with(RunState::is_active);

@@ -14,16 +14,18 @@ pub fn SharedRunPanel() -> impl IntoView {
     let pg = expect_context::<Playground>();
     let shared = move || {
         pg.shared.with(|s| match s {
-            ShareView::Loaded(share) => share.share.run.clone().map(|run| (share.share.prompt.clone(), share.share.mode, run)),
+            ShareView::Loaded(share) => {
+                share.share.run.clone().map(|run| (share.share.prompt.clone(), share.share.mode, run, share.share.around.suffix.clone()))
+            }
             _ => None,
         })
     };
     move || {
-        shared().map(|(prompt, mode, run)| {
+        shared().map(|(prompt, mode, run, suffix)| {
             let t = run.timings;
             let theirs = (t.predicted_n >= 2).then_some(t.predicted_per_second);
             let language = pg.effective_language();
-            let html = render_output(mode, &language, &prompt, &run.output);
+            let html = render_output(mode, &language, &prompt, &run.output, &suffix);
             let compare = move || {
                 pg.run.with(|r| {
                     if !matches!(r.phase, Phase::Done { .. }) {
