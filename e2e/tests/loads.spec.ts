@@ -14,3 +14,14 @@ test('the playground renders with the backend badge and no console errors', asyn
   await pg.snap(testInfo, 'idle');
   expect(pg.consoleErrors).toEqual([]);
 });
+
+test('the page runs under its content security policy (inline loader by hash, no framing)', async ({ page }) => {
+  const pg = new Playground(page);
+  const response = await page.goto('/');
+  const csp = response!.headers()['content-security-policy'];
+  expect(csp).toMatch(/script-src 'self' 'wasm-unsafe-eval' 'sha256-[A-Za-z0-9+/=]+'/);
+  expect(csp).toContain("frame-ancestors 'none'");
+  expect(response!.headers()['x-content-type-options']).toBe('nosniff');
+  await expect(pg.backend).toContainText('·');
+  expect(pg.consoleErrors).toEqual([]);
+});

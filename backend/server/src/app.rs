@@ -91,6 +91,14 @@ pub fn app(state: AppState) -> Router {
     if let Some(cors) = cors_layer(&state.settings.cors_origins) {
         router = router.layer(cors);
     }
+    let index = std::fs::read_to_string(state.dist.join("index.html")).ok();
+    let csp = crate::security::content_security_policy(index.as_deref());
+    router = router.layer(axum::middleware::from_fn(move |req, next| crate::security::add_headers(csp.clone(), req, next)));
+    if let Some(hosts) = &state.settings.allowed_hosts {
+        let hosts = Arc::new(hosts.clone());
+        // Outermost: a refused host reaches no route (its refusal gets the headers too).
+        router = router.layer(axum::middleware::from_fn(move |req, next| crate::security::check_host(hosts.clone(), req, next)));
+    }
     // The default predicate leaves text/event-stream uncompressed, so SSE is not buffered.
     router.layer(CompressionLayer::new()).with_state(state)
 }

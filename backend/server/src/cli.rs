@@ -63,6 +63,12 @@ pub struct ServeArgs {
     /// Origin allowed to call the API cross-site (repeatable; `*` for any). Default: same origin only.
     #[arg(long = "cors-origin")]
     pub cors_origins: Vec<String>,
+    /// Host name the server answers for (repeatable; the `Host` header without its port).
+    /// Default: bound to a loopback address, localhost, 127.0.0.1 and [::1] only (a web
+    /// page cannot reach it by rebinding its own name); bound to any other address, any
+    /// host unless this is given.
+    #[arg(long = "allowed-host")]
+    pub allowed_hosts: Vec<String>,
     /// Seconds the running request may finish after Ctrl-C / SIGTERM before it is cancelled.
     #[arg(long, default_value_t = crate::config::DEFAULT_SHUTDOWN_GRACE_SECS)]
     pub shutdown_grace: u64,

@@ -40,6 +40,8 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// Origins allowed to call the API from other sites; empty = same origin only.
     pub cors_origins: Vec<String>,
+    /// Hosts (`Host` header, without the port) the server answers for; `None` = any.
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 impl Default for Settings {
@@ -51,6 +53,7 @@ impl Default for Settings {
             keep_alive: DEFAULT_KEEP_ALIVE,
             shutdown_grace: Duration::from_secs(DEFAULT_SHUTDOWN_GRACE_SECS),
             cors_origins: Vec::new(),
+            allowed_hosts: None,
         }
     }
 }

@@ -36,11 +36,18 @@ pub enum Error {
     /// A body, prompt or output over its documented size.
     #[error("{0}")]
     TooLarge(String),
+    /// A JSON route's body is not declared `application/json` (a cross-site form or
+    /// `text/plain` post cannot be one without a CORS preflight).
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// The `Host` header names a host this server does not answer for (DNS rebinding).
+    #[error("{0}")]
+    MisdirectedHost(String),
     /// No such share, route or resource.
     #[error("{0}")]
     NotFound(String),
     /// A `model` name this server does not serve.
-    #[error("the model `{0}` does not exist on this server (see GET /v1/models)")]
+    #[error("the model `{}` does not exist on this server (see GET /v1/models)", shorten(.0))]
     ModelNotFound(String),
     /// The engine queue is full.
     #[error("the server is busy: {waiting} requests are waiting; try again shortly")]
@@ -57,6 +64,18 @@ pub enum Error {
     /// A fault on the server's side.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// Most characters of a client's text an error message repeats.
+const MAX_ECHOED_CHARS: usize = 64;
+
+/// `text` cut to [`MAX_ECHOED_CHARS`] (with an ellipsis), so an error never echoes a
+/// client's megabyte back.
+pub fn shorten(text: &str) -> String {
+    match text.char_indices().nth(MAX_ECHOED_CHARS) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
 }
 
 /// The server's result alias.
@@ -85,6 +104,8 @@ impl Error {
         match self {
             Error::BadRequest { .. } | Error::ContextOverflow(_) => StatusCode::BAD_REQUEST,
             Error::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Error::MisdirectedHost(_) => StatusCode::MISDIRECTED_REQUEST,
             Error::NotFound(_) | Error::ModelNotFound(_) => StatusCode::NOT_FOUND,
             Error::QueueFull { .. } | Error::ClientLimit { .. } => StatusCode::TOO_MANY_REQUESTS,
             Error::Unavailable(_) | Error::Timeout(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -104,6 +125,8 @@ impl Error {
             Error::BadRequest { .. } => "invalid_request",
             Error::ContextOverflow(_) => "context_length_exceeded",
             Error::TooLarge(_) => "payload_too_large",
+            Error::UnsupportedMediaType(_) => "unsupported_media_type",
+            Error::MisdirectedHost(_) => "misdirected_host",
             Error::NotFound(_) => "not_found",
             Error::ModelNotFound(_) => "model_not_found",
             Error::QueueFull { .. } => "busy",

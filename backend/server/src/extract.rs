@@ -1,5 +1,5 @@
-//! Request extractors: a JSON body whose every failure is a clear 400 (or 413), and
-//! the client's IP for per-client limits.
+//! Request extractors: a JSON body whose every failure is a clear 400 (or 413, or
+//! 415 when it is not declared JSON), and the client's IP for per-client limits.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -11,9 +11,16 @@ use serde::de::DeserializeOwned;
 
 use crate::error::Error;
 
-/// A JSON body, parsed whatever its `Content-Type` (as llama.cpp's server does);
-/// errors name the field at fault.
+/// A JSON body declared as `application/json` (or a `+json` type): a web page of
+/// another site can send a form or `text/plain` post without asking, but not that
+/// (CSRF). Errors name the field at fault.
 pub struct JsonBody<T>(pub T);
+
+/// Whether a `Content-Type` value declares JSON.
+pub fn is_json_type(value: &str) -> bool {
+    let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
 
 impl<S, T> FromRequest<S> for JsonBody<T>
 where
@@ -23,6 +30,17 @@ where
     type Rejection = Error;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Error> {
+        let declared = req.headers().get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+        if !is_json_type(declared) {
+            let what = if declared.is_empty() {
+                "no Content-Type".to_string()
+            } else {
+                format!("Content-Type `{}`", crate::error::shorten(declared))
+            };
+            return Err(Error::UnsupportedMediaType(format!(
+                "the body must be JSON sent as `Content-Type: application/json` (got {what})"
+            )));
+        }
         let bytes = Bytes::from_request(req, state).await.map_err(|r| {
             if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 Error::TooLarge("the request body is larger than the server accepts".into())
@@ -63,5 +81,20 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientIp {
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         Ok(ClientIp(parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_json_type;
+
+    #[test]
+    fn json_types() {
+        for t in ["application/json", "application/json; charset=utf-8", "Application/JSON", "application/merge-patch+json"] {
+            assert!(is_json_type(t), "{t}");
+        }
+        for t in ["", "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "text/json"] {
+            assert!(!is_json_type(t), "{t}");
+        }
     }
 }

@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod openai;
 pub mod prompt;
 pub mod routes;
+pub mod security;
 pub mod serve;
 pub mod share_store;
 pub mod static_files;

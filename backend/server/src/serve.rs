@@ -37,6 +37,8 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     };
     let addr = format!("{}:{}", args.host, args.port);
     let listener = TcpListener::bind(&addr).await.map_err(|source| Error::Bind { addr: addr.clone(), source })?;
+    let bound = listener.local_addr().map_err(|source| Error::Bind { addr: addr.clone(), source })?;
+    let settings = Settings { allowed_hosts: allowed_hosts(&args.allowed_hosts, bound), ..settings };
     if !args.dist.join("index.html").exists() {
         eprintln!("warning: {} has no index.html; build the playground with `trunk build`", args.dist.display());
     }
@@ -90,6 +92,15 @@ pub async fn serve_on(listener: TcpListener, state: AppState, stop: impl Future<
             }
         })
         .await
+}
+
+/// The hosts to answer for: the ones given (lower case, ports dropped), else on a
+/// loopback address the loopback names, else any (`None`).
+pub fn allowed_hosts(given: &[String], bound: SocketAddr) -> Option<Vec<String>> {
+    if !given.is_empty() {
+        return Some(given.iter().map(|h| crate::security::host_of(h)).collect());
+    }
+    bound.ip().is_loopback().then(|| crate::security::LOOPBACK_HOSTS.iter().map(|h| h.to_string()).collect())
 }
 
 /// Ctrl-C, or SIGTERM on Unix.

@@ -44,12 +44,16 @@ impl Answer {
 }
 
 async fn call(app: &Router, method: &str, uri: &str, body: &str) -> Answer {
-    let req = Request::builder()
-        .method(method)
-        .uri(uri)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(body.to_string()))
-        .unwrap();
+    call_with(app, method, uri, body, &[(header::CONTENT_TYPE, "application/json")]).await
+}
+
+/// [`call`] with exactly these headers.
+async fn call_with(app: &Router, method: &str, uri: &str, body: &str, headers: &[(header::HeaderName, &str)]) -> Answer {
+    let mut req = Request::builder().method(method).uri(uri);
+    for (name, value) in headers {
+        req = req.header(name, *value);
+    }
+    let req = req.body(Body::from(body.to_string())).unwrap();
     let res = tower::ServiceExt::oneshot(app.clone(), req).await.unwrap();
     let status = res.status();
     let headers = res.headers().clone();
@@ -86,6 +90,11 @@ async fn playground_generate_rejects_bad_input_with_clear_400s() {
     playground_error(&call(&app, "POST", "/api/generate", r#"{"prompt": "x", "mode": "poem"}"#).await, 400, "invalid_request");
     playground_error(&call(&app, "POST", "/api/generate", r#"{"prompt": "x", "max_tokens": -1}"#).await, 400, "invalid_request");
     playground_error(&call(&app, "POST", "/api/generate", r#"{"prompt": "x", "max_tokens": 0}"#).await, 400, "invalid_request");
+    // max_tokens 0 is a 400 on every route but echo scoring.
+    let e = openai_error(&call(&app, "POST", "/v1/completions", r#"{"prompt": "x", "max_tokens": 0}"#).await, 400, "invalid_request");
+    assert_eq!(e["param"], "max_tokens");
+    let chat = r#"{"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}"#;
+    assert_eq!(openai_error(&call(&app, "POST", "/v1/chat/completions", chat).await, 400, "invalid_request")["param"], "max_tokens");
     playground_error(&call(&app, "POST", "/api/generate", r#"{"prompt": "x", "temperature": 3}"#).await, 400, "invalid_request");
     playground_error(&call(&app, "POST", "/api/generate", r#"{"prompt": "x", "top_p": 0}"#).await, 400, "invalid_request");
     playground_error(&call(&app, "POST", "/api/generate", r#"{"prompt": "x", "stop": [""]}"#).await, 400, "invalid_request");
@@ -123,6 +132,7 @@ async fn playground_generate_streams_events_in_process() {
         .method("POST")
         .uri("/api/generate")
         .header(header::ACCEPT_ENCODING, "gzip")
+        .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from(r#"{"prompt": "Hello", "max_tokens": 3}"#))
         .unwrap();
     let res = tower::ServiceExt::oneshot(app.clone(), req).await.unwrap();
@@ -341,4 +351,63 @@ async fn cors_is_closed_by_default_and_opens_for_configured_origins() {
     assert!(closed.headers().get(header::ACCESS_CONTROL_ALLOW_ORIGIN).is_none());
     let open = preflight(test_app(Settings { cors_origins: vec!["https://example.com".into()], ..Settings::default() })).await;
     assert_eq!(open.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN], "https://example.com");
+}
+
+#[tokio::test]
+async fn a_foreign_web_page_can_neither_post_forms_nor_rebind_dns() {
+    // A cross-site page can send a form or text/plain post without a preflight: refused.
+    let app = test_app(Settings::default());
+    let body = r#"{"prompt": "x", "max_tokens": 1}"#;
+    for (path, kind) in
+        [("/api/generate", "playground"), ("/api/shares", "playground"), ("/v1/completions", "openai"), ("/tokenize", "playground")]
+    {
+        for declared in ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"] {
+            let a = call_with(&app, "POST", path, body, &[(header::CONTENT_TYPE, declared)]).await;
+            match kind {
+                "playground" => playground_error(&a, 415, "unsupported_media_type"),
+                _ => drop(openai_error(&a, 415, "unsupported_media_type")),
+            }
+        }
+        let a = call_with(&app, "POST", path, body, &[]).await;
+        assert_eq!(a.status, 415, "{path} without a Content-Type: {}", a.text);
+    }
+    let ok = call_with(&app, "POST", "/api/shares", body, &[(header::CONTENT_TYPE, "application/json; charset=utf-8")]).await;
+    assert_ne!(ok.status, 415, "{}", ok.text);
+
+    // Every response says how a browser may use it.
+    for path in ["/", "/api/info", "/v1/models", "/nope.js"] {
+        let a = call_with(&app, "GET", path, "", &[]).await;
+        assert_eq!(a.headers["x-content-type-options"], "nosniff", "{path}");
+        assert_eq!(a.headers["x-frame-options"], "DENY", "{path}");
+        assert_eq!(a.headers["referrer-policy"], "no-referrer", "{path}");
+        let csp = a.headers["content-security-policy"].to_str().unwrap();
+        assert!(csp.contains("frame-ancestors 'none'") && csp.contains("script-src 'self' 'wasm-unsafe-eval'"), "{path}: {csp}");
+    }
+
+    // Bound to loopback, only loopback names are answered; a probe's /health answers any.
+    let hosts = Settings { allowed_hosts: Some(vec!["localhost".into(), "127.0.0.1".into(), "[::1]".into()]), ..Settings::default() };
+    let app = test_app(hosts);
+    for host in ["localhost:8080", "127.0.0.1:8080", "[::1]:8080", "LOCALHOST"] {
+        assert_eq!(call_with(&app, "GET", "/api/info", "", &[(header::HOST, host)]).await.status, 200, "{host}");
+    }
+    for host in ["attacker.example", "attacker.example:8080", "127.0.0.1.attacker.example"] {
+        let a = call_with(&app, "GET", "/api/info", "", &[(header::HOST, host)]).await;
+        playground_error(&a, 421, "misdirected_host");
+        assert!(a.json()["message"].as_str().unwrap().contains("--allowed-host"), "{}", a.text);
+    }
+    let long = "a".repeat(10_000);
+    let a = call_with(&app, "GET", "/", "", &[(header::HOST, &long)]).await;
+    assert_eq!(a.status, 421);
+    assert!(a.text.len() < 1_000, "the refused host is not echoed whole");
+    assert_eq!(call_with(&app, "GET", "/health", "", &[(header::HOST, "10.0.0.7:8080")]).await.status, 200);
+}
+
+#[tokio::test]
+async fn an_unknown_model_name_is_not_echoed_whole() {
+    let app = test_app(Settings::default());
+    let name = "m".repeat(500_000);
+    let a = call(&app, "POST", "/v1/completions", &json!({ "model": name, "prompt": "x" }).to_string()).await;
+    let e = openai_error(&a, 404, "model_not_found");
+    assert!(a.text.len() < 2_000, "{} bytes", a.text.len());
+    assert!(e["message"].as_str().unwrap().contains("mmm…"), "{e}");
 }

@@ -148,6 +148,21 @@ async fn bad_shares_are_400_or_413() {
     let mut long = conversation_share();
     long.around.history[0].user = "u".repeat(peregrine_api::playground::MAX_PROMPT_BYTES);
     assert_eq!(client.post(server.url("/api/shares")).json(&long).send().await.unwrap().status(), 413);
+    // An empty prompt, or figures no run can have, are refused naming the field.
+    for (body, field) in [
+        (json!({ "prompt": "  ", "mode": "chat" }), "prompt"),
+        (
+            json!({ "prompt": "x", "run": { "output": "y", "finish_reason": "stop", "backend": "cpu", "device": "",
+            "timings": { "prompt_n": 1, "prompt_ms": -1.0, "prompt_per_second": 1.0, "predicted_n": 1,
+                         "predicted_ms": 1.0, "predicted_per_second": 1.0, "ttft_ms": 1.0 } } }),
+            "run.timings",
+        ),
+    ] {
+        let res = post(body).await.unwrap();
+        assert_eq!(res.status(), 400);
+        let e: serde_json::Value = res.json().await.unwrap();
+        assert!(e["message"].as_str().unwrap().contains(if field == "prompt" { "prompt" } else { "timings" }), "{e}");
+    }
     let mut misplaced = conversation_share();
     misplaced.mode = Mode::Complete;
     assert_eq!(client.post(server.url("/api/shares")).json(&misplaced).send().await.unwrap().status(), 400);

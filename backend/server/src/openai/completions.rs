@@ -89,6 +89,10 @@ pub async fn completions(
     let top = req.logprobs.map(|n| check_top_logprobs("logprobs", n)).transpose()?;
     let (input, prompt_text) = parse_prompt(req.prompt.as_ref())?;
     let max_tokens = req.max_tokens.unwrap_or(DEFAULT_COMPLETION_MAX_TOKENS) as usize;
+    // 0 only scores the prompt, which only echo returns (as chat, which has no echo, refuses 0).
+    if max_tokens == 0 && !req.echo {
+        return Err(Error::bad("max_tokens", "max_tokens must be at least 1 (0 scores the prompt, with echo only)").into());
+    }
     let ids = match req.suffix.filter(|s| !s.is_empty()) {
         None => prompt::tokenize(&engine, input, "prompt").await?,
         Some(suffix) => {

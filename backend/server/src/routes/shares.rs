@@ -24,11 +24,19 @@ fn validate(share: &ShareRequest) -> Result<()> {
     if let Some(t) = share.around.history.iter().find(|t| t.assistant.len() > MAX_SHARE_OUTPUT_BYTES) {
         return Err(Error::TooLarge(format!("an answer is {} bytes; the limit is {MAX_SHARE_OUTPUT_BYTES}", t.assistant.len())));
     }
+    if share.prompt.trim().is_empty() && share.around.suffix.trim().is_empty() {
+        return Err(Error::bad("prompt", "a share needs a prompt"));
+    }
     share.params.validate().map_err(|m| Error::bad("params", m))?;
     check_stops(&share.params.stop)?;
     if let Some(run) = &share.run {
         if run.output.len() > MAX_SHARE_OUTPUT_BYTES {
             return Err(Error::TooLarge(format!("the output is {} bytes; the limit is {MAX_SHARE_OUTPUT_BYTES}", run.output.len())));
+        }
+        let t = &run.timings;
+        let figures = [t.prompt_ms, t.prompt_per_second, t.predicted_ms, t.predicted_per_second, t.ttft_ms];
+        if figures.iter().any(|v| !(v.is_finite() && *v >= 0.0)) {
+            return Err(Error::bad("run.timings", "timings must be finite numbers ≥ 0"));
         }
         if run.backend.len() > MAX_SHARE_LABEL_BYTES || run.device.len() > MAX_SHARE_LABEL_BYTES {
             return Err(Error::bad("run", format!("backend and device must be at most {MAX_SHARE_LABEL_BYTES} bytes")));
