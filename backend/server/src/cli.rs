@@ -63,6 +63,16 @@ pub struct ServeArgs {
     /// Origin allowed to call the API cross-site (repeatable; `*` for any). Default: same origin only.
     #[arg(long = "cors-origin")]
     pub cors_origins: Vec<String>,
+    /// Seconds a request's headers may take to arrive; an idle keep-alive connection
+    /// closes after as long.
+    #[arg(long, default_value_t = crate::config::DEFAULT_HEADER_TIMEOUT_SECS)]
+    pub header_timeout: u64,
+    /// Seconds a request's body may take to arrive (408 after).
+    #[arg(long, default_value_t = crate::config::DEFAULT_BODY_TIMEOUT_SECS)]
+    pub body_timeout: u64,
+    /// Open connections served at once; 16 more answer /health only, others are closed.
+    #[arg(long, default_value_t = crate::config::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
     /// Host name the server answers for (repeatable; the `Host` header without its port).
     /// Default: bound to a loopback address, localhost, 127.0.0.1 and [::1] only (a web
     /// page cannot reach it by rebinding its own name); bound to any other address, any

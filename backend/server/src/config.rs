@@ -42,6 +42,36 @@ pub struct Settings {
     pub cors_origins: Vec<String>,
     /// Hosts (`Host` header, without the port) the server answers for; `None` = any.
     pub allowed_hosts: Option<Vec<String>>,
+    pub connections: ConnectionLimits,
+}
+
+/// Default deadline for a request's headers, and for the next request on an idle connection.
+pub const DEFAULT_HEADER_TIMEOUT_SECS: u64 = 15;
+/// Default deadline for a request's body.
+pub const DEFAULT_BODY_TIMEOUT_SECS: u64 = 30;
+/// Default cap on open connections (below the usual 1024 descriptors per process).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+
+/// What one connection may hold (connections.rs).
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// A request's headers must arrive within this, and an idle keep-alive connection
+    /// closes after it.
+    pub header_timeout: Duration,
+    /// A request's body must arrive within this (408 otherwise).
+    pub body_timeout: Duration,
+    /// Open connections served normally (a few more answer `/health` only).
+    pub max_connections: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            header_timeout: Duration::from_secs(DEFAULT_HEADER_TIMEOUT_SECS),
+            body_timeout: Duration::from_secs(DEFAULT_BODY_TIMEOUT_SECS),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
 }
 
 impl Default for Settings {
@@ -54,6 +84,7 @@ impl Default for Settings {
             shutdown_grace: Duration::from_secs(DEFAULT_SHUTDOWN_GRACE_SECS),
             cors_origins: Vec::new(),
             allowed_hosts: None,
+            connections: ConnectionLimits::default(),
         }
     }
 }

@@ -58,6 +58,9 @@ pub enum Error {
     /// No engine yet (loading), none configured, or shutting down.
     #[error("{0}")]
     Unavailable(String),
+    /// The request's body did not arrive in time.
+    #[error("{0}")]
+    BodyTimeout(String),
     /// The request ran past the server's time limit.
     #[error("{0}")]
     Timeout(String),
@@ -105,6 +108,7 @@ impl Error {
             Error::BadRequest { .. } | Error::ContextOverflow(_) => StatusCode::BAD_REQUEST,
             Error::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Error::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Error::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::MisdirectedHost(_) => StatusCode::MISDIRECTED_REQUEST,
             Error::NotFound(_) | Error::ModelNotFound(_) => StatusCode::NOT_FOUND,
             Error::QueueFull { .. } | Error::ClientLimit { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -126,6 +130,7 @@ impl Error {
             Error::ContextOverflow(_) => "context_length_exceeded",
             Error::TooLarge(_) => "payload_too_large",
             Error::UnsupportedMediaType(_) => "unsupported_media_type",
+            Error::BodyTimeout(_) => "request_timeout",
             Error::MisdirectedHost(_) => "misdirected_host",
             Error::NotFound(_) => "not_found",
             Error::ModelNotFound(_) => "model_not_found",

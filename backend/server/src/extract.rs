@@ -9,6 +9,10 @@ use axum::http::request::Parts;
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 
+use std::time::Duration;
+
+use crate::config::DEFAULT_BODY_TIMEOUT_SECS;
+use crate::connections::BodyDeadline;
 use crate::error::Error;
 
 /// A JSON body declared as `application/json` (or a `+json` type): a web page of
@@ -41,7 +45,11 @@ where
                 "the body must be JSON sent as `Content-Type: application/json` (got {what})"
             )));
         }
-        let bytes = Bytes::from_request(req, state).await.map_err(|r| {
+        let deadline = req.extensions().get::<BodyDeadline>().map_or(Duration::from_secs(DEFAULT_BODY_TIMEOUT_SECS), |d| d.0);
+        let read = tokio::time::timeout(deadline, Bytes::from_request(req, state))
+            .await
+            .map_err(|_| Error::BodyTimeout(format!("the request body did not arrive within {} s", deadline.as_secs_f64())))?;
+        let bytes = read.map_err(|r| {
             if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 Error::TooLarge("the request body is larger than the server accepts".into())
             } else {

@@ -5,6 +5,7 @@ pub mod app;
 pub mod cli;
 pub mod client_limit;
 pub mod config;
+pub mod connections;
 pub mod engine_args;
 pub mod engine_slot;
 pub mod engine_start;

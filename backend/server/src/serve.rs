@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 
 use crate::app::{app, AppState};
 use crate::cli::ServeArgs;
-use crate::config::Settings;
+use crate::config::{ConnectionLimits, Settings};
 use crate::engine_slot::EngineSlot;
 use crate::engine_start::{choose_model, load_engine, model_id};
 use crate::error::{Error, Result};
@@ -33,6 +33,11 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         request_timeout: (args.request_timeout > 0).then(|| Duration::from_secs(args.request_timeout)),
         shutdown_grace: Duration::from_secs(args.shutdown_grace),
         cors_origins: args.cors_origins.clone(),
+        connections: ConnectionLimits {
+            header_timeout: Duration::from_secs(args.header_timeout.max(1)),
+            body_timeout: Duration::from_secs(args.body_timeout.max(1)),
+            max_connections: args.max_connections.max(1),
+        },
         ..Settings::default()
     };
     let addr = format!("{}:{}", args.host, args.port);
@@ -78,20 +83,19 @@ pub async fn run(args: ServeArgs) -> Result<()> {
 pub async fn serve_on(listener: TcpListener, state: AppState, stop: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
     let slot = state.engine.clone();
     let grace = state.settings.shutdown_grace;
-    let service = app(state).into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, service)
-        .with_graceful_shutdown(async move {
-            stop.await;
-            if let Some(engine) = slot.ready_engine() {
-                engine.handle.shutdown();
-                let handle = engine.handle.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(grace).await;
-                    handle.cancel_running();
-                });
-            }
-        })
-        .await
+    let limits = state.settings.connections;
+    let stop = async move {
+        stop.await;
+        if let Some(engine) = slot.ready_engine() {
+            engine.handle.shutdown();
+            let handle = engine.handle.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(grace).await;
+                handle.cancel_running();
+            });
+        }
+    };
+    crate::connections::serve(listener, app(state), limits, stop).await
 }
 
 /// The hosts to answer for: the ones given (lower case, ports dropped), else on a
