@@ -73,6 +73,9 @@ pub struct ServeArgs {
     /// Open connections served at once; 16 more answer /health only, others are closed.
     #[arg(long, default_value_t = crate::config::DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
+    /// Tokens a chat completion that names no max_tokens may generate (capped by the context).
+    #[arg(long, default_value_t = crate::config::DEFAULT_CHAT_MAX_TOKENS)]
+    pub default_max_tokens: usize,
     /// Host name the server answers for (repeatable; the `Host` header without its port).
     /// Default: bound to a loopback address, localhost, 127.0.0.1 and [::1] only (a web
     /// page cannot reach it by rebinding its own name); bound to any other address, any

@@ -3,8 +3,12 @@
 
 use std::time::Duration;
 
-/// Concurrent requests one client IP may have in flight (0 = no limit).
-pub const DEFAULT_MAX_PER_CLIENT: usize = 0;
+/// Concurrent requests one client IP may have in flight (0 = no limit): enough for a
+/// batch and a queue of one's own, not for the whole queue.
+pub const DEFAULT_MAX_PER_CLIENT: usize = 8;
+/// Tokens a chat request that names no `max_tokens` may generate (at most the rest of
+/// the context), so one request cannot hold the engine for the whole context.
+pub const DEFAULT_CHAT_MAX_TOKENS: usize = 2048;
 /// A request (queue wait included) is cancelled after this many seconds (0 = never).
 pub const DEFAULT_REQUEST_TIMEOUT_SECS: u64 = 600;
 /// Largest request body; bigger ones get 413 before any parsing.
@@ -43,6 +47,8 @@ pub struct Settings {
     /// Hosts (`Host` header, without the port) the server answers for; `None` = any.
     pub allowed_hosts: Option<Vec<String>>,
     pub connections: ConnectionLimits,
+    /// `max_tokens` of a chat request that gives none (capped by the context).
+    pub default_max_tokens: usize,
 }
 
 /// Default deadline for a request's headers, and for the next request on an idle connection.
@@ -85,6 +91,7 @@ impl Default for Settings {
             cors_origins: Vec::new(),
             allowed_hosts: None,
             connections: ConnectionLimits::default(),
+            default_max_tokens: DEFAULT_CHAT_MAX_TOKENS,
         }
     }
 }

@@ -33,6 +33,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         request_timeout: (args.request_timeout > 0).then(|| Duration::from_secs(args.request_timeout)),
         shutdown_grace: Duration::from_secs(args.shutdown_grace),
         cors_origins: args.cors_origins.clone(),
+        default_max_tokens: args.default_max_tokens.max(1),
         connections: ConnectionLimits {
             header_timeout: Duration::from_secs(args.header_timeout.max(1)),
             body_timeout: Duration::from_secs(args.body_timeout.max(1)),

@@ -101,7 +101,7 @@ pub async fn chat_completions(
     let max_tokens = match req.max_completion_tokens.or(req.max_tokens) {
         Some(0) => return Err(Error::bad("max_tokens", "max_tokens must be at least 1").into()),
         Some(n) => n as usize,
-        None => prompt::room_left(&engine, ids.len()).max(1),
+        None => prompt::room_left(&engine, ids.len()).min(state.settings.default_max_tokens).max(1),
     };
     prompt::check_fits(&engine, ids.len(), max_tokens)?;
     let request = Request { top_logprobs: top.unwrap_or(0), ..req.common.request(ids, max_tokens, sampling, stop) };
