@@ -2,6 +2,7 @@
 //! API, OpenAI-compatible API, shares, metrics) and the request queue glue.
 
 pub mod app;
+pub mod blocking;
 pub mod cli;
 pub mod client_limit;
 pub mod config;

@@ -9,13 +9,10 @@ use crate::error::{Error, Result};
 /// Token ids of `prompt`, computed on a blocking thread (long prompts take a while).
 pub async fn tokenize(engine: &LoadedEngine, prompt: Prompt, param: &'static str) -> Result<Vec<u32>> {
     let text = engine.handle.text().clone();
-    let ids = tokio::task::spawn_blocking(move || text.prompt_ids(&prompt))
-        .await
-        .map_err(|e| Error::Internal(format!("tokenizer task failed: {e}")))?
-        .map_err(|e| match e {
-            peregrine_engine::Error::InvalidRequest(m) | peregrine_engine::Error::Template(m) => Error::bad(param, m),
-            other => Error::Engine(other),
-        })?;
+    let ids = crate::blocking::tokenizer_task(move || text.prompt_ids(&prompt)).await?.map_err(|e| match e {
+        peregrine_engine::Error::InvalidRequest(m) | peregrine_engine::Error::Template(m) => Error::bad(param, m),
+        other => Error::Engine(other),
+    })?;
     if ids.is_empty() {
         return Err(Error::bad(param, "the prompt is empty (it has no tokens)"));
     }

@@ -74,10 +74,7 @@ pub async fn infill_prompt(engine: &LoadedEngine, input: InfillInput, predict: i
     };
     infill::supported(&text).map_err(unsupported)?;
     let budget = InfillBudget { batch: INFILL_BATCH, predict, context };
-    tokio::task::spawn_blocking(move || infill::prompt_ids(&text, &input, &budget))
-        .await
-        .map_err(|e| Error::Internal(format!("tokenizer task failed: {e}")))?
-        .map_err(unsupported)
+    crate::blocking::tokenizer_task(move || infill::prompt_ids(&text, &input, &budget)).await?.map_err(unsupported)
 }
 
 /// Handles an infill request.

@@ -2,13 +2,14 @@
 //! `POST /detokenize {tokens}` → `{content}`, llama.cpp's server conventions.
 
 use axum::extract::State;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 
 use crate::app::AppState;
+use crate::config::DEFAULT_RETRY_AFTER_SECS;
 use crate::error::{Error, Result};
-use crate::extract::JsonBody;
+use crate::extract::{ClientIp, JsonBody};
 
 /// Body of `POST /tokenize`.
 #[derive(Deserialize)]
@@ -34,23 +35,51 @@ pub struct DetokenizeResponse {
     pub content: String,
 }
 
-/// Text → ids with the loaded model's tokenizer.
-pub async fn tokenize(State(state): State<AppState>, body: Result<JsonBody<TokenizeRequest>>) -> Result<Json<Value>> {
+/// Largest `content` of `/tokenize` (the tokenizer's memory grows with it).
+pub const MAX_TOKENIZE_BYTES: usize = 256 * 1024;
+
+/// The answer of `/tokenize`.
+#[derive(Serialize)]
+struct Tokens<T> {
+    tokens: T,
+}
+
+/// One token of a `with_pieces` answer.
+#[derive(Serialize)]
+struct Piece {
+    id: u32,
+    piece: String,
+}
+
+/// Text → ids with the loaded model's tokenizer, on the bounded tokenizer pool, counted
+/// against the client's in-flight limit like a generation.
+pub async fn tokenize(
+    State(state): State<AppState>,
+    ClientIp(client): ClientIp,
+    body: Result<JsonBody<TokenizeRequest>>,
+) -> Result<Response> {
     let JsonBody(req) = body?;
+    if req.content.len() > MAX_TOKENIZE_BYTES {
+        return Err(Error::TooLarge(format!("content is {} bytes; /tokenize takes at most {MAX_TOKENIZE_BYTES}", req.content.len())));
+    }
     let engine = state.engine.get()?;
+    let _guard = state
+        .clients
+        .acquire(client)
+        .map_err(|_| Error::ClientLimit { limit: state.clients.max(), retry_after_secs: DEFAULT_RETRY_AFTER_SECS })?;
     let text = engine.handle.text().clone();
-    let answer = tokio::task::spawn_blocking(move || -> Result<Value> {
+    crate::blocking::tokenizer_task(move || -> Result<Response> {
         let tok = text.tokenizer.as_ref().ok_or_else(|| Error::bad("content", "this model has no tokenizer"))?;
         let ids = tok.encode(&req.content, req.add_special)?;
+        // Typed rows, not a JSON value per token: the answer costs about its own size.
         Ok(if req.with_pieces {
-            json!({ "tokens": ids.iter().map(|&id| json!({ "id": id, "piece": text.token_str(id) })).collect::<Vec<_>>() })
+            let pieces: Vec<Piece> = ids.iter().map(|&id| Piece { id, piece: text.token_str(id) }).collect();
+            Json(Tokens { tokens: pieces }).into_response()
         } else {
-            json!({ "tokens": ids })
+            Json(Tokens { tokens: ids }).into_response()
         })
     })
-    .await
-    .map_err(|e| Error::Internal(format!("tokenizer task failed: {e}")))??;
-    Ok(Json(answer))
+    .await?
 }
 
 /// Ids → text; ids outside the vocabulary are a 400.
