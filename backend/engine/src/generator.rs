@@ -117,7 +117,7 @@ impl Runner {
         let prompt = Stream::prepare(&text, self.runtime.config(), request)?;
         let runtime = &mut self.runtime;
         let Some(mut stream) =
-            Stream::begin(&text, request, prompt, start, emit, &mut |p, top| score_prompt(runtime.as_mut(), &text, p, top))?
+            Stream::begin(&text, request, prompt, start, emit, &mut |p, top| score_prompt(runtime.as_mut(), &text, p, top, cancel))?
         else {
             return Ok(());
         };
@@ -136,9 +136,16 @@ impl Runner {
     }
 }
 
-/// Log-probability of each prompt token given its prefix, with alternatives.
-pub(crate) fn score_prompt(runtime: &mut dyn Runtime, text: &TextModel, prompt: &[u32], top: usize) -> Result<Vec<PromptToken>> {
-    let logits = runtime.score(prompt)?;
+/// Log-probability of each prompt token given its prefix, with alternatives; `None`
+/// when `cancel` fired first.
+pub(crate) fn score_prompt(
+    runtime: &mut dyn Runtime,
+    text: &TextModel,
+    prompt: &[u32],
+    top: usize,
+    cancel: Cancel<'_>,
+) -> Result<Option<Vec<PromptToken>>> {
+    let Some(logits) = runtime.score_unless(prompt, cancel)? else { return Ok(None) };
     let text = |id: u32| text.token_str(id);
     let mut out = vec![PromptToken { id: prompt[0], text: text(prompt[0]), scored: None }];
     for (i, &id) in prompt.iter().enumerate().skip(1) {
@@ -146,11 +153,12 @@ pub(crate) fn score_prompt(runtime: &mut dyn Runtime, text: &TextModel, prompt: 
         let alts = top_k_indices(&lp, top.min(MAX_TOP_LOGPROBS)).into_iter().map(|(id, logprob)| TokenLogprob { id, logprob }).collect();
         out.push(PromptToken { id, text: text(id), scored: Some(Sampled { id, logprob: lp[id as usize], top: alts }) });
     }
-    Ok(out)
+    Ok(Some(out))
 }
 
-/// Scores a prompt's tokens (prompt ids, alternatives per token), for echo requests.
-pub(crate) type ScorePrompt<'a> = dyn FnMut(&[u32], usize) -> Result<Vec<PromptToken>> + 'a;
+/// Scores a prompt's tokens (prompt ids, alternatives per token), for echo requests;
+/// `None` when the request was cancelled meanwhile.
+pub(crate) type ScorePrompt<'a> = dyn FnMut(&[u32], usize) -> Result<Option<Vec<PromptToken>>> + 'a;
 
 /// A request's text side while it runs, between the runtime's tokens and the client's
 /// events: incremental detokenizing, stop strings, the clock, the terminal event. One
@@ -215,7 +223,7 @@ impl<'t> Stream<'t> {
         }
         if request.echo_logprobs {
             let scored = score(&stream.prompt, request.top_logprobs)?;
-            if !emit(Event::PromptLogprobs(scored)) {
+            if !scored.is_some_and(|s| emit(Event::PromptLogprobs(s))) {
                 stream.done(FinishReason::Cancelled, emit);
                 return Ok(None);
             }

@@ -94,6 +94,12 @@ pub trait Runtime: Send {
     fn generate(&mut self, job: &DecodeJob<'_>, on_token: &mut dyn FnMut(&Sampled) -> Flow) -> Result<RunEnd>;
     /// Logits of every position of `tokens` (prompt scoring).
     fn score(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>>;
+    /// [`Runtime::score`] that gives up (`None`) once `cancel` fires; runtimes that
+    /// score in chunks ask between them, others score to the end.
+    fn score_unless(&mut self, tokens: &[u32], cancel: Cancel<'_>) -> Result<Option<Vec<Vec<f32>>>> {
+        let _ = cancel;
+        self.score(tokens).map(Some)
+    }
     /// Prompt tokens the last [`Runtime::generate`] took from its cache instead of
     /// computing them (0 for runtimes that keep nothing).
     fn reused_prefix(&self) -> usize {

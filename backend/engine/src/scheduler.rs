@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::generator::{score_prompt, Runner, Stream};
 use crate::handle::{EngineLimits, Job, Shared};
 use crate::request::{ErrorCode, Event};
-use crate::runtime::{next_token, BatchDecode, Flow, RunEnd, SlotTokens};
+use crate::runtime::{next_token, BatchDecode, Cancel, Flow, RunEnd, SlotTokens};
 
 /// Prompt tokens a joining request adds to a step while others decode: small enough
 /// that the running streams' next token is not held up long, large enough that the
@@ -232,7 +232,10 @@ fn start<'t>(runner: &mut Runner, text: &'t crate::generator::TextModel, r: Read
     };
     let seen = prompt.clone();
     let runtime = runner.runtime_mut();
-    let begun = Stream::begin(text, &job.request, prompt, start, &mut |e| job.emit(e), &mut |p, top| score_prompt(runtime, text, p, top));
+    let abandoned = || job.abandoned();
+    let begun = Stream::begin(text, &job.request, prompt, start, &mut |e| job.emit(e), &mut |p, top| {
+        score_prompt(runtime, text, p, top, Cancel::when(&abandoned))
+    });
     match begun {
         Ok(Some(mut stream)) => {
             stream.set_cached(reused);

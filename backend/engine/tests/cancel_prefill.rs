@@ -46,7 +46,15 @@ fn run_counted(rt: &mut dyn Runtime, prompt: &[u32], max_tokens: usize, fire_at:
         asked.get() >= fire_at
     };
     let sampling = SamplingParams::default();
-    let job = DecodeJob { prompt, max_tokens, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::when(&requested), reuse_prefix: false };
+    let job = DecodeJob {
+        prompt,
+        max_tokens,
+        sampling: &sampling,
+        stop_tokens: &[],
+        top_logprobs: 0,
+        cancel: Cancel::when(&requested),
+        reuse_prefix: false,
+    };
     let mut ids = Vec::new();
     let end = rt
         .generate(&job, &mut |s| {
@@ -59,6 +67,31 @@ fn run_counted(rt: &mut dyn Runtime, prompt: &[u32], max_tokens: usize, fire_at:
 
 fn tiny() -> (peregrine_engine::config::ModelConfig, peregrine_engine::weights::Weights) {
     peregrine_engine::hf::load_hf_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf/qwen2-tied")).unwrap()
+}
+
+#[test]
+fn fast_runtime_scoring_asks_before_every_chunk_and_gives_up_there() {
+    let (config, weights) = tiny();
+    let batch = 16;
+    let options = FastOptions { threads: 1, isa: Isa::detect(None), prefill_batch: batch, act_precision: ActPrecision::Int16 };
+    let mut rt = FastRuntime::new(&config, &weights, options).unwrap();
+    let p = prompt(100, config.vocab_size);
+    let asked = Cell::new(0usize);
+    let never = || {
+        asked.set(asked.get() + 1);
+        false
+    };
+    let full = rt.score_unless(&p, Cancel::when(&never)).unwrap().expect("not cancelled");
+    assert_eq!((full.len(), asked.get()), (p.len(), p.len().div_ceil(batch)), "every position scored, asked once per chunk");
+    assert_eq!(full, rt.score(&p).unwrap(), "the same logits as score");
+    asked.set(0);
+    let third = || {
+        asked.set(asked.get() + 1);
+        asked.get() >= 3
+    };
+    assert!(rt.score_unless(&p, Cancel::when(&third)).unwrap().is_none(), "cancelled scoring gives nothing");
+    assert_eq!(asked.get(), 3, "stopped before the third chunk");
+    assert_eq!(rt.score(&p).unwrap(), full, "a later scoring is unharmed");
 }
 
 #[test]

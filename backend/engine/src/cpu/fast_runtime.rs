@@ -171,10 +171,18 @@ impl FastRuntime {
     /// Runs `tokens` after what is cached, in batches; returns the logits of every
     /// position (`all`) or of the last only, one row per position.
     pub fn forward(&mut self, tokens: &[u32], all: bool) -> Result<Vec<Vec<f32>>> {
+        Ok(self.forward_unless(tokens, all, Cancel::NEVER)?.unwrap_or_default())
+    }
+
+    /// [`FastRuntime::forward`], asking `cancel` before each batch (`None`: it fired).
+    fn forward_unless(&mut self, tokens: &[u32], all: bool, cancel: Cancel<'_>) -> Result<Option<Vec<Vec<f32>>>> {
         let want = if all { LogitsFor::All } else { LogitsFor::Last };
         let mut out = Vec::new();
         let chunks: Vec<&[u32]> = tokens.chunks(self.pass.batch()).collect();
         for (i, chunk) in chunks.iter().enumerate() {
+            if cancel.requested() {
+                return Ok(None);
+            }
             let last_chunk = i + 1 == chunks.len();
             let want = if all || last_chunk { want } else { LogitsFor::Last };
             let rows = self.pass.forward(&self.pool, &mut self.seq.cache, chunk, want)?;
@@ -183,7 +191,7 @@ impl FastRuntime {
                 out.extend((0..rows).map(|r| self.pass.logits(r).to_vec()));
             }
         }
-        Ok(out)
+        Ok(Some(out))
     }
 
     /// Forgets the cached sequence.
@@ -248,10 +256,19 @@ impl Runtime for FastRuntime {
     }
 
     fn score(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        Ok(self.score_unless(tokens, Cancel::NEVER)?.unwrap_or_default())
+    }
+
+    fn score_unless(&mut self, tokens: &[u32], cancel: Cancel<'_>) -> Result<Option<Vec<Vec<f32>>>> {
         check_fits(self.pass.config(), tokens.len(), 0)?;
         self.seq.truncate(0);
         self.seq.cache.reserve(tokens.len());
-        self.forward(tokens, true)
+        let scored = self.forward_unless(tokens, true, cancel)?;
+        if scored.is_none() {
+            // The cache holds part of the prompt only.
+            self.seq.truncate(0);
+        }
+        Ok(scored)
     }
 }
 
