@@ -94,6 +94,31 @@ pub(crate) struct Queue {
 }
 
 impl Queue {
+    /// Where a new request of `client` joins the queue: clients take turns, so it
+    /// goes before the first queued request whose client already has more requests
+    /// ahead of it than `client` has (a burst of one client waits behind the others'
+    /// first requests), else at the end.
+    pub fn turn_position(&self, client: Option<std::net::IpAddr>) -> usize {
+        let mut ahead: Vec<(Option<std::net::IpAddr>, usize)> = Vec::new();
+        let mut turns = Vec::with_capacity(self.jobs.len());
+        for j in &self.jobs {
+            let c = j.request.client;
+            let n = match ahead.iter_mut().find(|(k, _)| *k == c) {
+                Some((_, n)) => {
+                    *n += 1;
+                    *n
+                }
+                None => {
+                    ahead.push((c, 1));
+                    1
+                }
+            };
+            turns.push(n - 1);
+        }
+        let mine = ahead.iter().find(|(k, _)| *k == client).map_or(0, |(_, n)| *n);
+        turns.iter().position(|&t| t > mine).unwrap_or(self.jobs.len())
+    }
+
     /// Drops queued jobs whose clients left and tells the others their new position,
     /// so a dead request never holds a queue slot or runs.
     pub fn prune(&mut self) {
@@ -249,11 +274,18 @@ impl EngineHandle {
         if q.jobs.len() >= self.max_queue {
             return Err(Rejected::QueueFull { waiting: q.jobs.len() });
         }
-        let position = q.jobs.len();
-        if q.running.len() >= q.batch || position > 0 {
-            let _ = tx.send(Event::Queued { position });
+        let position = q.turn_position(request.client);
+        let job = Job { request, events: tx, cancel: cancel.clone() };
+        if position == q.jobs.len() {
+            if q.running.len() >= q.batch || position > 0 {
+                let _ = job.events.send(Event::Queued { position });
+            }
+            q.jobs.push_back(job);
+        } else {
+            // Ahead of another client's later requests: everyone behind moves back one.
+            q.jobs.insert(position, job);
+            q.announce_positions();
         }
-        q.jobs.push_back(Job { request, events: tx, cancel: cancel.clone() });
         self.shared.wake.notify_one();
         Ok(Submission { events: rx, cancel: CancelHandle(cancel) })
     }

@@ -39,6 +39,9 @@ pub struct Request {
     /// Reuse the cached keys and values of the prefix this prompt shares with an
     /// earlier request (llama.cpp's `cache_prompt`, on by default); same output.
     pub cache_prompt: bool,
+    /// Who sent it (the server's client address): queued requests of several clients
+    /// take turns instead of one client's burst going first. `None`: one shared turn.
+    pub client: Option<std::net::IpAddr>,
 }
 
 impl Request {
@@ -53,6 +56,7 @@ impl Request {
             top_logprobs: 0,
             echo_logprobs: false,
             cache_prompt: true,
+            client: None,
         }
     }
 }

@@ -197,3 +197,44 @@ fn load_errors_come_back_through_the_ready_channel() {
     let err = EngineHandle::start(|| Err(peregrine_engine::Error::InvalidRequest("boom".into())), 1).err().expect("an error");
     assert!(err.to_string().contains("boom"));
 }
+
+#[tokio::test]
+async fn queued_requests_of_several_clients_take_turns() {
+    let (engine, gate) = gated_engine();
+    let from = |ip: [u8; 4], max_tokens| Request { client: Some(std::net::IpAddr::from(ip)), ..request(max_tokens) };
+    let (a, b) = ([10, 0, 0, 1], [10, 0, 0, 2]);
+    // A runs; A's burst of three waits; then B asks once.
+    let mut running = engine.submit(from(a, 1)).unwrap();
+    assert_eq!(next(&mut running.events).await, Event::Started { prompt_tokens: 3 });
+    let mut queued: Vec<_> = (0..3).map(|_| engine.submit(from(a, 1)).unwrap()).collect();
+    let mut b_sub = engine.submit(from(b, 1)).unwrap();
+    // B goes after A's first waiting request, not after all three.
+    let last_position = |rx: &mut tokio::sync::mpsc::UnboundedReceiver<Event>| {
+        let mut at = None;
+        while let Ok(e) = rx.try_recv() {
+            if let Event::Queued { position } = e {
+                at = Some(position);
+            }
+        }
+        at
+    };
+    assert_eq!(last_position(&mut b_sub.events), Some(1));
+    let positions: Vec<_> = queued.iter_mut().map(|s| last_position(&mut s.events)).collect();
+    assert_eq!(positions, vec![Some(0), Some(2), Some(3)], "A's later requests moved back one");
+    // The engine then starts them in that order: each one's token is let through only
+    // once it started, so a wrong order would leave the awaited one unstarted.
+    gate.send(()).unwrap();
+    while !matches!(next(&mut running.events).await, Event::Done { .. }) {}
+    let mut rest: Vec<_> = queued.into_iter().collect();
+    rest.insert(1, b_sub);
+    for (turn, mut sub) in rest.into_iter().enumerate() {
+        loop {
+            match next(&mut sub.events).await {
+                Event::Started { .. } => gate.send(()).unwrap(),
+                Event::Done { .. } => break,
+                Event::Queued { .. } | Event::Stats(_) | Event::Token { .. } | Event::Text(_) => {}
+                other => panic!("turn {turn}: {other:?}"),
+            }
+        }
+    }
+}

@@ -77,7 +77,9 @@ pub fn submit(state: &AppState, engine: &EngineHandle, spec: JobSpec) -> Result<
         state.metrics.rejected("client_limit");
         Error::ClientLimit { limit: state.clients.max(), retry_after_secs: DEFAULT_RETRY_AFTER_SECS }
     })?;
-    let submission = engine.try_submit(spec.request).map_err(|r| match r {
+    // The queue lets clients take turns.
+    let request = peregrine_engine::Request { client: spec.client, ..spec.request };
+    let submission = engine.try_submit(request).map_err(|r| match r {
         Rejected::QueueFull { waiting } => {
             state.metrics.rejected("queue_full");
             Error::QueueFull { waiting, retry_after_secs: retry_after(state, waiting) }
