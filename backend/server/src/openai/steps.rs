@@ -109,11 +109,24 @@ impl Steps {
     }
 }
 
-/// OpenAI's `finish_reason` string.
+/// OpenAI's `finish_reason` string, always one of OpenAI's values: a request the
+/// server cut short (its time limit, shutdown) reads as `length`, an answer ended
+/// before its natural stop; a request its client cancelled has nobody to answer.
 pub fn finish_reason(r: FinishReason) -> &'static str {
     match r {
         FinishReason::Stop => "stop",
-        FinishReason::Length => "length",
-        FinishReason::Cancelled => "cancelled",
+        FinishReason::Length | FinishReason::Cancelled => "length",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finish_reasons_are_openai_values() {
+        for r in [FinishReason::Stop, FinishReason::Length, FinishReason::Cancelled] {
+            assert!(["stop", "length", "content_filter", "tool_calls"].contains(&finish_reason(r)), "{r:?}");
+        }
     }
 }
