@@ -13,7 +13,7 @@ use super::error::OpenAiError;
 use super::logprobs;
 use super::params::{check_top_logprobs, CommonParams};
 use super::steps::{finish_reason, Step, Steps};
-use super::stream::{sse, Render};
+use super::stream::Render;
 use crate::app::AppState;
 use crate::error::{Error, Result};
 use crate::extract::{ClientIp, JsonBody};
@@ -105,7 +105,7 @@ pub async fn chat_completions(
     };
     prompt::check_fits(&engine, ids.len(), max_tokens)?;
     let request = Request { top_logprobs: top.unwrap_or(0), ..req.common.request(ids, max_tokens, sampling, stop) };
-    let mut jobs = super::choices::submit_all(&state, &engine, request, n, ("/v1/chat/completions", client))?;
+    let jobs = super::choices::submit_all(&state, &engine, request, n, ("/v1/chat/completions", client))?;
     let (id, created) = (response_id("chatcmpl"), unix_now());
     let out = || Chat {
         id: id.clone(),
@@ -115,13 +115,8 @@ pub async fn chat_completions(
         include_usage: req.common.include_usage(),
     };
     let text = engine.handle.text().clone();
-    if req.common.streaming() && n == 1 {
-        let steps = Steps { job: jobs.remove(0), text, logprobs: top.is_some() };
-        return Ok(sse(steps, out(), state.settings.keep_alive));
-    }
     if req.common.streaming() {
-        let parts = jobs.into_iter().map(|job| (Steps { job, text: text.clone(), logprobs: top.is_some() }, out())).collect();
-        return Ok(super::stream::sse_choices(parts, state.settings.keep_alive));
+        return Ok(super::stream::sse_jobs(jobs, text, top.is_some(), out, state.settings.keep_alive));
     }
     let merged =
         super::choices::collect_merged(jobs, |job| out().collect(Steps { job, text: text.clone(), logprobs: top.is_some() })).await?;

@@ -14,7 +14,7 @@ use super::error::OpenAiError;
 use super::logprobs::legacy;
 use super::params::{check_top_logprobs, CommonParams};
 use super::steps::{finish_reason, Step, Steps, TokenLp};
-use super::stream::{sse, Render};
+use super::stream::Render;
 use crate::app::AppState;
 use crate::error::{Error, Result};
 use crate::extract::{ClientIp, JsonBody};
@@ -115,7 +115,7 @@ pub async fn completions(
         echo_logprobs: req.echo && top.is_some(),
         ..req.common.request(ids, max_tokens, sampling, stop)
     };
-    let mut jobs = super::choices::submit_all(&state, &engine, request, n, ("/v1/completions", client))?;
+    let jobs = super::choices::submit_all(&state, &engine, request, n, ("/v1/completions", client))?;
     let (id, created) = (response_id("cmpl"), unix_now());
     let out = || Completion {
         id: id.clone(),
@@ -126,13 +126,8 @@ pub async fn completions(
         include_usage: req.common.include_usage(),
         offset: 0,
     };
-    if req.common.streaming() && n == 1 {
-        let steps = Steps { job: jobs.remove(0), text, logprobs: top.is_some() };
-        return Ok(sse(steps, out(), state.settings.keep_alive));
-    }
     if req.common.streaming() {
-        let parts = jobs.into_iter().map(|job| (Steps { job, text: text.clone(), logprobs: top.is_some() }, out())).collect();
-        return Ok(super::stream::sse_choices(parts, state.settings.keep_alive));
+        return Ok(super::stream::sse_jobs(jobs, text, top.is_some(), out, state.settings.keep_alive));
     }
     let merged =
         super::choices::collect_merged(jobs, |job| out().collect(Steps { job, text: text.clone(), logprobs: top.is_some() })).await?;

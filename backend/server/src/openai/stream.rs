@@ -69,6 +69,22 @@ pub fn sse_with<R: Render>(steps: Steps, render: R, keep_alive: Duration, done_m
     Sse::new(events).keep_alive(KeepAlive::new().interval(keep_alive)).into_response()
 }
 
+/// The streamed answer to one request's choices (one engine job each, `out` making
+/// each choice's renderer): a single choice as [`sse`], several through [`sse_choices`].
+pub fn sse_jobs<R: Render>(
+    mut jobs: Vec<crate::jobs::Job>,
+    text: std::sync::Arc<peregrine_engine::TextModel>,
+    logprobs: bool,
+    out: impl Fn() -> R,
+    keep_alive: Duration,
+) -> Response {
+    if jobs.len() == 1 {
+        return sse(Steps { job: jobs.remove(0), text, logprobs }, out(), keep_alive);
+    }
+    let parts = jobs.into_iter().map(|job| (Steps { job, text: text.clone(), logprobs }, out())).collect();
+    sse_choices(parts, keep_alive)
+}
+
 /// What the per-choice streams of [`sse_choices`] yield.
 enum Piece {
     Chunk(usize, Value),
