@@ -166,7 +166,10 @@ async fn the_kv_budget_makes_requests_wait_or_refuses_them() {
     let mut a_done = false;
     let mut order = Vec::new();
     while !a_done {
+        // Biased: when a's Done and b's Started are both waiting, a's is read first
+        // (an unbiased select would pick one at random and report a false order).
         tokio::select! {
+            biased;
             e = next(&mut a) => if let Event::Done { .. } = e { a_done = true; order.push("a done") },
             e = next(&mut b) => if let Event::Started { .. } = e { order.push("b started") },
         }
