@@ -373,51 +373,38 @@ fn turn_ttft(rt: &mut CudaRuntime, first: &[u32], runs: usize) -> Result<(f64, u
     let sampling = SamplingParams::default();
     let mut second = first.to_vec();
     second.extend(bench_tokens(TURN_TOKENS, rt.config().vocab_size, PROMPT_SEED ^ 2));
-    let job = |prompt, reuse_prefix| DecodeJob {
-        prompt,
-        max_tokens: 1,
-        sampling: &sampling,
-        stop_tokens: &[],
-        top_logprobs: 0,
-        cancel: Cancel::NEVER,
-        reuse_prefix,
-    };
     let mut ttfts = Vec::with_capacity(runs);
     for _ in 0..runs {
-        rt.generate(&job(first, false), &mut |_| Flow::Continue)?;
-        let started = Instant::now();
-        let mut at = None;
-        rt.generate(&job(&second, true), &mut |_| {
-            at.get_or_insert(started.elapsed());
-            Flow::Continue
-        })?;
-        ttfts.push(at.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3));
+        rt.generate(&one_token(first, &sampling, false), &mut |_| Flow::Continue)?;
+        ttfts.push(first_token_ms(rt, &one_token(&second, &sampling, true))?);
     }
     Ok((median(&ttfts), rt.reused_prefix()))
+}
+
+/// A greedy run of `prompt` to its first token.
+fn one_token<'a>(prompt: &'a [u32], sampling: &'a SamplingParams, reuse_prefix: bool) -> DecodeJob<'a> {
+    DecodeJob { prompt, max_tokens: 1, sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix }
+}
+
+/// Engine call → first token on the host, in ms, of one run of `job` (NaN without a token).
+fn first_token_ms(rt: &mut CudaRuntime, job: &DecodeJob<'_>) -> Result<f64> {
+    let started = Instant::now();
+    let mut first = None;
+    rt.generate(job, &mut |_| {
+        first.get_or_insert(started.elapsed());
+        Flow::Continue
+    })?;
+    Ok(first.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3))
 }
 
 /// [`Ttft`] of `prompt` over `runs` runs.
 fn ttft(rt: &mut CudaRuntime, prompt: &[u32], runs: usize) -> Result<Ttft> {
     let sampling = SamplingParams::default();
-    let job = DecodeJob {
-        prompt,
-        max_tokens: 1,
-        sampling: &sampling,
-        stop_tokens: &[],
-        top_logprobs: 0,
-        cancel: Cancel::NEVER,
-        reuse_prefix: false,
-    };
+    let job = one_token(prompt, &sampling, false);
     let mut ttfts = Vec::with_capacity(runs);
     let mut gpu = Vec::with_capacity(runs);
     for _ in 0..runs {
-        let started = Instant::now();
-        let mut first = None;
-        rt.generate(&job, &mut |_| {
-            first.get_or_insert(started.elapsed());
-            Flow::Continue
-        })?;
-        ttfts.push(first.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3));
+        ttfts.push(first_token_ms(rt, &job)?);
         if let Some(ms) = rt.last_run().prefill_gpu_ms {
             gpu.push(ms);
         }
