@@ -76,6 +76,9 @@ pub struct ServeArgs {
     /// Tokens a chat completion that names no max_tokens may generate (capped by the context).
     #[arg(long, default_value_t = crate::config::DEFAULT_CHAT_MAX_TOKENS)]
     pub default_max_tokens: usize,
+    /// Largest text `/tokenize` takes, in bytes (413 beyond; the tokenizer's memory grows with it).
+    #[arg(long, default_value_t = crate::config::DEFAULT_MAX_TOKENIZE_BYTES)]
+    pub max_tokenize_bytes: usize,
     /// Host name the server answers for (repeatable; the `Host` header without its port).
     /// Default: bound to a loopback address, localhost, 127.0.0.1 and [::1] only (a web
     /// page cannot reach it by rebinding its own name); bound to any other address, any

@@ -13,6 +13,8 @@ pub const DEFAULT_CHAT_MAX_TOKENS: usize = 2048;
 pub const DEFAULT_REQUEST_TIMEOUT_SECS: u64 = 600;
 /// Largest request body; bigger ones get 413 before any parsing.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+/// Largest `content` of `/tokenize` (the tokenizer's working memory grows with it).
+pub const DEFAULT_MAX_TOKENIZE_BYTES: usize = 256 * 1024;
 /// SSE comment sent this often while nothing else is sent (keeps proxies from closing idle streams).
 pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(5);
 /// Live stats are sent at least this often on the playground stream (the engine's clock).
@@ -49,6 +51,8 @@ pub struct Settings {
     pub connections: ConnectionLimits,
     /// `max_tokens` of a chat request that gives none (capped by the context).
     pub default_max_tokens: usize,
+    /// Largest `content` of `/tokenize` (413 beyond).
+    pub max_tokenize_bytes: usize,
 }
 
 /// Default deadline for a request's headers, and for the next request on an idle connection.
@@ -92,6 +96,7 @@ impl Default for Settings {
             allowed_hosts: None,
             connections: ConnectionLimits::default(),
             default_max_tokens: DEFAULT_CHAT_MAX_TOKENS,
+            max_tokenize_bytes: DEFAULT_MAX_TOKENIZE_BYTES,
         }
     }
 }

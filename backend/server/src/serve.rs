@@ -34,6 +34,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         shutdown_grace: Duration::from_secs(args.shutdown_grace),
         cors_origins: args.cors_origins.clone(),
         default_max_tokens: args.default_max_tokens.max(1),
+        max_tokenize_bytes: args.max_tokenize_bytes,
         connections: ConnectionLimits {
             header_timeout: Duration::from_secs(args.header_timeout.max(1)),
             body_timeout: Duration::from_secs(args.body_timeout.max(1)),

@@ -263,7 +263,7 @@ async fn tokenize_and_detokenize_follow_llama_cpp() {
     assert_eq!(a.json()["content"], "Hello world");
     playground_error(&call(&app, "POST", "/detokenize", r#"{"tokens": [4000000000]}"#).await, 400, "invalid_request");
     playground_error(&call(&app, "POST", "/tokenize", r#"{"text": "x"}"#).await, 400, "invalid_request");
-    let huge = json!({ "content": "a".repeat(peregrine_server::routes::tokenize::MAX_TOKENIZE_BYTES + 1) }).to_string();
+    let huge = json!({ "content": "a".repeat(peregrine_server::config::DEFAULT_MAX_TOKENIZE_BYTES + 1) }).to_string();
     playground_error(&call(&app, "POST", "/tokenize", &huge).await, 413, "payload_too_large");
 }
 

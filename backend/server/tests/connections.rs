@@ -1,7 +1,8 @@
 //! The accept loop under abuse, on a real port with short limits: a client that sends
 //! its headers slowly, an idle keep-alive connection and a body shorter than its
-//! Content-Length are cut off at their deadlines; past the connection cap the spare
-//! connections answer /health and refuse the rest, and beyond them sockets are closed.
+//! Content-Length are cut off at their deadlines; at the connection cap an arrival
+//! evicts the longest-idle connection, and when all are busy the spare connections
+//! answer /health and refuse the rest.
 //! Every wait is bounded.
 
 mod common;
@@ -11,9 +12,8 @@ use std::time::{Duration, Instant};
 use common::{dist_with_index, start};
 use peregrine_server::app::AppState;
 use peregrine_server::config::{ConnectionLimits, Settings};
-use peregrine_server::connections::HEALTH_HEADROOM;
 use peregrine_server::share_store::ShareStore;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 const DEADLINE: Duration = Duration::from_millis(400);
@@ -28,19 +28,9 @@ async fn connect(base: &str) -> TcpStream {
     TcpStream::connect(base.trim_start_matches("http://")).await.expect("connect")
 }
 
-/// Reads until the server closes the connection (or PATIENCE passes): what it sent,
-/// and how long after the call it closed (None: still open).
+/// Reads until the server closes the connection (or PATIENCE passes).
 async fn until_closed(s: &mut TcpStream) -> (String, Option<Duration>) {
-    let started = Instant::now();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match tokio::time::timeout(PATIENCE.saturating_sub(started.elapsed()), s.read(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => return (String::from_utf8_lossy(&got).into_owned(), Some(started.elapsed())),
-            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
-            Err(_) => return (String::from_utf8_lossy(&got).into_owned(), None),
-        }
-    }
+    common::read_until_closed(s, Instant::now(), PATIENCE).await
 }
 
 /// One request on a fresh connection; the whole answer (the request asks to close).
@@ -86,43 +76,49 @@ async fn slow_headers_idle_connections_and_short_bodies_are_cut_off() {
 }
 
 #[tokio::test]
-async fn past_the_connection_cap_health_still_answers_and_the_rest_is_refused() {
-    let server = start(AppState::new(dist_with_index()).with_settings(Settings {
-        // Long header deadline here: the held connections must stay open for the check.
-        connections: ConnectionLimits { header_timeout: Duration::from_secs(30), body_timeout: DEADLINE, max_connections: 2 },
+async fn at_the_cap_an_arrival_evicts_the_longest_idle_and_busy_caps_leave_health_answering() {
+    let data = common::temp_dir("cap");
+    let server = start(AppState::new(dist_with_index()).with_shares(ShareStore::open(&data).unwrap()).with_settings(Settings {
+        // Long deadlines here: the held connections must stay open for the check.
+        connections: ConnectionLimits { header_timeout: PATIENCE * 6, body_timeout: PATIENCE * 6, max_connections: 2 },
         ..Settings::default()
     }))
     .await;
-    let mut held = Vec::new();
+    // Two idle sockets fill the cap; a third arrival closes the older and is served.
+    let mut older = connect(&server.base).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let newer = connect(&server.base).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let page = request(&server.base, "/").await;
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    let (_, closed) = until_closed(&mut older).await;
+    assert!(closed.is_some_and(|t| t < Duration::from_secs(1)), "the longest-idle socket closed after {closed:?}");
+
+    // Two busy connections (bodies still arriving) fill the cap: nothing to evict, so
+    // spares answer /health and refuse the rest with a clear 503.
+    drop(newer);
+    let mut busy = Vec::new();
     for _ in 0..2 {
-        held.push(connect(&server.base).await);
+        let mut s = connect(&server.base).await;
+        let head = "POST /api/shares HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{";
+        s.write_all(head.as_bytes()).await.unwrap();
+        busy.push(s);
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    // Spare connections: /health answers, anything else is a clear 503.
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let health = request(&server.base, "/health").await;
     assert!(health.starts_with("HTTP/1.1 200"), "{health}");
     let other = request(&server.base, "/").await;
     assert!(other.starts_with("HTTP/1.1 503") && other.contains("open connections"), "{other}");
-    // With every spare held too, a new socket is closed at once.
-    for _ in 0..HEALTH_HEADROOM {
-        held.push(connect(&server.base).await);
-    }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let mut extra = connect(&server.base).await;
-    let _ = extra.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n").await;
-    let (answer, closed) = until_closed(&mut extra).await;
-    assert!(answer.is_empty() && closed.is_some(), "beyond the spares: closed unanswered ({answer:?}, {closed:?})");
-    // Closing the held sockets frees the cap.
-    held.clear();
+    // Once the busy ones close, the cap frees.
+    busy.clear();
     let mut ok = false;
     for _ in 0..50 {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        if !request(&server.base, "/").await.starts_with("HTTP/1.1 200") {
-            continue;
+        if request(&server.base, "/").await.starts_with("HTTP/1.1 200") {
+            ok = true;
+            break;
         }
-        ok = true;
-        break;
     }
-    assert!(ok, "the cap frees once the held connections close");
+    assert!(ok, "the cap frees once the busy connections close");
     server.stop().await;
 }

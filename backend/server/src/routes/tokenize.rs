@@ -35,9 +35,6 @@ pub struct DetokenizeResponse {
     pub content: String,
 }
 
-/// Largest `content` of `/tokenize` (the tokenizer's memory grows with it).
-pub const MAX_TOKENIZE_BYTES: usize = 256 * 1024;
-
 /// The answer of `/tokenize`.
 #[derive(Serialize)]
 struct Tokens<T> {
@@ -59,14 +56,15 @@ pub async fn tokenize(
     body: Result<JsonBody<TokenizeRequest>>,
 ) -> Result<Response> {
     let JsonBody(req) = body?;
-    if req.content.len() > MAX_TOKENIZE_BYTES {
-        return Err(Error::TooLarge(format!("content is {} bytes; /tokenize takes at most {MAX_TOKENIZE_BYTES}", req.content.len())));
+    let limit = state.settings.max_tokenize_bytes;
+    if req.content.len() > limit {
+        return Err(Error::TooLarge(format!(
+            "content is {} bytes; /tokenize takes at most {limit} (--max-tokenize-bytes)",
+            req.content.len()
+        )));
     }
     let engine = state.engine.get()?;
-    let _guard = state
-        .clients
-        .acquire(client)
-        .map_err(|_| Error::ClientLimit { limit: state.clients.max(), retry_after_secs: DEFAULT_RETRY_AFTER_SECS })?;
+    let _guard = client_slot(&state, client)?;
     let text = engine.handle.text().clone();
     crate::blocking::tokenizer_task(move || -> Result<Response> {
         let tok = text.tokenizer.as_ref().ok_or_else(|| Error::bad("content", "this model has no tokenizer"))?;
@@ -82,15 +80,29 @@ pub async fn tokenize(
     .await?
 }
 
-/// Ids → text; ids outside the vocabulary are a 400.
-pub async fn detokenize(State(state): State<AppState>, body: Result<JsonBody<DetokenizeRequest>>) -> Result<Json<DetokenizeResponse>> {
+/// Ids → text on the tokenizer pool, counted like `/tokenize`; ids outside the
+/// vocabulary are a 400.
+pub async fn detokenize(
+    State(state): State<AppState>,
+    ClientIp(client): ClientIp,
+    body: Result<JsonBody<DetokenizeRequest>>,
+) -> Result<Json<DetokenizeResponse>> {
     let JsonBody(req) = body?;
     let engine = state.engine.get()?;
-    let text = engine.handle.text();
-    let tok = text.tokenizer.as_ref().ok_or_else(|| Error::bad("tokens", "this model has no tokenizer"))?;
-    text.check_ids(&req.tokens).map_err(|e| match e {
-        peregrine_engine::Error::InvalidRequest(why) => Error::bad("tokens", why),
-        other => other.into(),
-    })?;
-    Ok(Json(DetokenizeResponse { content: tok.decode(&req.tokens)? }))
+    let _guard = client_slot(&state, client)?;
+    let text = engine.handle.text().clone();
+    crate::blocking::tokenizer_task(move || -> Result<Json<DetokenizeResponse>> {
+        let tok = text.tokenizer.as_ref().ok_or_else(|| Error::bad("tokens", "this model has no tokenizer"))?;
+        text.check_ids(&req.tokens).map_err(|e| match e {
+            peregrine_engine::Error::InvalidRequest(why) => Error::bad("tokens", why),
+            other => other.into(),
+        })?;
+        Ok(Json(DetokenizeResponse { content: tok.decode(&req.tokens)? }))
+    })
+    .await?
+}
+
+/// One of the client's in-flight requests, as a generation counts.
+fn client_slot(state: &AppState, client: Option<std::net::IpAddr>) -> Result<Option<crate::client_limit::ClientGuard>> {
+    state.clients.acquire(client).map_err(|_| Error::ClientLimit { limit: state.clients.max(), retry_after_secs: DEFAULT_RETRY_AFTER_SECS })
 }

@@ -3,6 +3,8 @@
 //! server on an ephemeral port, and an SSE reader over reqwest's byte stream.
 #![allow(dead_code)]
 
+pub mod served;
+
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -367,4 +369,23 @@ pub async fn wait_for(within: Duration, mut f: impl FnMut() -> bool) -> bool {
 /// A `peregrine_*` value from the /metrics text.
 pub fn metric(text: &str, name: &str) -> Option<f64> {
     text.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with(' ')).and_then(|l| l[name.len()..].trim().parse().ok())
+}
+
+/// Reads a raw socket until the server closes it or `patience` after `since` passes:
+/// what it sent, and how long after `since` it closed (None: still open).
+pub async fn read_until_closed(
+    s: &mut (impl tokio::io::AsyncRead + Unpin),
+    since: std::time::Instant,
+    patience: Duration,
+) -> (String, Option<Duration>) {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(patience.saturating_sub(since.elapsed()), s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return (String::from_utf8_lossy(&got).into_owned(), Some(since.elapsed())),
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => return (String::from_utf8_lossy(&got).into_owned(), None),
+        }
+    }
 }
