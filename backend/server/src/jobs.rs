@@ -71,12 +71,18 @@ pub struct Job {
     done: bool,
 }
 
-/// Admits a request: per-client limit, then the engine queue.
-pub fn submit(state: &AppState, engine: &EngineHandle, spec: JobSpec) -> Result<Job> {
-    let guard = state.clients.acquire(spec.client).map_err(|_| {
+/// One of the client's in-flight requests under `--max-per-client` (a 429, counted in
+/// the metrics, when it has them all); every route that does work for a client takes one.
+pub fn client_slot(state: &AppState, client: Option<std::net::IpAddr>) -> Result<Option<crate::client_limit::ClientGuard>> {
+    state.clients.acquire(client).map_err(|_| {
         state.metrics.rejected("client_limit");
         Error::ClientLimit { limit: state.clients.max(), retry_after_secs: DEFAULT_RETRY_AFTER_SECS }
-    })?;
+    })
+}
+
+/// Admits a request: per-client limit, then the engine queue.
+pub fn submit(state: &AppState, engine: &EngineHandle, spec: JobSpec) -> Result<Job> {
+    let guard = client_slot(state, spec.client)?;
     // The queue lets clients take turns.
     let request = peregrine_engine::Request { client: spec.client, ..spec.request };
     let submission = engine.try_submit(request).map_err(|r| match r {

@@ -29,6 +29,11 @@ impl Connection {
         let _ = self.close.subscribe().wait_for(|close| *close).await;
     }
 
+    /// Whether it holds a place under the cap (a spare does not, nor one evicted).
+    pub fn has_place(&self) -> bool {
+        self.place.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+
     /// A request began on this connection; dropping the guard (when its response
     /// body has been sent or dropped) makes the connection idle again.
     pub fn request_started(self: &Arc<Self>) -> BusyGuard {
@@ -105,7 +110,7 @@ impl Registry {
         let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         let oldest = open
             .values()
-            .filter(|c| c.busy.load(Ordering::Acquire) == 0 && c.place.lock().unwrap_or_else(|p| p.into_inner()).is_some())
+            .filter(|c| c.busy.load(Ordering::Acquire) == 0 && c.has_place())
             .min_by_key(|c| c.idle_since.load(Ordering::Acquire))?;
         let place = oldest.place.lock().unwrap_or_else(|p| p.into_inner()).take();
         oldest.close.send_replace(true);

@@ -24,12 +24,12 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
 use crate::config::ConnectionLimits;
 use crate::error::Error;
-use idle::Registry;
+use idle::{Registered, Registry};
 
 /// Connections beyond `max_connections` that still answer `/health`.
 pub const HEALTH_HEADROOM: usize = 16;
@@ -37,14 +37,6 @@ pub const HEALTH_HEADROOM: usize = 16;
 /// How long a request's body may take to arrive, as a request extension (JsonBody reads it).
 #[derive(Debug, Clone, Copy)]
 pub struct BodyDeadline(pub Duration);
-
-/// An accepted socket's permit, held until it closes.
-enum Slot {
-    /// One of the `max_connections` (the registry holds it, an arrival may take it over).
-    Place(OwnedSemaphorePermit),
-    /// A spare: `/health` only.
-    Spare(OwnedSemaphorePermit),
-}
 
 /// Serves `router` on `listener` until `stop` resolves, then stops accepting and waits
 /// for the open connections to finish (idle ones close at once).
@@ -72,17 +64,20 @@ pub async fn serve(listener: TcpListener, router: Router, limits: ConnectionLimi
         };
         // At the cap: take the place of the longest-idle connection (which closes);
         // when all are busy, a spare place or none.
-        let slot = match normal.clone().try_acquire_owned().ok().or_else(|| registry.take_oldest_idle_place()) {
-            Some(place) => Slot::Place(place),
+        let place = normal.clone().try_acquire_owned().ok().or_else(|| registry.take_oldest_idle_place());
+        let spare = match place {
+            Some(_) => None,
             None => match spare.clone().try_acquire_owned() {
-                Ok(p) => Slot::Spare(p),
+                Ok(p) => Some(p),
                 Err(_) => continue, // dropping the socket closes it
             },
         };
-        let registry = registry.clone();
-        let router = router.clone();
-        let builder = builder.clone();
-        tokio::spawn(serve_connection(stream, peer, slot, router, builder, limits, registry));
+        let connection = registry.register(place);
+        let (router, builder) = (router.clone(), builder.clone());
+        tokio::spawn(async move {
+            serve_connection(stream, peer, connection, router, builder, limits).await;
+            drop(spare);
+        });
     }
     drop(listener);
     // Shutdown: every connection closes once its responses are sent; wait for all.
@@ -92,23 +87,18 @@ pub async fn serve(listener: TcpListener, router: Router, limits: ConnectionLimi
     Ok(())
 }
 
-/// One connection from its first byte to its close; the slot's permit is held throughout.
+/// One connection from its first byte to its close; it stays registered (holding its
+/// place, unless an arrival took it over) until then. One without a place is a spare.
 async fn serve_connection(
     stream: TcpStream,
     peer: std::net::SocketAddr,
-    slot: Slot,
+    registered: Registered,
     router: Router,
     builder: auto::Builder<TokioExecutor>,
     limits: ConnectionLimits,
-    registry: Arc<Registry>,
 ) {
-    let (place, spare) = match slot {
-        Slot::Place(p) => (Some(p), None),
-        Slot::Spare(p) => (None, Some(p)),
-    };
-    let health_only = spare.is_some();
-    let registered = registry.register(place);
     let connection = registered.connection.clone();
+    let health_only = !connection.has_place();
     // hyper's header deadline starts once it knows the protocol, that is at the first
     // bytes: a socket that sends none is closed at the same deadline here (or evicted).
     let mut byte = [0u8; 1];
@@ -154,7 +144,6 @@ async fn serve_connection(
         }
     }
     drop(registered);
-    drop(spare);
 }
 
 /// The answer on a spare connection: busy, and this connection closes.

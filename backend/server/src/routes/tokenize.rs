@@ -7,7 +7,6 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use crate::app::AppState;
-use crate::config::DEFAULT_RETRY_AFTER_SECS;
 use crate::error::{Error, Result};
 use crate::extract::{ClientIp, JsonBody};
 
@@ -64,7 +63,7 @@ pub async fn tokenize(
         )));
     }
     let engine = state.engine.get()?;
-    let _guard = client_slot(&state, client)?;
+    let _guard = crate::jobs::client_slot(&state, client)?;
     let text = engine.handle.text().clone();
     crate::blocking::tokenizer_task(move || -> Result<Response> {
         let tok = text.tokenizer.as_ref().ok_or_else(|| Error::bad("content", "this model has no tokenizer"))?;
@@ -89,7 +88,7 @@ pub async fn detokenize(
 ) -> Result<Json<DetokenizeResponse>> {
     let JsonBody(req) = body?;
     let engine = state.engine.get()?;
-    let _guard = client_slot(&state, client)?;
+    let _guard = crate::jobs::client_slot(&state, client)?;
     let text = engine.handle.text().clone();
     crate::blocking::tokenizer_task(move || -> Result<Json<DetokenizeResponse>> {
         let tok = text.tokenizer.as_ref().ok_or_else(|| Error::bad("tokens", "this model has no tokenizer"))?;
@@ -100,9 +99,4 @@ pub async fn detokenize(
         Ok(Json(DetokenizeResponse { content: tok.decode(&req.tokens)? }))
     })
     .await?
-}
-
-/// One of the client's in-flight requests, as a generation counts.
-fn client_slot(state: &AppState, client: Option<std::net::IpAddr>) -> Result<Option<crate::client_limit::ClientGuard>> {
-    state.clients.acquire(client).map_err(|_| Error::ClientLimit { limit: state.clients.max(), retry_after_secs: DEFAULT_RETRY_AFTER_SECS })
 }
