@@ -76,12 +76,14 @@ async fn slow_silent_idle_and_short_sockets_close_at_their_deadlines_while_other
     let addr = server.addr().to_string();
     let mut sockets = JoinSet::new();
     for kind in
-        std::iter::repeat_n("slow headers", 6).chain(std::iter::repeat_n("silent", 6)).chain(std::iter::repeat_n("idle keep-alive", 500))
+        std::iter::repeat_n("silent", 6).chain(std::iter::repeat_n("slow headers", 6)).chain(std::iter::repeat_n("idle keep-alive", 500))
     {
-        let addr = addr.clone();
+        // Connected one after another, the silent ones first: in a burst a full accept
+        // queue makes the kernel answer with SYN cookies and drop the handshake's last ACK,
+        // and a socket that then never sends a byte is one the server never saw.
+        let s = TcpStream::connect(&addr).await.expect("connect");
+        let since = Instant::now();
         sockets.spawn(async move {
-            let s = TcpStream::connect(&addr).await.expect("connect");
-            let since = Instant::now();
             let (mut read, mut write) = s.into_split();
             match kind {
                 // Slowloris: a header line every 300 ms, never the blank line.
