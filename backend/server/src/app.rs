@@ -45,9 +45,9 @@ impl AppState {
         }
     }
 
-    /// With a ready engine serving `model_id`.
-    pub fn with_engine(mut self, engine: EngineHandle, model_id: impl Into<String>) -> Self {
-        self.engine = EngineSlot::ready(engine, model_id);
+    /// With a ready engine known by `names` (or one id).
+    pub fn with_engine(mut self, engine: EngineHandle, names: impl Into<crate::engine_slot::ServedNames>) -> Self {
+        self.engine = EngineSlot::ready(engine, names);
         self
     }
 

@@ -85,6 +85,11 @@ pub struct ServeArgs {
     /// host unless this is given.
     #[arg(long = "allowed-host")]
     pub allowed_hosts: Vec<String>,
+    /// Name the OpenAI API knows the model by (repeatable): the first is the id answers
+    /// report, every one is listed by /v1/models and accepted as `model`. Default: the
+    /// model file's stem.
+    #[arg(long = "served-model-name", value_name = "NAME")]
+    pub served_model_names: Vec<String>,
     /// Seconds the running request may finish after Ctrl-C / SIGTERM before it is cancelled.
     #[arg(long, default_value_t = crate::config::DEFAULT_SHUTDOWN_GRACE_SECS)]
     pub shutdown_grace: u64,

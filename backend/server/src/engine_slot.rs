@@ -8,17 +8,72 @@ use peregrine_engine::EngineHandle;
 
 use crate::error::{Error, Result};
 
-/// A loaded engine and the model id the OpenAI API reports.
+/// The names the OpenAI API knows the model by (`--served-model-name`, repeatable):
+/// the first is the id answers report, every one is listed and accepted as `model`.
+/// Default: the model file's stem, e.g. `SmolLM2-135M-Instruct.Q4_1`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServedNames(Vec<String>);
+
+/// Longest name accepted: a name is echoed in every answer.
+pub const MAX_SERVED_NAME_CHARS: usize = 128;
+
+impl ServedNames {
+    /// The names in order; each non-empty, printable, without spaces, at most
+    /// MAX_SERVED_NAME_CHARS, none twice.
+    pub fn new(names: Vec<String>) -> Result<Self> {
+        let bad = |why: String| Err(Error::bad("served-model-name", format!("--served-model-name {why}")));
+        if names.is_empty() {
+            return bad("needs at least one name".into());
+        }
+        for (i, n) in names.iter().enumerate() {
+            if n.is_empty() || n.chars().count() > MAX_SERVED_NAME_CHARS || n.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return bad(format!("{n:?}: a name is 1 to {MAX_SERVED_NAME_CHARS} characters without spaces or control characters"));
+            }
+            if names[..i].contains(n) {
+                return bad(format!("{n:?} is given twice"));
+            }
+        }
+        Ok(ServedNames(names))
+    }
+
+    /// The id answers report.
+    pub fn id(&self) -> &str {
+        &self.0[0]
+    }
+
+    /// Every name, the id first.
+    pub fn all(&self) -> &[String] {
+        &self.0
+    }
+}
+
+impl From<String> for ServedNames {
+    fn from(id: String) -> Self {
+        ServedNames(vec![id])
+    }
+}
+
+impl From<&str> for ServedNames {
+    fn from(id: &str) -> Self {
+        ServedNames(vec![id.to_string()])
+    }
+}
+
+/// A loaded engine and the names the OpenAI API reports it by.
 pub struct LoadedEngine {
     pub handle: EngineHandle,
-    /// e.g. `SmolLM2-135M-Instruct.Q4_1` (the model file's stem).
-    pub model_id: String,
+    pub names: ServedNames,
 }
 
 impl LoadedEngine {
-    /// Whether a client's `model` names this model (its id, or its display name).
+    /// The id answers report (the first served name).
+    pub fn model_id(&self) -> &str {
+        self.names.id()
+    }
+
+    /// Whether a client's `model` names this model (a served name, or its display name).
     pub fn serves(&self, model: &str) -> bool {
-        model == self.model_id || model == self.handle.info().model_name
+        self.names.all().iter().any(|n| n == model) || model == self.handle.info().model_name
     }
 }
 
@@ -58,16 +113,16 @@ impl EngineSlot {
     }
 
     /// A ready engine.
-    pub fn ready(handle: EngineHandle, model_id: impl Into<String>) -> Self {
+    pub fn ready(handle: EngineHandle, names: impl Into<ServedNames>) -> Self {
         let slot = Self::loading();
-        slot.set_ready(handle, model_id);
+        slot.set_ready(handle, names);
         slot
     }
 
     /// Marks loading done.
-    pub fn set_ready(&self, handle: EngineHandle, model_id: impl Into<String>) {
+    pub fn set_ready(&self, handle: EngineHandle, names: impl Into<ServedNames>) {
         if let Ok(mut s) = self.0.write() {
-            *s = SlotState::Ready(Arc::new(LoadedEngine { handle, model_id: model_id.into() }));
+            *s = SlotState::Ready(Arc::new(LoadedEngine { handle, names: names.into() }));
         }
     }
 

@@ -13,7 +13,7 @@ use tokio::net::TcpListener;
 use crate::app::{app, AppState};
 use crate::cli::ServeArgs;
 use crate::config::{ConnectionLimits, Settings};
-use crate::engine_slot::EngineSlot;
+use crate::engine_slot::{EngineSlot, ServedNames};
 use crate::engine_start::{choose_model, load_engine, model_id};
 use crate::error::{Error, Result};
 use crate::share_store::{default_data_dir, ShareStore};
@@ -27,6 +27,10 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         .clone()
         .or_else(default_data_dir)
         .ok_or_else(|| Error::Store("neither XDG_DATA_HOME nor HOME is set; pass --data-dir".into()))?;
+    let names = match args.served_model_names.is_empty() {
+        true => ServedNames::from(model_id(&choice.path)),
+        false => ServedNames::new(args.served_model_names.clone())?,
+    };
     let shares = ShareStore::open(&data_dir)?;
     let settings = Settings {
         max_per_client: args.max_per_client,
@@ -58,7 +62,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     let limits = EngineLimits { max_queue: args.max_queue, max_batch: args.max_batch, kv_budget: args.kv_budget };
     tokio::spawn(async move {
         match load_engine(&choice, limits).await {
-            Ok(handle) => slot.set_ready(handle, model_id(&choice.path)),
+            Ok(handle) => slot.set_ready(handle, names),
             Err(e) => {
                 slot.set_failed(e.to_string());
                 let _ = failed_tx.send(e);

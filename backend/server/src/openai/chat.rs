@@ -110,7 +110,7 @@ pub async fn chat_completions(
     let out = || Chat {
         id: id.clone(),
         created,
-        model: engine.model_id.clone(),
+        model: engine.model_id().to_string(),
         logprobs: top.is_some(),
         include_usage: req.common.include_usage(),
     };

@@ -120,7 +120,7 @@ pub async fn completions(
     let out = || Completion {
         id: id.clone(),
         created,
-        model: engine.model_id.clone(),
+        model: engine.model_id().to_string(),
         echo: echo_text.clone(),
         logprobs: top.is_some(),
         include_usage: req.common.include_usage(),

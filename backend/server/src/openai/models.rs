@@ -1,4 +1,5 @@
-//! `GET /v1/models` and `GET /v1/models/{id}`: the one loaded model.
+//! `GET /v1/models` and `GET /v1/models/{id}`: the one loaded model, once under each of its
+//! served names.
 
 use axum::extract::{Path, State};
 use axum::Json;
@@ -12,10 +13,10 @@ use crate::error::Error;
 /// Owner reported for the loaded model.
 const OWNED_BY: &str = "peregrine";
 
-fn model_object(engine: &LoadedEngine) -> Value {
+fn model_object(engine: &LoadedEngine, id: &str) -> Value {
     let i = engine.handle.info();
     json!({
-        "id": engine.model_id,
+        "id": id,
         "object": "model",
         "created": 0,
         "owned_by": OWNED_BY,
@@ -26,7 +27,8 @@ fn model_object(engine: &LoadedEngine) -> Value {
 /// The model list.
 pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, OpenAiError> {
     let engine = state.engine.get()?;
-    Ok(Json(json!({ "object": "list", "data": [model_object(&engine)] })))
+    let data: Vec<Value> = engine.names.all().iter().map(|name| model_object(&engine, name)).collect();
+    Ok(Json(json!({ "object": "list", "data": data })))
 }
 
 /// One model by id; 404 for any other.
@@ -35,5 +37,7 @@ pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Resul
     if !engine.serves(&id) {
         return Err(Error::ModelNotFound(id).into());
     }
-    Ok(Json(model_object(&engine)))
+    // A served name answers as itself; the display name as the id.
+    let id = engine.names.all().iter().find(|n| **n == id).map_or(engine.model_id(), String::as_str);
+    Ok(Json(model_object(&engine, id)))
 }

@@ -114,7 +114,7 @@ pub async fn infill(
     let request = req.common.request(ids, max_tokens, sampling, stop);
     let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/infill", client, ticker: false })?;
     let steps = Steps { job, text, logprobs: false };
-    let out = InfillAnswer { model: engine.model_id.clone(), prompt: prompt_text, prompt_n, predicted: 0, content: String::new() };
+    let out = InfillAnswer { model: engine.model_id().to_string(), prompt: prompt_text, prompt_n, predicted: 0, content: String::new() };
     if req.common.streaming() {
         Ok(sse_with(steps, out, state.settings.keep_alive, false))
     } else {

@@ -44,7 +44,7 @@ pub async fn info(State(state): State<AppState>) -> Result<Json<InfoBody>> {
             request_timeout_s: s.request_timeout.map(|t| t.as_secs()).unwrap_or(0),
             max_batch: i.max_batch as u32,
         },
-        model_id: engine.model_id.clone(),
+        model_id: engine.model_id().to_string(),
         tensor_parallel: if i.backend == "cuda" { i.devices.len().max(1) as u32 } else { 1 },
     }))
 }
