@@ -21,7 +21,7 @@ impl ServedNames {
     /// The names in order; each non-empty, printable, without spaces, at most
     /// MAX_SERVED_NAME_CHARS, none twice.
     pub fn new(names: Vec<String>) -> Result<Self> {
-        let bad = |why: String| Err(Error::bad("served-model-name", format!("--served-model-name {why}")));
+        let bad = |why: String| Err(Error::bad("served-model-name", why));
         if names.is_empty() {
             return bad("needs at least one name".into());
         }

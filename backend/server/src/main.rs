@@ -18,6 +18,11 @@ async fn main() -> std::process::ExitCode {
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // A startup 400 names a flag: say which.
+        Err(peregrine_server::error::Error::BadRequest { message, param: Some(flag) }) => {
+            eprintln!("error: --{flag}: {message}");
+            std::process::ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("error: {e}");
             std::process::ExitCode::FAILURE
