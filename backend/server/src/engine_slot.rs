@@ -71,9 +71,16 @@ impl LoadedEngine {
         self.names.id()
     }
 
-    /// Whether a client's `model` names this model (a served name, or its display name).
+    /// The served name a client's `model` stands for: a served name is itself, the
+    /// model's display name stands for the id; `None` for any other.
+    pub fn served_name(&self, model: &str) -> Option<&str> {
+        let named = self.names.all().iter().find(|n| *n == model).map(String::as_str);
+        named.or_else(|| (model == self.handle.info().model_name).then(|| self.model_id()))
+    }
+
+    /// Whether a client's `model` names this model.
     pub fn serves(&self, model: &str) -> bool {
-        self.names.all().iter().any(|n| n == model) || model == self.handle.info().model_name
+        self.served_name(model).is_some()
     }
 }
 

@@ -27,9 +27,10 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         .clone()
         .or_else(default_data_dir)
         .ok_or_else(|| Error::Store("neither XDG_DATA_HOME nor HOME is set; pass --data-dir".into()))?;
-    let names = match args.served_model_names.is_empty() {
-        true => ServedNames::from(model_id(&choice.path)),
-        false => ServedNames::new(args.served_model_names.clone())?,
+    let names = if args.served_model_names.is_empty() {
+        ServedNames::from(model_id(&choice.path))
+    } else {
+        ServedNames::new(args.served_model_names.clone())?
     };
     let shares = ShareStore::open(&data_dir)?;
     let settings = Settings {

@@ -34,10 +34,8 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, OpenAiEr
 /// One model by id; 404 for any other.
 pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, OpenAiError> {
     let engine = state.engine.get()?;
-    if !engine.serves(&id) {
-        return Err(Error::ModelNotFound(id).into());
+    match engine.served_name(&id) {
+        Some(name) => Ok(Json(model_object(&engine, name))),
+        None => Err(Error::ModelNotFound(id).into()),
     }
-    // A served name answers as itself; the display name as the id.
-    let id = engine.names.all().iter().find(|n| **n == id).map_or(engine.model_id(), String::as_str);
-    Ok(Json(model_object(&engine, id)))
 }
