@@ -47,7 +47,15 @@ impl AppState {
 
     /// With a ready engine known by `names` (or one id).
     pub fn with_engine(mut self, engine: EngineHandle, names: impl Into<crate::engine_slot::ServedNames>) -> Self {
+        let names = names.into();
+        self = self.with_model_name(names.id());
         self.engine = EngineSlot::ready(engine, names);
+        self
+    }
+
+    /// Labels the metrics with this model name (before serving: counts start afresh).
+    pub fn with_model_name(mut self, name: &str) -> Self {
+        self.metrics = Arc::new(Metrics::for_model(name));
         self
     }
 
@@ -88,6 +96,11 @@ pub fn app(state: AppState) -> Router {
         .nest("/v1", crate::openai::router())
         .fallback_service(crate::static_files::service(&state.dist))
         .layer(DefaultBodyLimit::max(state.settings.max_body_bytes));
+    if let Some(keys) = &state.settings.api_keys {
+        // Inside CORS: a preflight carries no key, and a 401 needs CORS headers to be read.
+        let keys = Arc::new(keys.clone());
+        router = router.layer(axum::middleware::from_fn(move |req, next| crate::auth::require_key(keys.clone(), req, next)));
+    }
     if let Some(cors) = cors_layer(&state.settings.cors_origins) {
         router = router.layer(cors);
     }
@@ -96,9 +109,12 @@ pub fn app(state: AppState) -> Router {
     router = router.layer(axum::middleware::from_fn(move |req, next| crate::security::add_headers(csp.clone(), req, next)));
     if let Some(hosts) = &state.settings.allowed_hosts {
         let hosts = Arc::new(hosts.clone());
-        // Outermost: a refused host reaches no route (its refusal gets the headers too).
+        // Around every route: a refused host reaches none (its refusal gets the headers too).
         router = router.layer(axum::middleware::from_fn(move |req, next| crate::security::check_host(hosts.clone(), req, next)));
     }
+    // Outside the host check, so refused requests are logged with their id too.
+    let proxies = Arc::new(state.settings.trusted_proxies.clone());
+    router = router.layer(axum::middleware::from_fn(move |req, next| crate::request_context::track(proxies.clone(), req, next)));
     // The default predicate leaves text/event-stream uncompressed, so SSE is not buffered.
     router.layer(CompressionLayer::new()).with_state(state)
 }

@@ -90,9 +90,22 @@ pub struct ServeArgs {
     /// model file's stem.
     #[arg(long = "served-model-name", value_name = "NAME")]
     pub served_model_names: Vec<String>,
+    #[command(flatten)]
+    pub access: crate::access_args::AccessArgs,
+    /// Log lines as human-readable text or one JSON object per line; `RUST_LOG`
+    /// filters them (default `info`; e.g. `RUST_LOG=peregrine_server=debug`).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     /// Seconds the running request may finish after Ctrl-C / SIGTERM before it is cancelled.
     #[arg(long, default_value_t = crate::config::DEFAULT_SHUTDOWN_GRACE_SECS)]
     pub shutdown_grace: u64,
+}
+
+/// How `serve` writes its log on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 /// Arguments of `peregrine generate`.

@@ -1,4 +1,4 @@
-//! Server settings (limits, timeouts, CORS) with their documented defaults; the CLI
+//! Server settings (limits, timeouts, CORS, keys, proxies) with their documented defaults; the CLI
 //! fills them, tests build them directly.
 
 use std::time::Duration;
@@ -53,6 +53,10 @@ pub struct Settings {
     pub default_max_tokens: usize,
     /// Largest `content` of `/tokenize` (413 beyond).
     pub max_tokenize_bytes: usize,
+    /// Keys the API routes require; `None` = open.
+    pub api_keys: Option<crate::auth::ApiKeys>,
+    /// Proxies whose forwarding headers name the client.
+    pub trusted_proxies: crate::proxy::TrustedProxies,
 }
 
 /// Default deadline for a request's headers, and for the next request on an idle connection.
@@ -97,6 +101,8 @@ impl Default for Settings {
             connections: ConnectionLimits::default(),
             default_max_tokens: DEFAULT_CHAT_MAX_TOKENS,
             max_tokenize_bytes: DEFAULT_MAX_TOKENIZE_BYTES,
+            api_keys: None,
+            trusted_proxies: crate::proxy::TrustedProxies::default(),
         }
     }
 }

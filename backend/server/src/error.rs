@@ -43,6 +43,9 @@ pub enum Error {
     /// The `Host` header names a host this server does not answer for (DNS rebinding).
     #[error("{0}")]
     MisdirectedHost(String),
+    /// An API route called without a valid API key.
+    #[error("{0}")]
+    Unauthorized(String),
     /// No such share, route or resource.
     #[error("{0}")]
     NotFound(String),
@@ -110,6 +113,7 @@ impl Error {
             Error::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Error::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::MisdirectedHost(_) => StatusCode::MISDIRECTED_REQUEST,
+            Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Error::NotFound(_) | Error::ModelNotFound(_) => StatusCode::NOT_FOUND,
             Error::QueueFull { .. } | Error::ClientLimit { .. } => StatusCode::TOO_MANY_REQUESTS,
             Error::Unavailable(_) | Error::Timeout(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -132,6 +136,7 @@ impl Error {
             Error::UnsupportedMediaType(_) => "unsupported_media_type",
             Error::BodyTimeout(_) => "request_timeout",
             Error::MisdirectedHost(_) => "misdirected_host",
+            Error::Unauthorized(_) => "invalid_api_key",
             Error::NotFound(_) => "not_found",
             Error::ModelNotFound(_) => "model_not_found",
             Error::QueueFull { .. } => "busy",

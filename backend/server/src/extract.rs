@@ -1,11 +1,8 @@
 //! Request extractors: a JSON body whose every failure is a clear 400 (or 413, or
-//! 415 when it is not declared JSON), and the client's IP for per-client limits.
-
-use std::net::{IpAddr, SocketAddr};
+//! 415 when it is not declared JSON).
 
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request};
-use axum::http::request::Parts;
+use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 
@@ -78,18 +75,6 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
     })?;
     de.end().map_err(|e| Error::BadRequest { message: format!("malformed JSON: {e}"), param: None })?;
     Ok(value)
-}
-
-/// The peer's IP address, when the server was started with connect info.
-#[derive(Debug, Clone, Copy)]
-pub struct ClientIp(pub Option<IpAddr>);
-
-impl<S: Send + Sync> FromRequestParts<S> for ClientIp {
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        Ok(ClientIp(parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip())))
-    }
 }
 
 #[cfg(test)]

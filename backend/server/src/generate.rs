@@ -3,10 +3,10 @@
 
 use std::io::Write;
 
-use peregrine_engine::EngineHandle;
-use peregrine_engine::{Event, Prompt, Request};
-use peregrine_engine::SamplingParams;
 use peregrine_engine::ChatMessage;
+use peregrine_engine::EngineHandle;
+use peregrine_engine::SamplingParams;
+use peregrine_engine::{Event, Prompt, Request};
 use serde::Serialize;
 
 use crate::cli::GenerateArgs;

@@ -1,9 +1,9 @@
 //! One accepted request from the handler's side: per-client slot, queue admission
 //! (429s), then a stream of engine events with the server's additions: a stats tick
-//! when tokens are slower than 250 ms, the request timeout, metrics, one log line.
+//! when tokens are slower than 250 ms, the request timeout, metrics (TTFT and
+//! latency from the request's arrival, queue time from admission), one log line.
 //! Dropping a [`Job`] before its terminal event cancels it in the engine.
 
-use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -18,13 +18,14 @@ use crate::app::AppState;
 use crate::client_limit::ClientGuard;
 use crate::config::{DEFAULT_RETRY_AFTER_SECS, MAX_RETRY_AFTER_SECS, STATS_INTERVAL};
 use crate::error::{Error, Result};
+use crate::request_context::Caller;
 
 /// What a handler submits.
 pub struct JobSpec {
     pub request: Request,
     /// Route name for logs, e.g. `/api/generate`.
     pub endpoint: &'static str,
-    pub client: Option<IpAddr>,
+    pub caller: Caller,
     /// Emit server-side stats ticks (the playground stream).
     pub ticker: bool,
 }
@@ -58,8 +59,9 @@ pub struct Job {
     _client: Option<ClientGuard>,
     state: AppState,
     endpoint: &'static str,
-    client: Option<IpAddr>,
+    caller: Caller,
     ticker: bool,
+    /// Admitted to the queue (`caller.arrived` is when the request reached the server).
     submitted: Instant,
     deadline: Option<Instant>,
     started: Option<Instant>,
@@ -82,9 +84,9 @@ pub fn client_slot(state: &AppState, client: Option<std::net::IpAddr>) -> Result
 
 /// Admits a request: per-client limit, then the engine queue.
 pub fn submit(state: &AppState, engine: &EngineHandle, spec: JobSpec) -> Result<Job> {
-    let guard = client_slot(state, spec.client)?;
+    let guard = client_slot(state, spec.caller.client)?;
     // The queue lets clients take turns.
-    let request = peregrine_engine::Request { client: spec.client, ..spec.request };
+    let request = peregrine_engine::Request { client: spec.caller.client, ..spec.request };
     let submission = engine.try_submit(request).map_err(|r| match r {
         Rejected::QueueFull { waiting } => {
             state.metrics.rejected("queue_full");
@@ -99,7 +101,7 @@ pub fn submit(state: &AppState, engine: &EngineHandle, spec: JobSpec) -> Result<
         _client: guard,
         state: state.clone(),
         endpoint: spec.endpoint,
-        client: spec.client,
+        caller: spec.caller,
         ticker: spec.ticker,
         submitted: now,
         deadline: state.settings.request_timeout.map(|t| now + t),
@@ -170,8 +172,9 @@ impl Job {
                 m.queue_time.observe(now.duration_since(self.submitted).as_secs_f64());
             }
             Event::Token { .. } => {
-                if let Some(prev) = self.last_token {
-                    m.inter_token_latency.observe(now.duration_since(prev).as_secs_f64());
+                match self.last_token {
+                    Some(prev) => m.inter_token_latency.observe(now.duration_since(prev).as_secs_f64()),
+                    None => m.time_to_first_token.observe(now.duration_since(self.caller.arrived).as_secs_f64()),
                 }
                 self.last_token = Some(now);
                 let ms = self.ms_since_start(now);
@@ -193,7 +196,7 @@ impl Job {
         }
         self.done = true;
         let m = &self.state.metrics;
-        let total = self.submitted.elapsed();
+        let total = self.caller.arrived.elapsed();
         m.e2e_latency.observe(total.as_secs_f64());
         m.finished(outcome.label());
         // Without a `Done` (cancelled, failed, timed out) count what the server saw.
@@ -202,13 +205,13 @@ impl Job {
             .unwrap_or((self.prompt_tokens as u64, self.clock.tokens as u64));
         m.prompt_tokens.fetch_add(prompt, Ordering::Relaxed);
         m.generation_tokens.fetch_add(generated, Ordering::Relaxed);
-        if let Some(t) = timings.filter(|t| t.predicted_n > 0) {
-            m.time_to_first_token.observe(t.ttft_ms / 1000.0);
-        }
+        m.request_prompt_tokens.observe(prompt as f64);
+        m.request_generation_tokens.observe(generated as f64);
         let queue_ms = self.started.map(|s| s.duration_since(self.submitted).as_secs_f64() * 1000.0);
         tracing::info!(
+            request_id = &*self.caller.request_id,
             endpoint = self.endpoint,
-            client = ?self.client,
+            client = self.caller.client.map(|c| c.to_string()),
             outcome = outcome.label(),
             prompt_tokens = usage.map(|u| u.prompt_tokens).unwrap_or(self.prompt_tokens as u32),
             completion_tokens = usage.map(|u| u.completion_tokens).unwrap_or(self.clock.tokens),

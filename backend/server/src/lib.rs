@@ -1,7 +1,9 @@
 //! Peregrine's server: CLI definitions, the axum application, its routes (playground
 //! API, OpenAI-compatible API, shares, metrics) and the request queue glue.
 
+pub mod access_args;
 pub mod app;
+pub mod auth;
 pub mod blocking;
 pub mod cli;
 pub mod client_limit;
@@ -18,6 +20,8 @@ pub mod jobs;
 pub mod metrics;
 pub mod openai;
 pub mod prompt;
+pub mod proxy;
+pub mod request_context;
 pub mod routes;
 pub mod security;
 pub mod serve;

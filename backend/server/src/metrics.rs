@@ -1,5 +1,6 @@
 //! Prometheus metrics in the text exposition format (hand-written: a few
-//! histograms and counters do not need a metrics crate). Names follow vLLM's.
+//! histograms and counters do not need a metrics crate). Names follow vLLM's, and
+//! every series carries the served model's name as `model_name`, as vLLM's do.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -12,6 +13,9 @@ const TTFT_BUCKETS: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 const ITL_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
 /// Bucket bounds (seconds) of whole requests and of queue waits.
 const LATENCY_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0];
+/// Bucket bounds (tokens) of one request's prompt or generation length.
+const TOKEN_BUCKETS: &[f64] =
+    &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, 20000.0, 50000.0, 131072.0];
 
 /// A fixed-bucket histogram, lock-free.
 pub struct Histogram {
@@ -49,25 +53,33 @@ impl Histogram {
         (n > 0).then(|| self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6 / n as f64)
     }
 
-    fn render(&self, out: &mut String, name: &str, help: &str) {
+    /// The histogram's series; `labels` is `key="value"` pairs without braces.
+    fn render(&self, out: &mut String, name: &str, help: &str, labels: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
         let mut cumulative = 0;
         for (i, c) in self.counts.iter().enumerate() {
             cumulative += c.load(Ordering::Relaxed);
             let le = self.bounds.get(i).map(|b| b.to_string()).unwrap_or_else(|| "+Inf".into());
-            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
         }
-        let _ = writeln!(out, "{name}_sum {}", self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6);
-        let _ = writeln!(out, "{name}_count {}", self.count.load(Ordering::Relaxed));
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count.load(Ordering::Relaxed));
     }
 }
 
 /// Everything `/metrics` reports besides the live gauges.
 pub struct Metrics {
+    /// The `model_name` label: the first served name.
+    model_name: String,
+    /// From arrival to the first token (queue and prompt included).
     pub time_to_first_token: Histogram,
     pub inter_token_latency: Histogram,
+    /// From arrival to the last event.
     pub e2e_latency: Histogram,
+    /// From admission to the engine starting the request.
     pub queue_time: Histogram,
+    pub request_prompt_tokens: Histogram,
+    pub request_generation_tokens: Histogram,
     pub prompt_tokens: AtomicU64,
     pub generation_tokens: AtomicU64,
     /// Finished requests by finish reason (`stop`, `length`, `cancelled`, `error`, `timeout`).
@@ -78,20 +90,28 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
+        Metrics::for_model("")
+    }
+}
+
+impl Metrics {
+    /// Metrics labelled with this model name.
+    pub fn for_model(model_name: &str) -> Self {
         Metrics {
+            model_name: model_name.to_string(),
             time_to_first_token: Histogram::new(TTFT_BUCKETS),
             inter_token_latency: Histogram::new(ITL_BUCKETS),
             e2e_latency: Histogram::new(LATENCY_BUCKETS),
             queue_time: Histogram::new(LATENCY_BUCKETS),
+            request_prompt_tokens: Histogram::new(TOKEN_BUCKETS),
+            request_generation_tokens: Histogram::new(TOKEN_BUCKETS),
             prompt_tokens: AtomicU64::new(0),
             generation_tokens: AtomicU64::new(0),
             finished: Mutex::default(),
             rejected: Mutex::default(),
         }
     }
-}
 
-impl Metrics {
     /// Counts a finished request.
     pub fn finished(&self, reason: &'static str) {
         if let Ok(mut m) = self.finished.lock() {
@@ -109,27 +129,39 @@ impl Metrics {
     /// The Prometheus text, with the engine's live gauges.
     pub fn render(&self, running: usize, waiting: usize) -> String {
         let mut out = String::new();
-        self.time_to_first_token.render(
-            &mut out,
-            "peregrine_time_to_first_token_seconds",
-            "Time from the engine starting a request to its first token.",
-        );
-        self.inter_token_latency.render(
-            &mut out,
-            "peregrine_inter_token_latency_seconds",
-            "Time between two consecutive generated tokens.",
-        );
-        self.e2e_latency.render(&mut out, "peregrine_e2e_request_latency_seconds", "Time from a request being accepted to its last event.");
-        self.queue_time.render(
-            &mut out,
-            "peregrine_request_queue_time_seconds",
-            "Time a request waited in the queue before the engine started it.",
-        );
-        let counter = |out: &mut String, name: &str, help: &str, v: u64| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+        let model = format!("model_name=\"{}\"", label_value(&self.model_name));
+        let histograms = [
+            (
+                &self.time_to_first_token,
+                "time_to_first_token_seconds",
+                "Time from a request's arrival to its first token (queue included).",
+            ),
+            (&self.inter_token_latency, "inter_token_latency_seconds", "Time between two consecutive generated tokens."),
+            (&self.e2e_latency, "e2e_request_latency_seconds", "Time from a request's arrival to its last event."),
+            (&self.queue_time, "request_queue_time_seconds", "Time a request waited in the queue before the engine started it."),
+            (&self.request_prompt_tokens, "request_prompt_tokens", "Prompt tokens of each finished request."),
+            (&self.request_generation_tokens, "request_generation_tokens", "Tokens generated by each finished request."),
+        ];
+        for (h, name, help) in histograms {
+            h.render(&mut out, &format!("peregrine_{name}"), help, &model);
+        }
+        let series = |out: &mut String, kind: &str, name: &str, help: &str, v: u64| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{model}}} {v}");
         };
-        counter(&mut out, "peregrine_prompt_tokens_total", "Prompt tokens processed.", self.prompt_tokens.load(Ordering::Relaxed));
-        counter(&mut out, "peregrine_generation_tokens_total", "Tokens generated.", self.generation_tokens.load(Ordering::Relaxed));
+        series(
+            &mut out,
+            "counter",
+            "peregrine_prompt_tokens_total",
+            "Prompt tokens processed.",
+            self.prompt_tokens.load(Ordering::Relaxed),
+        );
+        series(
+            &mut out,
+            "counter",
+            "peregrine_generation_tokens_total",
+            "Tokens generated.",
+            self.generation_tokens.load(Ordering::Relaxed),
+        );
         let labelled =
             |out: &mut String, name: &str, help: &str, label: &str, known: &[&'static str], map: &Mutex<BTreeMap<&'static str, u64>>| {
                 let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
@@ -137,7 +169,7 @@ impl Metrics {
                 let mut keys: Vec<&str> = known.to_vec();
                 keys.extend(map.keys().filter(|k| !known.contains(k)));
                 for k in keys {
-                    let _ = writeln!(out, "{name}{{{label}=\"{k}\"}} {}", map.get(k).copied().unwrap_or(0));
+                    let _ = writeln!(out, "{name}{{{model},{label}=\"{k}\"}} {}", map.get(k).copied().unwrap_or(0));
                 }
             };
         labelled(
@@ -156,10 +188,15 @@ impl Metrics {
             &["queue_full", "client_limit"],
             &self.rejected,
         );
-        let _ = writeln!(out, "# HELP peregrine_requests_running Requests the engine is running.\n# TYPE peregrine_requests_running gauge\nperegrine_requests_running {running}");
-        let _ = writeln!(out, "# HELP peregrine_requests_waiting Requests waiting in the queue.\n# TYPE peregrine_requests_waiting gauge\nperegrine_requests_waiting {waiting}");
+        series(&mut out, "gauge", "peregrine_requests_running", "Requests the engine is running.", running as u64);
+        series(&mut out, "gauge", "peregrine_requests_waiting", "Requests waiting in the queue.", waiting as u64);
         out
     }
+}
+
+/// A label value with `\`, `"` and newlines escaped as the text format wants.
+fn label_value(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -168,17 +205,22 @@ mod tests {
 
     #[test]
     fn histogram_buckets_are_cumulative() {
-        let m = Metrics::default();
+        let m = Metrics::for_model("tiny");
         m.time_to_first_token.observe(0.02);
         m.time_to_first_token.observe(0.3);
         m.finished("stop");
         let text = m.render(1, 2);
-        assert!(text.contains("peregrine_time_to_first_token_seconds_bucket{le=\"0.025\"} 1"), "{text}");
-        assert!(text.contains("peregrine_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2"));
-        assert!(text.contains("peregrine_time_to_first_token_seconds_count 2"));
-        assert!(text.contains("peregrine_requests_total{finish_reason=\"stop\"} 1"));
-        assert!(text.contains("peregrine_requests_total{finish_reason=\"length\"} 0"));
-        assert!(text.contains("peregrine_requests_running 1"));
-        assert!(text.contains("peregrine_requests_waiting 2"));
+        assert!(text.contains("peregrine_time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"0.025\"} 1"), "{text}");
+        assert!(text.contains("peregrine_time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"+Inf\"} 2"));
+        assert!(text.contains("peregrine_time_to_first_token_seconds_count{model_name=\"tiny\"} 2"));
+        assert!(text.contains("peregrine_requests_total{model_name=\"tiny\",finish_reason=\"stop\"} 1"));
+        assert!(text.contains("peregrine_requests_total{model_name=\"tiny\",finish_reason=\"length\"} 0"));
+        assert!(text.contains("peregrine_requests_running{model_name=\"tiny\"} 1"));
+        assert!(text.contains("peregrine_requests_waiting{model_name=\"tiny\"} 2"));
+        let unlabelled: Vec<&str> = text.lines().filter(|l| !l.starts_with('#') && !l.contains("{model_name=\"tiny\"")).collect();
+        assert!(unlabelled.is_empty(), "{unlabelled:?}");
+        m.request_prompt_tokens.observe(7.0);
+        assert!(m.render(0, 0).contains("peregrine_request_prompt_tokens_bucket{model_name=\"tiny\",le=\"10\"} 1"));
+        assert_eq!(label_value("a\"b\\c"), "a\\\"b\\\\c");
     }
 }

@@ -32,6 +32,8 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     } else {
         ServedNames::new(args.served_model_names.clone())?
     };
+    let api_keys = crate::auth::ApiKeys::from_args(&args.access)?;
+    let trusted_proxies = crate::proxy::TrustedProxies::parse(&args.access.trusted_proxies)?;
     let shares = ShareStore::open(&data_dir)?;
     let settings = Settings {
         max_per_client: args.max_per_client,
@@ -45,6 +47,8 @@ pub async fn run(args: ServeArgs) -> Result<()> {
             body_timeout: Duration::from_secs(args.body_timeout.max(1)),
             max_connections: args.max_connections.max(1),
         },
+        api_keys,
+        trusted_proxies,
         ..Settings::default()
     };
     let addr = format!("{}:{}", args.host, args.port);
@@ -56,9 +60,22 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     }
     let local = listener.local_addr().map_err(|source| Error::Bind { addr: addr.clone(), source })?;
     eprintln!("peregrine listening on http://{local} (shares in {})", shares.path().display());
+    match &settings.api_keys {
+        Some(keys) => eprintln!(
+            "API keys: {} accepted (required on /v1, /api, /infill, /tokenize, /detokenize{})",
+            keys.len(),
+            if args.access.metrics_public { "" } else { ", /metrics" }
+        ),
+        None if !local.ip().is_loopback() => eprintln!("warning: no --api-key: anyone who reaches {local} can use the API"),
+        None => {}
+    }
 
     let slot = EngineSlot::loading();
-    let state = AppState::new(args.dist.clone()).with_engine_slot(slot.clone()).with_shares(shares).with_settings(settings);
+    let state = AppState::new(args.dist.clone())
+        .with_engine_slot(slot.clone())
+        .with_model_name(names.id())
+        .with_shares(shares)
+        .with_settings(settings);
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<Error>();
     let limits = EngineLimits { max_queue: args.max_queue, max_batch: args.max_batch, kv_budget: args.kv_budget };
     tokio::spawn(async move {

@@ -281,7 +281,7 @@ async fn info_metrics_and_unknown_routes() {
     assert_eq!(a.status, 200);
     assert!(a.headers[header::CONTENT_TYPE].to_str().unwrap().starts_with("text/plain"));
     for name in [
-        "peregrine_time_to_first_token_seconds_bucket",
+        "peregrine_time_to_first_token_seconds_bucket{le=\"+Inf\"}",
         "peregrine_inter_token_latency_seconds_count",
         "peregrine_e2e_request_latency_seconds_sum",
         "peregrine_request_queue_time_seconds_count",
@@ -290,9 +290,14 @@ async fn info_metrics_and_unknown_routes() {
         "peregrine_requests_total{finish_reason=\"stop\"}",
         "peregrine_requests_running",
         "peregrine_requests_waiting",
+        "peregrine_request_prompt_tokens_bucket{le=\"10\"}",
+        "peregrine_request_generation_tokens_count",
     ] {
-        assert!(a.text.contains(name), "{name} missing from\n{}", a.text);
+        assert!(common::metric(&a.text, name).is_some(), "{name} missing from\n{}", a.text);
     }
+    let label = format!("model_name=\"{MODEL_ID}\"");
+    let unlabelled: Vec<&str> = a.text.lines().filter(|l| !l.starts_with('#') && !l.contains(&label)).collect();
+    assert!(unlabelled.is_empty(), "series without {label}: {unlabelled:?}");
     playground_error(&call(&app, "GET", "/api/nothing-here", "").await, 404, "not_found");
     playground_error(&call(&app, "GET", "/api/shares/short", "").await, 404, "not_found");
     // This server has no share store.

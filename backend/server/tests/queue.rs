@@ -328,3 +328,35 @@ async fn with_a_batch_of_four_the_request_timeout_ends_every_stuck_stream_and_fr
     // The engine sees the cancellations after its next step and takes the next request.
     next_request_runs_after_timeouts(&client, &server, &gate, BATCH).await;
 }
+
+/// TTFT and latency count from arrival, so a request that waited its turn shows the
+/// wait in both; the wait itself is the queue time; token histograms count each request.
+#[tokio::test]
+async fn ttft_counts_the_queue_wait_and_token_histograms_count_requests() {
+    let (s, gate) = gated_engine(4);
+    let server = serve(&s, Settings::default()).await;
+    let client = reqwest::Client::new();
+    let mut a = SseReader::new(generate(&client, &server, "first", 2).await);
+    assert_eq!(next_non_stats(&mut a).await.0, "started");
+    release(&gate, 2);
+    assert_eq!(a.collect().await.last().unwrap().event, "done");
+    // The second waits 400 ms behind a third that holds the engine.
+    let mut holder = SseReader::new(generate(&client, &server, "holder", 1).await);
+    assert_eq!(next_non_stats(&mut holder).await.0, "started");
+    let mut waiter = SseReader::new(generate(&client, &server, "waiter", 1).await);
+    assert_eq!(next_non_stats(&mut waiter).await.0, "queued");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    release(&gate, 2);
+    assert_eq!(holder.collect().await.last().unwrap().event, "done");
+    assert_eq!(waiter.collect().await.last().unwrap().event, "done");
+    let m = client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let fast = |name: &str| metric(&m, &format!("{name}_bucket{{le=\"0.25\"}}")).unwrap();
+    // The first was quick; the holder waited for the gate and the waiter for the holder.
+    assert_eq!(metric(&m, "peregrine_time_to_first_token_seconds_count"), Some(3.0));
+    assert_eq!(fast("peregrine_time_to_first_token_seconds"), 1.0, "{m}");
+    assert_eq!(fast("peregrine_e2e_request_latency_seconds"), 1.0);
+    assert_eq!(fast("peregrine_request_queue_time_seconds"), 2.0, "only the waiter queued long");
+    assert_eq!(metric(&m, "peregrine_request_generation_tokens_sum"), Some(4.0));
+    assert_eq!(metric(&m, "peregrine_request_generation_tokens_count"), Some(3.0));
+    assert_eq!(metric(&m, "peregrine_request_prompt_tokens_count"), Some(3.0));
+}

@@ -16,9 +16,10 @@ use super::steps::{finish_reason, Step, Steps};
 use super::stream::Render;
 use crate::app::AppState;
 use crate::error::{Error, Result};
-use crate::extract::{ClientIp, JsonBody};
+use crate::extract::JsonBody;
 use crate::ids::{response_id, unix_now};
 use crate::prompt;
+use crate::request_context::Caller;
 
 /// One message of the request.
 #[derive(Debug, Deserialize)]
@@ -75,7 +76,7 @@ fn messages(req: &ChatRequest) -> Result<Vec<ChatMessage>> {
 /// Handles a chat completion request.
 pub async fn chat_completions(
     State(state): State<AppState>,
-    ClientIp(client): ClientIp,
+    caller: Caller,
     body: Result<JsonBody<ChatRequest>>,
 ) -> std::result::Result<Response, OpenAiError> {
     let JsonBody(req) = body?;
@@ -105,7 +106,7 @@ pub async fn chat_completions(
     };
     prompt::check_fits(&engine, ids.len(), max_tokens)?;
     let request = Request { top_logprobs: top.unwrap_or(0), ..req.common.request(ids, max_tokens, sampling, stop) };
-    let jobs = super::choices::submit_all(&state, &engine, request, n, ("/v1/chat/completions", client))?;
+    let jobs = super::choices::submit_all(&state, &engine, request, n, ("/v1/chat/completions", caller))?;
     let (id, created) = (response_id("chatcmpl"), unix_now());
     let out = || Chat {
         id: id.clone(),

@@ -29,13 +29,13 @@ pub fn submit_all(
     engine: &LoadedEngine,
     request: Request,
     n: usize,
-    spec: (&'static str, Option<std::net::IpAddr>),
+    spec: (&'static str, crate::request_context::Caller),
 ) -> Result<Vec<Job>> {
     (0..n)
         .map(|i| {
             let mut r = request.clone();
             r.sampling.seed = r.sampling.seed.wrapping_add(i as u64);
-            jobs::submit(state, &engine.handle, JobSpec { request: r, endpoint: spec.0, client: spec.1, ticker: false })
+            jobs::submit(state, &engine.handle, JobSpec { request: r, endpoint: spec.0, caller: spec.1.clone(), ticker: false })
         })
         .collect()
 }

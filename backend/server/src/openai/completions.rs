@@ -17,8 +17,9 @@ use super::steps::{finish_reason, Step, Steps, TokenLp};
 use super::stream::Render;
 use crate::app::AppState;
 use crate::error::{Error, Result};
-use crate::extract::{ClientIp, JsonBody};
+use crate::extract::JsonBody;
 use crate::ids::{response_id, unix_now};
+use crate::request_context::Caller;
 
 use crate::prompt;
 use crate::routes::infill::infill_prompt;
@@ -74,7 +75,7 @@ fn parse_prompt(v: Option<&Value>) -> Result<(Prompt, Option<String>)> {
 /// Handles a completion request.
 pub async fn completions(
     State(state): State<AppState>,
-    ClientIp(client): ClientIp,
+    caller: Caller,
     body: Result<JsonBody<CompletionRequest>>,
 ) -> std::result::Result<Response, OpenAiError> {
     let JsonBody(req) = body?;
@@ -115,7 +116,7 @@ pub async fn completions(
         echo_logprobs: req.echo && top.is_some(),
         ..req.common.request(ids, max_tokens, sampling, stop)
     };
-    let jobs = super::choices::submit_all(&state, &engine, request, n, ("/v1/completions", client))?;
+    let jobs = super::choices::submit_all(&state, &engine, request, n, ("/v1/completions", caller))?;
     let (id, created) = (response_id("cmpl"), unix_now());
     let out = || Completion {
         id: id.clone(),

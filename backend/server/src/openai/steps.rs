@@ -2,9 +2,9 @@
 //! log-probability (token texts resolved), the scored prompt, and the end.
 
 use peregrine_api::{FinishReason, Timings, Usage};
-use peregrine_engine::TextModel;
 use peregrine_engine::Event;
 use peregrine_engine::Sampled;
+use peregrine_engine::TextModel;
 
 use crate::error::Error;
 use crate::jobs::Job;

@@ -18,17 +18,14 @@ use peregrine_engine::{Event, Prompt, Request};
 use crate::app::AppState;
 use crate::config::{MAX_STOP_BYTES, MAX_STOP_STRINGS};
 use crate::error::{Error, Result};
-use crate::extract::{ClientIp, JsonBody};
+use crate::extract::JsonBody;
 use crate::jobs::{self, Job, JobSpec};
 use crate::prompt;
+use crate::request_context::Caller;
 use crate::routes::infill::infill_prompt;
 
 /// Starts a playground run.
-pub async fn generate(
-    State(state): State<AppState>,
-    ClientIp(client): ClientIp,
-    body: Result<JsonBody<GenerateRequest>>,
-) -> Result<Response> {
+pub async fn generate(State(state): State<AppState>, caller: Caller, body: Result<JsonBody<GenerateRequest>>) -> Result<Response> {
     let JsonBody(req) = body?;
     check_texts(&req.prompt, &req.around, req.mode)?;
     req.params.validate().map_err(|m| Error::BadRequest { message: m, param: None })?;
@@ -58,7 +55,7 @@ pub async fn generate(
         cache_prompt: req.cache_prompt.unwrap_or(true),
         ..Request::new(Prompt::Tokens(ids))
     };
-    let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/api/generate", client, ticker: true })?;
+    let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/api/generate", caller, ticker: true })?;
     Ok(Sse::new(events(job)).keep_alive(KeepAlive::new().interval(state.settings.keep_alive)).into_response())
 }
 

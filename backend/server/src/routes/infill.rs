@@ -19,13 +19,14 @@ use serde_json::{json, Value};
 use crate::app::AppState;
 use crate::engine_slot::LoadedEngine;
 use crate::error::{Error, Result};
-use crate::extract::{ClientIp, JsonBody};
+use crate::extract::JsonBody;
 use crate::jobs::{self, JobSpec};
 use crate::openai::error::OpenAiError;
 use crate::openai::params::CommonParams;
 use crate::openai::steps::{Step, Steps};
 use crate::openai::stream::{sse_with, Render};
 use crate::prompt;
+use crate::request_context::Caller;
 
 /// llama.cpp's default `n_batch`: prefix and suffix share this many tokens (¾ : ¼).
 pub const INFILL_BATCH: usize = 2048;
@@ -80,7 +81,7 @@ pub async fn infill_prompt(engine: &LoadedEngine, input: InfillInput, predict: i
 /// Handles an infill request.
 pub async fn infill(
     State(state): State<AppState>,
-    ClientIp(client): ClientIp,
+    caller: Caller,
     body: Result<JsonBody<InfillRequest>>,
 ) -> std::result::Result<Response, OpenAiError> {
     let JsonBody(mut req) = body?;
@@ -112,7 +113,7 @@ pub async fn infill(
     let prompt_text = text.tokenizer.as_ref().and_then(|t| t.decode(&ids).ok()).unwrap_or_default();
     let prompt_n = ids.len();
     let request = req.common.request(ids, max_tokens, sampling, stop);
-    let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/infill", client, ticker: false })?;
+    let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/infill", caller, ticker: false })?;
     let steps = Steps { job, text, logprobs: false };
     let out = InfillAnswer { model: engine.model_id().to_string(), prompt: prompt_text, prompt_n, predicted: 0, content: String::new() };
     if req.common.streaming() {

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::app::AppState;
 use crate::error::{Error, Result};
-use crate::extract::{ClientIp, JsonBody};
+use crate::extract::JsonBody;
+use crate::request_context::Caller;
 
 /// Body of `POST /tokenize`.
 #[derive(Deserialize)]
@@ -49,11 +50,7 @@ struct Piece {
 
 /// Text → ids with the loaded model's tokenizer, on the bounded tokenizer pool, counted
 /// against the client's in-flight limit like a generation.
-pub async fn tokenize(
-    State(state): State<AppState>,
-    ClientIp(client): ClientIp,
-    body: Result<JsonBody<TokenizeRequest>>,
-) -> Result<Response> {
+pub async fn tokenize(State(state): State<AppState>, caller: Caller, body: Result<JsonBody<TokenizeRequest>>) -> Result<Response> {
     let JsonBody(req) = body?;
     let limit = state.settings.max_tokenize_bytes;
     if req.content.len() > limit {
@@ -63,7 +60,7 @@ pub async fn tokenize(
         )));
     }
     let engine = state.engine.get()?;
-    let _guard = crate::jobs::client_slot(&state, client)?;
+    let _guard = crate::jobs::client_slot(&state, caller.client)?;
     let text = engine.handle.text().clone();
     crate::blocking::tokenizer_task(move || -> Result<Response> {
         let tok = text.tokenizer.as_ref().ok_or_else(|| Error::bad("content", "this model has no tokenizer"))?;
@@ -83,12 +80,12 @@ pub async fn tokenize(
 /// vocabulary are a 400.
 pub async fn detokenize(
     State(state): State<AppState>,
-    ClientIp(client): ClientIp,
+    caller: Caller,
     body: Result<JsonBody<DetokenizeRequest>>,
 ) -> Result<Json<DetokenizeResponse>> {
     let JsonBody(req) = body?;
     let engine = state.engine.get()?;
-    let _guard = crate::jobs::client_slot(&state, client)?;
+    let _guard = crate::jobs::client_slot(&state, caller.client)?;
     let text = engine.handle.text().clone();
     crate::blocking::tokenizer_task(move || -> Result<Json<DetokenizeResponse>> {
         let tok = text.tokenizer.as_ref().ok_or_else(|| Error::bad("tokens", "this model has no tokenizer"))?;

@@ -367,8 +367,24 @@ pub async fn wait_for(within: Duration, mut f: impl FnMut() -> bool) -> bool {
 }
 
 /// A `peregrine_*` value from the /metrics text.
+/// `name` may carry labels (`x_total{reason="stop"}`); the `model_name` label every
+/// series has is not part of the match.
 pub fn metric(text: &str, name: &str) -> Option<f64> {
-    text.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with(' ')).and_then(|l| l[name.len()..].trim().parse().ok())
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (series, value) = l.rsplit_once(' ')?;
+        (without_model_label(series) == name).then(|| value.parse().ok()).flatten()
+    })
+}
+
+/// A series name with its `model_name="…"` label removed.
+pub fn without_model_label(series: &str) -> String {
+    let Some(start) = series.find("model_name=\"") else { return series.to_string() };
+    let end = series[start + 12..].find('"').map_or(series.len(), |e| start + 12 + e + 1);
+    let mut s = format!("{}{}", &series[..start], &series[end..]);
+    for (from, to) in [("{,", "{"), (",}", "}"), ("{}", "")] {
+        s = s.replace(from, to);
+    }
+    s
 }
 
 /// Reads a raw socket until the server closes it or `patience` after `since` passes:

@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{dist_with_index, model_path, temp_dir};
@@ -17,6 +17,8 @@ pub struct Served {
     child: Child,
     pub base: String,
     pub pid: u32,
+    /// Every stderr line so far (startup messages, the log).
+    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Served {
@@ -24,6 +26,11 @@ impl Served {
     /// process gets a soft limit of `descriptors` open files, like a default shell's
     /// 1024, so floods meet the limit a user's server meets.
     pub async fn start(descriptors: u32, extra: &[&str]) -> Served {
+        Self::start_with_env(descriptors, extra, &[]).await
+    }
+
+    /// [`Served::start`] with these environment variables set.
+    pub async fn start_with_env(descriptors: u32, extra: &[&str], env: &[(&str, &str)]) -> Served {
         let data = temp_dir("served-data");
         let mut child = Command::new("sh")
             .arg("-c")
@@ -37,6 +44,7 @@ impl Served {
             .arg("--data-dir")
             .arg(&data)
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -45,9 +53,12 @@ impl Served {
         // The address comes from the "listening on" line; stderr is drained after it.
         let stderr = child.stderr.take().expect("stderr");
         let (tx, rx) = mpsc::channel();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let lines = log.clone();
         std::thread::spawn(move || {
             let mut tx = Some(tx);
             for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
+                lines.lock().unwrap().push(line.clone());
                 if let Some(rest) = line.split("listening on ").nth(1) {
                     if let Some(tx) = tx.take() {
                         let _ = tx.send(rest.split_whitespace().next().unwrap_or_default().to_string());
@@ -56,7 +67,7 @@ impl Served {
             }
         });
         let base = rx.recv_timeout(STARTUP).expect("peregrine serve prints its address");
-        let served = Served { child, base, pid };
+        let served = Served { child, base, pid, log };
         let started = Instant::now();
         loop {
             let ok = reqwest::get(served.url("/health")).await.is_ok_and(|r| r.status() == 200);
@@ -66,6 +77,23 @@ impl Served {
             assert!(started.elapsed() < STARTUP, "the default model did not load within {STARTUP:?}");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// The stderr lines so far.
+    pub fn log_lines(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Waits up to `within` for a stderr line that `matches`.
+    pub async fn wait_for_line(&self, within: Duration, matches: impl Fn(&str) -> bool) -> Option<String> {
+        let started = Instant::now();
+        while started.elapsed() < within {
+            if let Some(l) = self.log_lines().into_iter().find(|l| matches(l)) {
+                return Some(l);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
     }
 
     pub fn url(&self, path: &str) -> String {
