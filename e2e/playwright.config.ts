@@ -12,6 +12,8 @@ const laneModel = path.join(__dirname, '../backend/engine/tests/fixtures/lanefor
 // A third on that fixture with FIM tokens (make-fim-model.mjs), for tests/infill.spec.ts.
 const fimPort = Number(process.env.PEREGRINE_E2E_FIM_PORT ?? 18082);
 const fimModel = path.join(os.tmpdir(), 'peregrine-e2e-fim-model');
+// A fourth on the Laneformer fixture that wants an API key, for tests/api-key.spec.ts.
+const keyPort = Number(process.env.PEREGRINE_E2E_KEY_PORT ?? 18083);
 const bin = process.env.PEREGRINE_BIN ?? path.join(os.homedir(), '.cache/peregrine/target/debug/peregrine');
 const model = process.env.PEREGRINE_DEFAULT_MODEL ?? path.join(os.homedir(), '.cache/peregrine/models/SmolLM2-135M-Instruct.Q4_1.gguf');
 // Chromium keeps its profile and caches out of $HOME.
@@ -58,6 +60,14 @@ export default defineConfig({
     {
       command: `node make-fim-model.mjs ${laneModel} ${fimModel} && ${bin} serve --port ${fimPort} --dist ../dist --model ${fimModel} --device cpu --data-dir ${dataDir}-fim`,
       url: `http://127.0.0.1:${fimPort}/health`,
+      reuseExistingServer: false,
+      timeout: 120_000,
+      stdout: 'pipe',
+      stderr: 'pipe',
+    },
+    {
+      command: `${bin} serve --port ${keyPort} --dist ../dist --model ${laneModel} --device cpu --data-dir ${dataDir}-key --api-key e2e-key-5c1f`,
+      url: `http://127.0.0.1:${keyPort}/health`,
       reuseExistingServer: false,
       timeout: 120_000,
       stdout: 'pipe',

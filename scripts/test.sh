@@ -25,6 +25,7 @@ PEREGRINE_E2E_PORT=$(free_port)
 # A second server on the 8-lane Laneformer fixture (e2e/tests/laneformer.spec.ts).
 PEREGRINE_E2E_LANE_PORT=$(free_port)
 PEREGRINE_E2E_FIM_PORT=$(free_port)
-export PEREGRINE_E2E_PORT PEREGRINE_E2E_LANE_PORT PEREGRINE_E2E_FIM_PORT
+PEREGRINE_E2E_KEY_PORT=$(free_port)
+export PEREGRINE_E2E_PORT PEREGRINE_E2E_LANE_PORT PEREGRINE_E2E_FIM_PORT PEREGRINE_E2E_KEY_PORT
 (cd e2e && CI=1 npx playwright test)
 echo "all tests passed in $(( $(date +%s) - start )) s"

@@ -1,6 +1,8 @@
 //! Browser glue: `fetch` for the JSON endpoints, the streamed `POST /api/generate`
-//! read through a `ReadableStream` reader (EventSource cannot POST), localStorage
-//! and the clipboard.
+//! read through a `ReadableStream` reader (EventSource cannot POST), the API key
+//! every request carries once the user gave one, localStorage and the clipboard.
+
+use std::cell::RefCell;
 
 use js_sys::{Reflect, Uint8Array};
 use peregrine_api::playground::ApiError;
@@ -38,6 +40,24 @@ impl FetchError {
     }
 }
 
+/// localStorage key of the API key the user gave (sent as `Authorization: Bearer`).
+pub const API_KEY_STORAGE: &str = "peregrine.api_key";
+
+thread_local! {
+    /// Told the server's message when it answers 401 (the key is missing or refused).
+    static ON_UNAUTHORIZED: RefCell<Option<Box<dyn Fn(String)>>> = const { RefCell::new(None) };
+}
+
+/// Calls `f` with the server's message whenever a request is refused for its key.
+pub fn on_unauthorized(f: impl Fn(String) + 'static) {
+    ON_UNAUTHORIZED.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+}
+
+/// The API key the user saved, if any.
+pub fn api_key() -> Option<String> {
+    load(API_KEY_STORAGE).map(|k| k.trim().to_string()).filter(|k| !k.is_empty())
+}
+
 fn js_message(e: &JsValue) -> String {
     e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())).or_else(|| e.as_string()).unwrap_or_else(|| "the request failed".into())
 }
@@ -61,6 +81,9 @@ async fn send(method: &str, url: &str, body: Option<String>, signal: Option<&Abo
     if body.is_some() {
         let _ = request.headers().set("content-type", "application/json");
     }
+    if let Some(key) = api_key() {
+        let _ = request.headers().set("authorization", &format!("Bearer {key}"));
+    }
     let window = web_sys::window().ok_or_else(|| FetchError::Network("no window".into()))?;
     let response = JsFuture::from(window.fetch_with_request(&request)).await.map_err(|e| classify(e, signal))?;
     let response: Response = response.unchecked_into();
@@ -77,6 +100,9 @@ async fn send(method: &str, url: &str, body: Option<String>, signal: Option<&Abo
         code: format!("http_{status}"),
         message: if text.trim().is_empty() { response.status_text() } else { text.trim().chars().take(200).collect() },
     });
+    if status == 401 {
+        ON_UNAUTHORIZED.with(|h| h.borrow().as_ref().map(|f| f(error.message.clone())));
+    }
     Err(FetchError::Status { status, error, retry_after_ms })
 }
 

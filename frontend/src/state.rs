@@ -63,6 +63,8 @@ pub struct Playground {
     pub run: RwSignal<RunState>,
     pub info: RwSignal<Option<Info>>,
     pub info_error: RwSignal<Option<String>>,
+    /// The server wants an API key: what to tell the user (a refused key says so).
+    pub key_prompt: RwSignal<Option<String>>,
     pub recent: RwSignal<Vec<RecentRun>>,
     pub shared: RwSignal<ShareView>,
     pub share_link: RwSignal<ShareLink>,
@@ -101,6 +103,7 @@ impl Playground {
             run: RwSignal::new(RunState::default()),
             info: RwSignal::new(None),
             info_error: RwSignal::new(None),
+            key_prompt: RwSignal::new(None),
             recent: RwSignal::new(recent::from_json(client::load(recent::STORAGE_KEY).as_deref())),
             shared: RwSignal::new(ShareView::None),
             share_link: RwSignal::new(ShareLink::Idle),
@@ -109,6 +112,13 @@ impl Playground {
             focus: RwSignal::new(None),
         };
         provide_context(pg);
+        client::on_unauthorized(move |message| {
+            let said = match client::api_key() {
+                Some(_) => format!("The saved key was refused ({message})."),
+                None => "Enter the key this server's operator gave you.".to_string(),
+            };
+            pg.key_prompt.set(Some(said));
+        });
         pg.remember_settings();
         pg
     }
@@ -160,6 +170,17 @@ impl Playground {
                 })),
             }
         });
+    }
+
+    /// Keeps the API key the user typed and loads what the missing key held back.
+    pub fn save_api_key(self, key: &str) {
+        client::save(client::API_KEY_STORAGE, key.trim());
+        self.key_prompt.set(None);
+        self.info_error.set(None);
+        self.load_info();
+        if !matches!(self.shared.get_untracked(), ShareView::None | ShareView::Loaded(_)) {
+            self.restore_share_from_path();
+        }
     }
 
     /// Starts a run of the current prompt and settings (Generate, Ctrl/Cmd+Enter,
@@ -449,6 +470,8 @@ impl Playground {
                     self.form.set(SettingsForm::from_params(&share.share.params));
                     self.shared.set(ShareView::Loaded(Box::new(share)));
                 }
+                // The key form is up; the share loads once a key is given.
+                Err(FetchError::Status { status: 401, .. }) => {}
                 Err(FetchError::Status { status: 404, .. }) => self.shared.set(ShareView::Missing {
                     id: id.clone(),
                     message: format!(

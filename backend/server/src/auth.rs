@@ -101,13 +101,8 @@ impl ApiKeys {
 
     /// Whether `path` needs a key.
     pub fn guards(&self, path: &str) -> bool {
-        let under = |prefix: &str| path == prefix || path.starts_with(&format!("{prefix}/"));
-        under("/v1")
-            || under("/api")
-            || under("/infill")
-            || under("/tokenize")
-            || under("/detokenize")
-            || (under("/metrics") && !self.metrics_public)
+        let metrics = path == "/metrics" || path.starts_with("/metrics/");
+        crate::request_context::is_api_path(path) && !(metrics && self.metrics_public)
     }
 }
 

@@ -1,7 +1,8 @@
 //! What the server knows of every request from its first byte: an id (the client's
 //! `X-Request-Id` when it sent a usable one, else a fresh one; returned on the
 //! response), its arrival time (TTFT and latency metrics count from it) and the
-//! client's address (through trusted proxies). One access log line per request.
+//! client's address (through trusted proxies). One access log line per request
+//! (`info` for the APIs, `debug` for the page's files and `/health`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -56,13 +57,20 @@ pub async fn track(proxies: Arc<TrustedProxies>, mut request: Request, next: Nex
     let status = response.status().as_u16();
     let ms = (arrived.elapsed().as_secs_f64() * 1e4).round() / 10.0;
     let client = client.map(|c| c.to_string());
-    // Probes every few seconds would drown the log.
-    if path == "/health" {
+    // Probes and the page's static files would drown the API's lines.
+    if !is_api_path(&path) {
         tracing::debug!(request_id = &*request_id, client, %method, path, status, ms, "http");
     } else {
         tracing::info!(request_id = &*request_id, client, %method, path, status, ms, "http");
     }
     response
+}
+
+/// The API routes: logged at `info`, and what API keys guard.
+pub fn is_api_path(path: &str) -> bool {
+    ["/v1", "/api", "/infill", "/tokenize", "/detokenize", "/metrics"]
+        .iter()
+        .any(|p| path == *p || path.strip_prefix(p).is_some_and(|rest| rest.starts_with('/')))
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Caller {

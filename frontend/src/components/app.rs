@@ -5,6 +5,7 @@ use leptos::ev;
 use leptos::prelude::*;
 use peregrine_frontend::run::RunState;
 
+use super::api_key::ApiKeyPrompt;
 use super::backend_badge::BackendBadge;
 use super::controls::Controls;
 use super::conversation::Conversation;
@@ -47,6 +48,7 @@ pub fn App() -> impl IntoView {
             <BackendBadge/>
         </header>
         <main class="playground" data-testid="playground">
+            <ApiKeyPrompt/>
             <ShareNotice/>
             <div class="columns">
                 <section class="input-pane" aria-label="Prompt and settings">

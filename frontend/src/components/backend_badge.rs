@@ -10,6 +10,7 @@ pub fn BackendBadge() -> impl IntoView {
     let pg = expect_context::<Playground>();
     let text = move || match (pg.badge(), pg.info_error.get()) {
         (Some(badge), _) => badge,
+        (None, Some(_)) if pg.key_prompt.with(Option::is_some) => "API key needed".to_string(),
         (None, Some(_)) => "Server unreachable".to_string(),
         (None, None) => "Connecting…".to_string(),
     };

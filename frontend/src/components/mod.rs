@@ -1,5 +1,6 @@
 //! The playground's components, one per file.
 
+pub mod api_key;
 pub mod app;
 pub mod backend_badge;
 pub mod chart;
