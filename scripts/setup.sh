@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Idempotent set-up shared by `make run` and `make test`: installs only what is
-# missing. `setup.sh run` prepares the playground + server; `setup.sh test` also
-# the browser, Playwright and the CUDA compiler wheels for kernel checks.
+# missing. `setup.sh run` fetches the default model (the server embeds the committed
+# playground, so no web tools); `setup.sh bundle` installs the pinned Trunk and
+# wasm-bindgen; `setup.sh test` all of it plus the browser, Playwright and the CUDA
+# compiler wheels for kernel checks.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$(dirname "$0")/.."
@@ -79,9 +81,11 @@ nvcc_path() {
   ls "$PEREGRINE_CUDA_VENV"/lib/python3*/site-packages/nvidia/cu13/bin/nvcc 2>/dev/null | head -n1
 }
 
-ensure_wasm_std
-ensure_web_tools
-scripts/fetch-model.sh
+if [ "$MODE" != run ]; then
+  ensure_wasm_std
+  ensure_web_tools
+fi
+[ "$MODE" = bundle ] || scripts/fetch-model.sh
 if [ "$MODE" = test ]; then
   ensure_browser
   ensure_nvcc

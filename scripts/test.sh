@@ -6,6 +6,10 @@ source "$(dirname "$0")/env.sh"
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 scripts/setup.sh test
+step "Checking the committed playground bundle against the frontend sources"
+if [ "$(scripts/frontend-hash.sh)" != "$(cat frontend/bundle/SOURCES.sha256 2>/dev/null)" ]; then
+  die "frontend/bundle is stale: the playground's sources changed since it was built. Run scripts/bundle-playground.sh and commit frontend/bundle."
+fi
 export PEREGRINE_DEFAULT_MODEL
 # The engine's NVRTC test compiles the real kernel for every preset with the pinned wheel.
 PEREGRINE_NVRTC_DIR=$(dirname "$(ls "$PEREGRINE_CUDA_VENV"/lib/python3*/site-packages/nvidia/cu13/lib/libnvrtc.so* | head -n1)")
@@ -14,6 +18,7 @@ step "Rust tests (cargo test)"
 cargo test --workspace --no-fail-fast
 step "Kernel compile check (nvcc, sm_90a)"
 scripts/check-kernels.sh
+# The e2e servers serve this fresh build (--dist), so the tests see the sources.
 scripts/build-frontend.sh
 step "End-to-end tests (Playwright, headless Chromium)"
 # The binary `cargo test --workspace` built (the same features: no second engine build).

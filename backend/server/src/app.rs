@@ -18,12 +18,13 @@ use crate::engine_slot::EngineSlot;
 use crate::metrics::Metrics;
 use crate::routes;
 use crate::share_store::ShareStore;
+use crate::static_files::PlaygroundFiles;
 
 /// What every handler can reach.
 #[derive(Clone)]
 pub struct AppState {
-    /// Folder with the built playground (`index.html` and hashed assets).
-    pub dist: PathBuf,
+    /// The built playground (`index.html` and hashed assets).
+    pub playground: PlaygroundFiles,
     pub engine: EngineSlot,
     /// `None`: share links are disabled (503).
     pub shares: Option<ShareStore>,
@@ -33,10 +34,20 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// A server without engine or share store (static files and /health only).
+    /// A server without engine or share store (static files from `dist` and /health only).
     pub fn new(dist: impl Into<PathBuf>) -> Self {
+        Self::serving(PlaygroundFiles::Dir(dist.into()))
+    }
+
+    /// Like [`AppState::new`] with the playground this binary carries.
+    pub fn embedded() -> Self {
+        Self::serving(PlaygroundFiles::Embedded)
+    }
+
+    /// Like [`AppState::new`] with these playground files.
+    pub fn serving(playground: PlaygroundFiles) -> Self {
         AppState {
-            dist: dist.into(),
+            playground,
             engine: EngineSlot::absent(),
             shares: None,
             settings: Arc::new(Settings::default()),
@@ -94,7 +105,7 @@ pub fn app(state: AppState) -> Router {
         .route("/tokenize", post(routes::tokenize::tokenize))
         .route("/detokenize", post(routes::tokenize::detokenize))
         .nest("/v1", crate::openai::router())
-        .fallback_service(crate::static_files::service(&state.dist))
+        .fallback_service(crate::static_files::service(&state.playground))
         .layer(DefaultBodyLimit::max(state.settings.max_body_bytes));
     if let Some(keys) = &state.settings.api_keys {
         // Inside CORS: a preflight carries no key, and a 401 needs CORS headers to be read.
@@ -104,7 +115,7 @@ pub fn app(state: AppState) -> Router {
     if let Some(cors) = cors_layer(&state.settings.cors_origins) {
         router = router.layer(cors);
     }
-    let index = std::fs::read_to_string(state.dist.join("index.html")).ok();
+    let index = state.playground.index_html();
     let csp = crate::security::content_security_policy(index.as_deref());
     router = router.layer(axum::middleware::from_fn(move |req, next| crate::security::add_headers(csp.clone(), req, next)));
     if let Some(hosts) = &state.settings.allowed_hosts {

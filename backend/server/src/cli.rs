@@ -37,9 +37,10 @@ pub struct ServeArgs {
     /// Port to bind (0 picks a free one).
     #[arg(long, default_value_t = DEFAULT_PORT)]
     pub port: u16,
-    /// Folder with the Trunk-built playground.
-    #[arg(long, env = "PEREGRINE_DIST", default_value = "dist")]
-    pub dist: PathBuf,
+    /// Folder with a Trunk-built playground to serve instead of the one built into
+    /// the binary.
+    #[arg(long, env = "PEREGRINE_DIST")]
+    pub dist: Option<PathBuf>,
     /// Where share links are stored (SQLite); default ${XDG_DATA_HOME:-~/.local/share}/peregrine.
     #[arg(long, env = "PEREGRINE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod client_limit;
 pub mod config;
 pub mod connections;
+pub mod embedded_playground;
 pub mod engine_args;
 pub mod engine_slot;
 pub mod engine_start;

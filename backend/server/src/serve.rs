@@ -17,6 +17,7 @@ use crate::engine_slot::{EngineSlot, ServedNames};
 use crate::engine_start::{choose_model, load_engine, model_id};
 use crate::error::{Error, Result};
 use crate::share_store::{default_data_dir, ShareStore};
+use crate::static_files::PlaygroundFiles;
 
 /// Runs the server with the given arguments.
 pub async fn run(args: ServeArgs) -> Result<()> {
@@ -55,9 +56,20 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     let listener = TcpListener::bind(&addr).await.map_err(|source| Error::Bind { addr: addr.clone(), source })?;
     let bound = listener.local_addr().map_err(|source| Error::Bind { addr: addr.clone(), source })?;
     let settings = Settings { allowed_hosts: allowed_hosts(&args.allowed_hosts, bound), ..settings };
-    if !args.dist.join("index.html").exists() {
-        eprintln!("warning: {} has no index.html; build the playground with `trunk build`", args.dist.display());
-    }
+    let playground = match &args.dist {
+        Some(dir) => {
+            if !dir.join("index.html").exists() {
+                eprintln!("warning: {} has no index.html; build the playground with `trunk build`", dir.display());
+            }
+            PlaygroundFiles::Dir(dir.clone())
+        }
+        None => {
+            if crate::embedded_playground::embedded().index_html().is_none() {
+                eprintln!("warning: this binary carries no playground (frontend/bundle was empty); pass --dist DIR");
+            }
+            PlaygroundFiles::Embedded
+        }
+    };
     let local = listener.local_addr().map_err(|source| Error::Bind { addr: addr.clone(), source })?;
     eprintln!("peregrine listening on http://{local} (shares in {})", shares.path().display());
     match &settings.api_keys {
@@ -71,7 +83,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     }
 
     let slot = EngineSlot::loading();
-    let state = AppState::new(args.dist.clone())
+    let state = AppState::serving(playground)
         .with_engine_slot(slot.clone())
         .with_model_name(names.id())
         .with_shares(shares)

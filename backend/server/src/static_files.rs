@@ -1,8 +1,9 @@
-//! The built playground: files from `dist/`, index.html for client-side routes
-//! (`/s/{id}`), long-lived caching for content-hashed assets and none for the page.
-//! `ServeDir` rejects `..` and absolute paths, so nothing outside `dist/` is served.
+//! The built playground, from the binary (default) or a `--dist` folder: index.html
+//! for client-side routes (`/s/{id}`), long-lived caching for content-hashed assets
+//! and none for the page. `ServeDir` rejects `..` and absolute paths, so nothing
+//! outside the folder is served.
 
-use std::path::Path;
+use std::path::PathBuf;
 
 use axum::extract::Request;
 use axum::http::{header, HeaderValue};
@@ -18,10 +19,32 @@ const DEFAULT_CACHE_CONTROL: &str = "no-cache";
 /// Shortest hex run that marks a Trunk content hash (`app-3c2a1f0e9b8d7c6a.js`).
 const MIN_HASH_HEX: usize = 8;
 
+/// Where the playground's files come from.
+#[derive(Debug, Clone)]
+pub enum PlaygroundFiles {
+    /// The bundle built into the binary.
+    Embedded,
+    /// A Trunk `dist` folder (`--dist`).
+    Dir(PathBuf),
+}
+
+impl PlaygroundFiles {
+    /// The page's HTML, if there is one.
+    pub fn index_html(&self) -> Option<String> {
+        match self {
+            PlaygroundFiles::Embedded => crate::embedded_playground::embedded().index_html().map(str::to_string),
+            PlaygroundFiles::Dir(dir) => std::fs::read_to_string(dir.join("index.html")).ok(),
+        }
+    }
+}
+
 /// The static-file service with the SPA fallback and cache headers.
-pub fn service(dist: &Path) -> Router {
-    let index = dist.join("index.html");
-    Router::new().fallback_service(ServeDir::new(dist).fallback(ServeFile::new(index))).layer(middleware::from_fn(cache_headers))
+pub fn service(files: &PlaygroundFiles) -> Router {
+    let router = match files {
+        PlaygroundFiles::Embedded => Router::new().fallback(crate::embedded_playground::serve),
+        PlaygroundFiles::Dir(dist) => Router::new().fallback_service(ServeDir::new(dist).fallback(ServeFile::new(dist.join("index.html")))),
+    };
+    router.layer(middleware::from_fn(cache_headers))
 }
 
 async fn cache_headers(request: Request, next: Next) -> Response {

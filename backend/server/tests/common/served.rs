@@ -31,6 +31,17 @@ impl Served {
 
     /// [`Served::start`] with these environment variables set.
     pub async fn start_with_env(descriptors: u32, extra: &[&str], env: &[(&str, &str)]) -> Served {
+        let dist = dist_with_index();
+        let dist = dist.to_str().expect("a UTF-8 temp path");
+        Self::launch(descriptors, &[&["--dist", dist], extra].concat(), env).await
+    }
+
+    /// [`Served::start`] serving the playground built into the binary (no `--dist`).
+    pub async fn start_embedded(extra: &[&str]) -> Served {
+        Self::launch(1024, extra, &[]).await
+    }
+
+    async fn launch(descriptors: u32, extra: &[&str], env: &[(&str, &str)]) -> Served {
         let data = temp_dir("served-data");
         let mut child = Command::new("sh")
             .arg("-c")
@@ -39,8 +50,6 @@ impl Served {
             .args(["serve", "--device", "cpu", "--port", "0"])
             .arg("--model")
             .arg(model_path())
-            .arg("--dist")
-            .arg(dist_with_index())
             .arg("--data-dir")
             .arg(&data)
             .args(extra)
