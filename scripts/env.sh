@@ -5,7 +5,8 @@ export PEREGRINE_CACHE
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PEREGRINE_CACHE/target}"
 export PEREGRINE_MODELS="$PEREGRINE_CACHE/models"
 export PEREGRINE_CUDA_VENV="$PEREGRINE_CACHE/venv-cuda"
-export PATH="$HOME/.cargo/bin:$PATH"
+# `cargo install` puts Trunk and wasm-bindgen in $CARGO_HOME/bin.
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$HOME/.cargo/bin:$PATH"
 # Trunk must never download a tool: a version mismatch is a hard error instead.
 export TRUNK_OFFLINE=true
 DEFAULT_MODEL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
