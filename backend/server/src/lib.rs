@@ -21,5 +21,8 @@ pub mod prompt;
 pub mod routes;
 pub mod security;
 pub mod serve;
+pub mod share_args;
+pub mod share_policy;
+pub mod share_rate;
 pub mod share_store;
 pub mod static_files;

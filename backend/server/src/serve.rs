@@ -16,23 +16,17 @@ use crate::config::{ConnectionLimits, Settings};
 use crate::engine_slot::{EngineSlot, ServedNames};
 use crate::engine_start::{choose_model, load_engine, model_id};
 use crate::error::{Error, Result};
-use crate::share_store::{default_data_dir, ShareStore};
 
 /// Runs the server with the given arguments.
 pub async fn run(args: ServeArgs) -> Result<()> {
     // Fail fast on a bad model path or data dir, before the port is taken.
     let choice = choose_model(&args.model)?;
-    let data_dir = args
-        .data_dir
-        .clone()
-        .or_else(default_data_dir)
-        .ok_or_else(|| Error::Store("neither XDG_DATA_HOME nor HOME is set; pass --data-dir".into()))?;
     let names = if args.served_model_names.is_empty() {
         ServedNames::from(model_id(&choice.path))
     } else {
         ServedNames::new(args.served_model_names.clone())?
     };
-    let shares = ShareStore::open(&data_dir)?;
+    let shares = args.shares.open(args.data_dir.as_deref()).await?;
     let settings = Settings {
         max_per_client: args.max_per_client,
         request_timeout: (args.request_timeout > 0).then(|| Duration::from_secs(args.request_timeout)),
@@ -55,10 +49,16 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         eprintln!("warning: {} has no index.html; build the playground with `trunk build`", args.dist.display());
     }
     let local = listener.local_addr().map_err(|source| Error::Bind { addr: addr.clone(), source })?;
-    eprintln!("peregrine listening on http://{local} (shares in {})", shares.path().display());
+    eprintln!("peregrine listening on http://{local} (shares in {})", shares.describe());
+    let policy = args.shares.policy();
+    crate::share_store::spawn_sweeper(shares.clone(), crate::share_store::sweep_interval(policy.ttl));
 
     let slot = EngineSlot::loading();
-    let state = AppState::new(args.dist.clone()).with_engine_slot(slot.clone()).with_shares(shares).with_settings(settings);
+    let state = AppState::new(args.dist.clone())
+        .with_engine_slot(slot.clone())
+        .with_shares(shares)
+        .with_share_policy(policy)
+        .with_settings(settings);
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<Error>();
     let limits = EngineLimits { max_queue: args.max_queue, max_batch: args.max_batch, kv_budget: args.kv_budget };
     tokio::spawn(async move {
