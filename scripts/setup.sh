@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up shared by `make run` and `make test`: installs only what is
 # missing. `setup.sh run` prepares the playground + server; `setup.sh test` also
-# the browser, Playwright and the CUDA compiler wheels for kernel checks.
+# the browser, Playwright, the CUDA compiler wheels for kernel checks, and
+# PostgreSQL and nginx for the share store and replica tests.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$(dirname "$0")/.."
@@ -79,10 +80,18 @@ nvcc_path() {
   ls "$PEREGRINE_CUDA_VENV"/lib/python3*/site-packages/nvidia/cu13/bin/nvcc 2>/dev/null | head -n1
 }
 
+# The share store tests run a throwaway PostgreSQL; the replica test puts nginx in front
+# of two servers (backend/server/tests/common/postgres.rs, tests/replicas.rs).
+ensure_db_and_proxy() {
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_install postgresql
+  [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || apt_install nginx-light
+}
+
 ensure_wasm_std
 ensure_web_tools
 scripts/fetch-model.sh
 if [ "$MODE" = test ]; then
   ensure_browser
   ensure_nvcc
+  ensure_db_and_proxy
 fi
