@@ -3,7 +3,8 @@
 # missing. `setup.sh run` fetches the default model (the server embeds the committed
 # playground, so no web tools); `setup.sh bundle` installs the pinned Trunk and
 # wasm-bindgen; `setup.sh test` all of it plus the browser, Playwright and the CUDA
-# compiler wheels for kernel checks.
+# compiler wheels for kernel checks, and PostgreSQL and nginx for the share store
+# and replica tests.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$(dirname "$0")/.."
@@ -81,6 +82,13 @@ nvcc_path() {
   ls "$PEREGRINE_CUDA_VENV"/lib/python3*/site-packages/nvidia/cu13/bin/nvcc 2>/dev/null | head -n1
 }
 
+# The share store tests run a throwaway PostgreSQL; the replica test puts nginx in front
+# of two servers (backend/server/tests/common/postgres.rs, tests/replicas.rs).
+ensure_db_and_proxy() {
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_install postgresql
+  [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || apt_install nginx-light
+}
+
 if [ "$MODE" != run ]; then
   ensure_wasm_std
   ensure_web_tools
@@ -89,4 +97,5 @@ fi
 if [ "$MODE" = test ]; then
   ensure_browser
   ensure_nvcc
+  ensure_db_and_proxy
 fi

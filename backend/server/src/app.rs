@@ -17,6 +17,7 @@ use crate::config::Settings;
 use crate::engine_slot::EngineSlot;
 use crate::metrics::Metrics;
 use crate::routes;
+use crate::share_policy::SharePolicy;
 use crate::share_store::ShareStore;
 use crate::static_files::PlaygroundFiles;
 
@@ -28,6 +29,8 @@ pub struct AppState {
     pub engine: EngineSlot,
     /// `None`: share links are disabled (503).
     pub shares: Option<ShareStore>,
+    /// Creation limits of share links (rate, cap, lifetime).
+    pub share_policy: SharePolicy,
     pub settings: Arc<Settings>,
     pub metrics: Arc<Metrics>,
     pub clients: ClientLimiter,
@@ -50,6 +53,7 @@ impl AppState {
             playground,
             engine: EngineSlot::absent(),
             shares: None,
+            share_policy: SharePolicy::default(),
             settings: Arc::new(Settings::default()),
             metrics: Arc::new(Metrics::default()),
             clients: ClientLimiter::new(0),
@@ -79,6 +83,12 @@ impl AppState {
     /// With share links stored in `store`.
     pub fn with_shares(mut self, store: ShareStore) -> Self {
         self.shares = Some(store);
+        self
+    }
+
+    /// With these share creation limits.
+    pub fn with_share_policy(mut self, policy: SharePolicy) -> Self {
+        self.share_policy = policy;
         self
     }
 

@@ -41,7 +41,7 @@ pub struct ServeArgs {
     /// the binary.
     #[arg(long, env = "PEREGRINE_DIST")]
     pub dist: Option<PathBuf>,
-    /// Where share links are stored (SQLite); default ${XDG_DATA_HOME:-~/.local/share}/peregrine.
+    /// Folder of the SQLite share store (unless --share-store); default ${XDG_DATA_HOME:-~/.local/share}/peregrine.
     #[arg(long, env = "PEREGRINE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
     /// Requests that may wait behind the running ones; more get 429.
@@ -100,6 +100,8 @@ pub struct ServeArgs {
     /// Seconds the running request may finish after Ctrl-C / SIGTERM before it is cancelled.
     #[arg(long, default_value_t = crate::config::DEFAULT_SHUTDOWN_GRACE_SECS)]
     pub shutdown_grace: u64,
+    #[command(flatten)]
+    pub shares: crate::share_args::ShareArgs,
 }
 
 /// How `serve` writes its log on stderr.

@@ -18,9 +18,16 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// The data directory or the share database cannot be used.
+    /// The data directory or the share database cannot be used (at start-up), or the
+    /// database failed a request (503: another replica or a retry may succeed).
     #[error("share store: {0}")]
     Store(String),
+    /// `--share-max` live shares are stored already.
+    #[error("the share store is full ({max} shares); no new share links until older ones expire or are removed")]
+    StoreFull { max: u64 },
+    /// This client created its allowed number of shares (`--share-rate`).
+    #[error("too many share links from this client (limit {rate}); try again in {retry_after_secs} s")]
+    ShareRate { rate: String, retry_after_secs: u64 },
     /// A request failed inside the engine (CLI).
     #[error("{0}")]
     Request(String),
@@ -115,14 +122,15 @@ impl Error {
             Error::MisdirectedHost(_) => StatusCode::MISDIRECTED_REQUEST,
             Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Error::NotFound(_) | Error::ModelNotFound(_) => StatusCode::NOT_FOUND,
-            Error::QueueFull { .. } | Error::ClientLimit { .. } => StatusCode::TOO_MANY_REQUESTS,
-            Error::Unavailable(_) | Error::Timeout(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::QueueFull { .. } | Error::ClientLimit { .. } | Error::ShareRate { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Error::Unavailable(_) | Error::Timeout(_) | Error::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::StoreFull { .. } => StatusCode::INSUFFICIENT_STORAGE,
             Error::Engine(e) => match e {
                 E::InvalidRequest(_) | E::ContextOverflow { .. } | E::Template(_) | E::TokenOutOfRange { .. } => StatusCode::BAD_REQUEST,
                 E::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
                 _ => StatusCode::INTERNAL_SERVER_ERROR,
             },
-            Error::Bind { .. } | Error::Store(_) | Error::Request(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Error::Bind { .. } | Error::Request(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -141,6 +149,9 @@ impl Error {
             Error::ModelNotFound(_) => "model_not_found",
             Error::QueueFull { .. } => "busy",
             Error::ClientLimit { .. } => "client_limit",
+            Error::ShareRate { .. } => "share_rate_limit",
+            Error::StoreFull { .. } => "share_store_full",
+            Error::Store(_) => "store_unavailable",
             Error::Unavailable(_) => "unavailable",
             Error::Timeout(_) => "timeout",
             Error::Engine(e) => match e {
@@ -149,7 +160,7 @@ impl Error {
                 E::Unavailable(_) => "unavailable",
                 _ => "internal_error",
             },
-            Error::Bind { .. } | Error::Store(_) | Error::Request(_) | Error::Internal(_) => "internal_error",
+            Error::Bind { .. } | Error::Request(_) | Error::Internal(_) => "internal_error",
         }
     }
 
@@ -165,7 +176,9 @@ impl Error {
     /// Seconds a client should wait before retrying (429s).
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
-            Error::QueueFull { retry_after_secs, .. } | Error::ClientLimit { retry_after_secs, .. } => Some(*retry_after_secs),
+            Error::QueueFull { retry_after_secs, .. }
+            | Error::ClientLimit { retry_after_secs, .. }
+            | Error::ShareRate { retry_after_secs, .. } => Some(*retry_after_secs),
             _ => None,
         }
     }

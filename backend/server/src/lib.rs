@@ -26,5 +26,8 @@ pub mod request_context;
 pub mod routes;
 pub mod security;
 pub mod serve;
+pub mod share_args;
+pub mod share_policy;
+pub mod share_rate;
 pub mod share_store;
 pub mod static_files;

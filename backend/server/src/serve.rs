@@ -16,18 +16,12 @@ use crate::config::{ConnectionLimits, Settings};
 use crate::engine_slot::{EngineSlot, ServedNames};
 use crate::engine_start::{choose_model, load_engine, model_id};
 use crate::error::{Error, Result};
-use crate::share_store::{default_data_dir, ShareStore};
 use crate::static_files::PlaygroundFiles;
 
 /// Runs the server with the given arguments.
 pub async fn run(args: ServeArgs) -> Result<()> {
     // Fail fast on a bad model path or data dir, before the port is taken.
     let choice = choose_model(&args.model)?;
-    let data_dir = args
-        .data_dir
-        .clone()
-        .or_else(default_data_dir)
-        .ok_or_else(|| Error::Store("neither XDG_DATA_HOME nor HOME is set; pass --data-dir".into()))?;
     let names = if args.served_model_names.is_empty() {
         ServedNames::from(model_id(&choice.path))
     } else {
@@ -35,7 +29,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     };
     let api_keys = crate::auth::ApiKeys::from_args(&args.access)?;
     let trusted_proxies = crate::proxy::TrustedProxies::parse(&args.access.trusted_proxies)?;
-    let shares = ShareStore::open(&data_dir)?;
+    let shares = args.shares.open(args.data_dir.as_deref()).await?;
     let settings = Settings {
         max_per_client: args.max_per_client,
         request_timeout: (args.request_timeout > 0).then(|| Duration::from_secs(args.request_timeout)),
@@ -71,7 +65,9 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         }
     };
     let local = listener.local_addr().map_err(|source| Error::Bind { addr: addr.clone(), source })?;
-    eprintln!("peregrine listening on http://{local} (shares in {})", shares.path().display());
+    eprintln!("peregrine listening on http://{local} (shares in {})", shares.describe());
+    let policy = args.shares.policy();
+    crate::share_store::spawn_sweeper(shares.clone(), crate::share_store::sweep_interval(policy.ttl));
     match &settings.api_keys {
         Some(keys) => eprintln!(
             "API keys: {} accepted (required on /v1, /api, /infill, /tokenize, /detokenize{})",
@@ -87,6 +83,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         .with_engine_slot(slot.clone())
         .with_model_name(names.id())
         .with_shares(shares)
+        .with_share_policy(policy)
         .with_settings(settings);
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<Error>();
     let limits = EngineLimits { max_queue: args.max_queue, max_batch: args.max_batch, kv_budget: args.kv_budget };

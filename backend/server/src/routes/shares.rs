@@ -1,4 +1,5 @@
-//! `POST /api/shares` → 201 `{id, url}` and `GET /api/shares/{id}` → the stored share.
+//! `POST /api/shares` → 201 `{id, url}` (sizes checked, then the client's rate, then
+//! the store's cap) and `GET /api/shares/{id}` → the stored share.
 
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
@@ -11,6 +12,7 @@ use crate::config::{MAX_SHARE_LABEL_BYTES, MAX_SHARE_OUTPUT_BYTES};
 use crate::error::{Error, Result};
 use crate::extract::JsonBody;
 use crate::ids::is_share_id;
+use crate::request_context::Caller;
 use crate::routes::generate::{check_stops, check_texts};
 use crate::share_store::ShareStore;
 
@@ -46,10 +48,16 @@ fn validate(share: &ShareRequest) -> Result<()> {
 }
 
 /// Stores a share.
-pub async fn create(State(state): State<AppState>, body: Result<JsonBody<ShareRequest>>) -> Result<Response> {
+pub async fn create(State(state): State<AppState>, caller: Caller, body: Result<JsonBody<ShareRequest>>) -> Result<Response> {
     let JsonBody(share) = body?;
     validate(&share)?;
-    let stored = store(&state)?.insert(share).await?;
+    let store = store(&state)?;
+    let policy = &state.share_policy;
+    if let Err(e) = policy.admit(caller.client) {
+        state.metrics.rejected("share_rate");
+        return Err(e);
+    }
+    let stored = store.insert(share, policy.ttl, policy.max).await?;
     let url = format!("/s/{}", stored.id);
     let created = ShareCreated { id: stored.id, url: url.clone() };
     Ok((StatusCode::CREATED, [(header::LOCATION, url)], Json(created)).into_response())

@@ -3,6 +3,8 @@
 //! server on an ephemeral port, and an SSE reader over reqwest's byte stream.
 #![allow(dead_code)]
 
+pub mod nginx;
+pub mod postgres;
 pub mod served;
 
 use std::path::PathBuf;

@@ -24,7 +24,8 @@ pub struct Served {
 impl Served {
     /// Starts the binary with `extra` flags and waits until `/health` says ok. The
     /// process gets a soft limit of `descriptors` open files, like a default shell's
-    /// 1024, so floods meet the limit a user's server meets.
+    /// 1024, so floods meet the limit a user's server meets. Shares go to a fresh data
+    /// dir unless `extra` names a `--share-store`.
     pub async fn start(descriptors: u32, extra: &[&str]) -> Served {
         Self::start_with_env(descriptors, extra, &[]).await
     }
@@ -42,7 +43,10 @@ impl Served {
     }
 
     async fn launch(descriptors: u32, extra: &[&str], env: &[(&str, &str)]) -> Served {
-        let data = temp_dir("served-data");
+        let mut store = vec!["--data-dir".to_string(), temp_dir("served-data").display().to_string()];
+        if extra.contains(&"--share-store") {
+            store.clear();
+        }
         let mut child = Command::new("sh")
             .arg("-c")
             .arg(format!("ulimit -n {descriptors} && exec \"$0\" \"$@\""))
@@ -50,8 +54,7 @@ impl Served {
             .args(["serve", "--device", "cpu", "--port", "0"])
             .arg("--model")
             .arg(model_path())
-            .arg("--data-dir")
-            .arg(&data)
+            .args(&store)
             .args(extra)
             .envs(env.iter().copied())
             .stdout(Stdio::null())
@@ -120,6 +123,12 @@ impl Served {
         let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("{field} missing from /proc status"));
         let kib: f64 = line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("a kB figure");
         kib / 1024.0
+    }
+
+    /// Kills the process at once (a replica that dies).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// Whether the process is still running (it must never exit under abuse).
