@@ -5,11 +5,12 @@ set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$(dirname "$0")/.."
 start=$(date +%s)
-scripts/setup.sh test
+# Before any install: a stale bundle fails in a second, not after the set-up.
 step "Checking the committed playground bundle against the frontend sources"
 if [ "$(scripts/frontend-hash.sh)" != "$(cat frontend/bundle/SOURCES.sha256 2>/dev/null)" ]; then
   die "frontend/bundle is stale: the playground's sources changed since it was built. Run scripts/bundle-playground.sh and commit frontend/bundle."
 fi
+scripts/setup.sh test
 export PEREGRINE_DEFAULT_MODEL
 # The engine's NVRTC test compiles the real kernel for every preset with the pinned wheel.
 PEREGRINE_NVRTC_DIR=$(dirname "$(ls "$PEREGRINE_CUDA_VENV"/lib/python3*/site-packages/nvidia/cu13/lib/libnvrtc.so* | head -n1)")
