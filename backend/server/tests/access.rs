@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::served::Served;
@@ -154,15 +153,6 @@ async fn bad_access_flags_stop_serve_before_it_binds() {
         (&["--trusted-proxy", "proxy.local"], "--trusted-proxy:"),
     ];
     for (flags, said) in cases {
-        let out = Command::new(env!("CARGO_BIN_EXE_peregrine"))
-            .args(["serve", "--device", "cpu", "--port", "0", "--model"])
-            .arg(common::model_path())
-            .args(flags)
-            .output()
-            .expect("run peregrine serve");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{flags:?} was accepted");
-        assert!(stderr.contains(said), "{flags:?}: {stderr}");
-        assert!(!stderr.contains("listening on"), "{flags:?}: bound before refusing: {stderr}");
+        common::assert_refused_before_binding(flags, said);
     }
 }

@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::postgres::Postgres;
@@ -177,15 +176,7 @@ async fn serve_stops_naming_the_flag_when_the_store_cannot_be_used() {
         (vec!["--share-rate".into(), "lots".into()], "--share-rate"),
     ];
     for (flags, said) in cases {
-        let out = Command::new(env!("CARGO_BIN_EXE_peregrine"))
-            .args(["serve", "--device", "cpu", "--port", "0", "--model"])
-            .arg(common::model_path())
-            .args(&flags)
-            .output()
-            .expect("run peregrine serve");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{flags:?} was accepted");
-        assert!(stderr.contains(said), "{flags:?}: {stderr}");
-        assert!(!stderr.contains("listening on"), "{flags:?}: bound before refusing: {stderr}");
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        common::assert_refused_before_binding(&flags, said);
     }
 }

@@ -407,3 +407,18 @@ pub async fn read_until_closed(
         }
     }
 }
+
+/// Runs `peregrine serve` on the default model with `flags` and expects it to stop
+/// before it binds, its stderr saying `said`.
+pub fn assert_refused_before_binding(flags: &[&str], said: &str) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_peregrine"))
+        .args(["serve", "--device", "cpu", "--port", "0", "--model"])
+        .arg(model_path())
+        .args(flags)
+        .output()
+        .expect("run peregrine serve");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{flags:?} was accepted");
+    assert!(stderr.contains(said), "{flags:?}: {stderr}");
+    assert!(!stderr.contains("listening on"), "{flags:?}: bound before refusing: {stderr}");
+}
