@@ -42,16 +42,6 @@ impl Embedded {
     pub fn index_html(&self) -> Option<&str> {
         self.index_html.as_deref()
     }
-
-    /// How many files it holds.
-    pub fn len(&self) -> usize {
-        self.files.len()
-    }
-
-    /// Whether the binary was built without a bundle.
-    pub fn is_empty(&self) -> bool {
-        self.files.is_empty()
-    }
 }
 
 fn content_type(name: &str) -> &'static str {

@@ -65,11 +65,6 @@ impl TrustedProxies {
         values.iter().map(|v| Cidr::parse(v).map_err(|m| Error::bad("trusted-proxy", m))).collect::<Result<Vec<_>>>().map(TrustedProxies)
     }
 
-    /// Whether any proxy is trusted.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
     fn trusts(&self, ip: IpAddr) -> bool {
         self.0.iter().any(|c| c.contains(ip))
     }
