@@ -95,7 +95,7 @@ pub fn run(args: &CudaBenchArgs, cuda: &CudaOptions, tps: &[usize], gpus: Option
             if n < max_tp {
                 return Err(Error::bad("gpus", format!("--gpus names {n} devices but --tp asks for {max_tp}")));
             }
-            peregrine_engine::parse_gpus(n, Some(list))?
+            peregrine_engine::parse_gpus(n, Some(list), cuda.share_gpu)?
         }
     };
     let devices = cuda::devices().map_err(|e| Error::Request(format!("--device cuda: no CUDA device ({e})")))?;

@@ -85,9 +85,10 @@ fn with_declared_lanes(mut config: ModelConfig, path: &Path) -> Result<ModelConf
 }
 
 /// The CUDA devices of a run with tensor-parallel degree `tp`: `gpus` as a
-/// comma-separated list of ordinals (exactly `tp` of them, no repeats), by default the
-/// first `tp`.
-pub fn parse_gpus(tp: usize, gpus: Option<&str>) -> Result<Vec<usize>> {
+/// comma-separated list of ordinals (exactly `tp` of them), by default the first `tp`.
+/// A device may repeat only when the ranks may share a GPU (`share_gpu`, the
+/// single-GPU tests of TP); otherwise a repeat is a typing mistake.
+pub fn parse_gpus(tp: usize, gpus: Option<&str>, share_gpu: bool) -> Result<Vec<usize>> {
     if tp == 0 {
         return Err(Error::InvalidRequest("--tp must be at least 1".into()));
     }
@@ -99,8 +100,10 @@ pub fn parse_gpus(tp: usize, gpus: Option<&str>) -> Result<Vec<usize>> {
     if ids.len() != tp {
         return Err(Error::InvalidRequest(format!("--gpus names {} devices but --tp is {tp}", ids.len())));
     }
-    if let Some((i, d)) = ids.iter().enumerate().find(|(i, d)| ids[..*i].contains(d)) {
-        return Err(Error::InvalidRequest(format!("--gpus lists device {d} twice (position {i})")));
+    if let Some((i, d)) = ids.iter().enumerate().find(|(i, d)| !share_gpu && ids[..*i].contains(d)) {
+        return Err(Error::InvalidRequest(format!(
+            "--gpus lists device {d} twice (position {i}); ranks share a GPU only with --tp-share-gpu"
+        )));
     }
     Ok(ids)
 }
@@ -199,8 +202,15 @@ fn warm_up(runtime: &mut dyn crate::runtime::Runtime, lengths: &[usize]) -> Resu
     let start = std::time::Instant::now();
     for &len in lengths {
         let prompt: Vec<u32> = (0..len as u32).map(|i| (i * 7 + 1) % vocab).collect();
-        let job =
-            DecodeJob { prompt: &prompt, max_tokens: 1, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false };
+        let job = DecodeJob {
+            prompt: &prompt,
+            max_tokens: 1,
+            sampling: &sampling,
+            stop_tokens: &[],
+            top_logprobs: 0,
+            cancel: Cancel::NEVER,
+            reuse_prefix: false,
+        };
         runtime.generate(&job, &mut |_| Flow::Continue)?;
     }
     Ok(start.elapsed())
@@ -240,13 +250,14 @@ mod gpu_list_tests {
 
     #[test]
     fn gpus_default_to_the_first_tp_and_reject_bad_lists() {
-        assert_eq!(parse_gpus(1, None).expect("default"), vec![0]);
-        assert_eq!(parse_gpus(2, None).expect("default"), vec![0, 1]);
-        assert_eq!(parse_gpus(2, Some("3, 1")).expect("list"), vec![3, 1]);
+        assert_eq!(parse_gpus(1, None, false).expect("default"), vec![0]);
+        assert_eq!(parse_gpus(2, None, false).expect("default"), vec![0, 1]);
+        assert_eq!(parse_gpus(2, Some("3, 1"), false).expect("list"), vec![3, 1]);
+        assert_eq!(parse_gpus(4, Some("0,0,0,0"), true).expect("ranks sharing a GPU"), vec![0; 4]);
         for (tp, list, needle) in
             [(0, None, "at least 1"), (2, Some("0"), "names 1 devices"), (2, Some("1,1"), "twice"), (2, Some("0,x"), "`x`")]
         {
-            let err = parse_gpus(tp, list).expect_err("bad list").to_string();
+            let err = parse_gpus(tp, list, false).expect_err("bad list").to_string();
             assert!(err.contains(needle), "{err}");
         }
     }

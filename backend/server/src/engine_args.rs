@@ -22,7 +22,7 @@ pub struct ModelArgs {
     /// Tensor-parallel degree: GPUs one model is split over (the bench's `--shape` takes a list, e.g. 1,2).
     #[arg(long, env = "PEREGRINE_TP", default_value = "1")]
     pub tp: String,
-    /// CUDA devices to use, comma-separated (default: the first --tp).
+    /// CUDA devices to use, comma-separated (default: the first --tp); a device may repeat with --tp-share-gpu.
     #[arg(long, env = "PEREGRINE_GPUS")]
     pub gpus: Option<String>,
     #[command(flatten)]
@@ -105,7 +105,7 @@ impl ModelArgs {
             [one] => *one,
             _ => return Err(Error::bad("tp", "takes one degree here (a list only with the bench's --shape)")),
         };
-        Ok(peregrine_engine::parse_gpus(tp, self.gpus.as_deref())?)
+        Ok(peregrine_engine::parse_gpus(tp, self.gpus.as_deref(), self.engine.tp_share_gpu)?)
     }
 
     /// The model path: `--model`, else the default model in the cache.
