@@ -80,50 +80,64 @@ struct Args {
     weights: String,
 }
 
+/// The command line (clap): the mode, then its options.
+#[derive(clap::Parser)]
+#[command(name = "gpu_check", about = "GPU checks, traces and kernel builds of the persistent kernel")]
+struct Cli {
+    /// all, precompile, precompile-tp, defines, sanitize, prefill, trace, kernel-check, tune, tp-prefill, tp, bench, …
+    #[arg(default_value = "all")]
+    mode: String,
+    #[arg(long)]
+    quick: bool,
+    /// Benchmark shapes, comma-separated (default smollm2-135m,llama-3.2-1b).
+    #[arg(long, value_delimiter = ',')]
+    shapes: Option<Vec<String>>,
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    #[arg(long, default_value_t = 32)]
+    prompt: usize,
+    #[arg(long, default_value_t = 256)]
+    gen: usize,
+    /// Kernel builds (`variant` names), comma-separated (default default,default+nosplit).
+    #[arg(long, value_delimiter = ',')]
+    variants: Option<Vec<String>>,
+    #[arg(long)]
+    tp: Option<usize>,
+    #[arg(long, default_value = "v10")]
+    kernel: String,
+    #[arg(long)]
+    no_tiny: bool,
+    #[arg(long)]
+    no_chaos: bool,
+    /// DTP configs, `;`-separated.
+    #[arg(long, value_delimiter = ';')]
+    dtp: Vec<String>,
+    #[arg(long, default_value = "bf16")]
+    weights: String,
+}
+
 fn parse() -> Args {
-    let mut a = Args {
-        mode: "all".into(),
-        quick: false,
-        shapes: vec!["smollm2-135m".into(), "llama-3.2-1b".into()],
-        shapes_given: false,
-        runs: 5,
-        prompt: 32,
-        gen: 256,
-        variants: vec!["default".into(), "default+nosplit".into()],
-        tp: None,
-        variants_given: false,
-        kernel: "v10".into(),
-        no_tiny: false,
-        no_chaos: false,
-        dtp: Vec::new(),
-        weights: "bf16".into(),
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(x) = it.next() {
-        let mut val = || it.next().unwrap_or_default();
-        match x.as_str() {
-            "--quick" => a.quick = true,
-            "--shapes" => {
-                a.shapes = val().split(',').filter(|s| !s.is_empty()).map(String::from).collect();
-                a.shapes_given = true;
-            }
-            "--variants" => {
-                a.variants = val().split(',').filter(|s| !s.is_empty()).map(String::from).collect();
-                a.variants_given = true;
-            }
-            "--kernel" => a.kernel = val(),
-            "--no-tiny" => a.no_tiny = true,
-            "--no-chaos" => a.no_chaos = true,
-            "--dtp" => a.dtp = val().split(';').filter(|s| !s.is_empty()).map(String::from).collect(),
-            "--runs" => a.runs = val().parse().unwrap_or(5),
-            "--prompt" => a.prompt = val().parse().unwrap_or(32),
-            "--gen" => a.gen = val().parse().unwrap_or(256),
-            "--tp" => a.tp = val().parse().ok(),
-            "--weights" => a.weights = val(),
-            m => a.mode = m.to_string(),
-        }
+    let c = <Cli as clap::Parser>::parse();
+    let list = |v: Option<Vec<String>>| v.map(|v| v.into_iter().filter(|s| !s.is_empty()).collect::<Vec<_>>());
+    let shapes = list(c.shapes);
+    let variants = list(c.variants);
+    Args {
+        mode: c.mode,
+        quick: c.quick,
+        shapes_given: shapes.is_some(),
+        shapes: shapes.unwrap_or_else(|| vec!["smollm2-135m".into(), "llama-3.2-1b".into()]),
+        runs: c.runs,
+        prompt: c.prompt,
+        gen: c.gen,
+        variants_given: variants.is_some(),
+        variants: variants.unwrap_or_else(|| vec!["default".into(), "default+nosplit".into()]),
+        tp: c.tp,
+        kernel: c.kernel,
+        no_tiny: c.no_tiny,
+        no_chaos: c.no_chaos,
+        dtp: c.dtp.into_iter().filter(|s| !s.is_empty()).collect(),
+        weights: c.weights,
     }
-    a
 }
 
 /// Kernel builds by name: `default` (or `v10`), then `+` modifiers: `threadsN`
