@@ -121,12 +121,18 @@ static_assert(QKV % 2 == 0 && QD % 2 == 0 && D % 2 == 0 && F % 2 == 0, "tagged v
 
 // ---- dependency counters -------------------------------------------------------
 
-/// Per-layer phases, each a counter every block arrives on once per step.
-enum Phase { PH_QKV, PH_ATTN, PH_O, PH_GATE_UP, PH_DOWN, PHASES };
+/// Per-layer phases, each a counter every block arrives on once per step (the order is
+/// cuda/trace.rs LAYER_PHASES, which names them in traces).
+enum Phase { PH_QKV = PG_PH_QKV, PH_ATTN = PG_PH_ATTN, PH_O = PG_PH_O, PH_GATE_UP = PG_PH_GATE_UP, PH_DOWN = PG_PH_DOWN, PHASES = PG_PHASES };
 /// Trace events (PG_TRACE) after the per-layer ones (event l·PHASES + phase): the LM
 /// head, the sampler (its "arrive" = the token's release), the step-start wait of the
 /// step after the traced one (its producer is the traced step's sampler).
-enum TraceTail { EV_LM = L * PHASES, EV_SAMPLER, EV_STEP, TRACE_EVENTS };
+enum TraceTail {
+  EV_LM = L * PHASES + PG_EV_LM,
+  EV_SAMPLER = L * PHASES + PG_EV_SAMPLER,
+  EV_STEP = L * PHASES + PG_EV_STEP,
+  TRACE_EVENTS = L * PHASES + PG_TAIL_EVENTS
+};
 /// Whole-step counters.
 enum StepCounter {
   CTR_LM,     // LM-head arrivals (once per block per step that runs the head)

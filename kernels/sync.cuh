@@ -66,7 +66,7 @@ __device__ __forceinline__ void block_arrive(u32* ctr, u64* stamp = nullptr) {
   __syncthreads();
   if (threadIdx.x == 0) {
     chaos_delay(reinterpret_cast<u64>(ctr) >> 2);
-    if (PG_TRACE && stamp) trace_stamp(stamp + 4);
+    if (PG_TRACE && stamp) trace_stamp(stamp + PG_TRACE_ARRIVE);
     red_release_gpu(ctr, 1);
   }
 }
@@ -80,7 +80,7 @@ __device__ __forceinline__ void block_wait(const u32* ctr, u32 target, u64* stam
     if (PG_TRACE && stamp) trace_stamp(stamp);
     while (ld_acquire_gpu(ctr) < target) {
     }
-    if (PG_TRACE && stamp) trace_stamp(stamp + 2);
+    if (PG_TRACE && stamp) trace_stamp(stamp + PG_TRACE_WAIT_END);
   }
   __syncthreads();
 }
@@ -116,10 +116,10 @@ __device__ __forceinline__ void wait_peers(const u32* ctr, u32 target) {
 }
 
 /// Lamport-style exchange: a value a peer GPU writes into this GPU's memory with plain
-/// stores, over a slot pre-filled with a sentinel no arithmetic produces (0xffffffff,
-/// a NaN whose sign and payload real NaNs never take). Volatile 16-byte loads: each
+/// stores, over a slot pre-filled with a sentinel no arithmetic produces (PG_PEER_SENTINEL,
+/// 0xffffffff: a NaN whose sign and payload real NaNs never take). Volatile 16-byte loads: each
 /// 4-byte component is either the sentinel or the peer's value.
-constexpr u32 PEER_SENTINEL = 0xffffffffu;
+constexpr u32 PEER_SENTINEL = PG_PEER_SENTINEL;
 
 __device__ __forceinline__ float4 ld_volatile_f32x4(const float* p) {
   float4 v;

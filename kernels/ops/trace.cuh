@@ -9,10 +9,12 @@
 #include "common.cuh"
 #include "sync.cuh"
 
-/// u64 words per event: (global ns, SM cycles) at wait start, wait end, arrive.
-constexpr int TRACE_WORDS = 6;
+/// u64 words per event: (global ns, SM cycles) at wait start, wait end, arrive (the
+/// host reads the record back: cuda/trace.rs defines the layout).
+constexpr int TRACE_WORDS = PG_TRACE_WORDS;
+constexpr int TRACE_WAIT_END = PG_TRACE_WAIT_END;
 /// Offset of the arrive stamp inside an event (sync.cuh's block_arrive writes there too).
-constexpr int TRACE_ARRIVE = 4;
+constexpr int TRACE_ARRIVE = PG_TRACE_ARRIVE;
 
 /// This block's record (`events` events) when tracing is compiled in, the buffer is
 /// set and `on` (the traced step); else null, which every stamp site skips.
@@ -29,7 +31,7 @@ __device__ __forceinline__ void trace_wait_start(u64* ev) {
   if (PG_TRACE && ev && threadIdx.x == 0) trace_stamp(ev);
 }
 __device__ __forceinline__ void trace_wait_end(u64* ev) {
-  if (PG_TRACE && ev && threadIdx.x == 0) trace_stamp(ev + 2);
+  if (PG_TRACE && ev && threadIdx.x == 0) trace_stamp(ev + TRACE_WAIT_END);
 }
 __device__ __forceinline__ void trace_arrive(u64* ev) {
   if (PG_TRACE && ev && threadIdx.x == 0) trace_stamp(ev + TRACE_ARRIVE);

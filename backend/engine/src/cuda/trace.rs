@@ -11,17 +11,19 @@
 //! the same clock) and a per-block offset (the upper envelope of `global − slope·cycles`,
 //! since a truncating timer only ever reads early) give fine times on a common axis.
 
-/// u64 words per event in the kernel's record (kernels/ops/trace.cuh TRACE_WORDS).
-pub const WORDS_PER_EVENT: usize = 6;
-/// The per-layer phases, in the kernel's order (decode.cu `Phase`).
+/// u64 words per stamp: (global ns, SM cycles).
+pub const WORDS_PER_STAMP: usize = 2;
+/// u64 words per event in the kernel's record: three stamps (PG_TRACE_WORDS).
+pub const WORDS_PER_EVENT: usize = 3 * WORDS_PER_STAMP;
+/// The per-layer phases, in the kernel's order (its `Phase` enum takes PG_PH_<name>).
 pub const LAYER_PHASES: [&str; 5] = ["QKV", "ATTN", "O", "GATE_UP", "DOWN"];
-/// Events after the per-layer ones (decode.cu `TraceTail`).
+/// Events after the per-layer ones (the kernel's `TraceTail` takes PG_EV_<name>).
 pub const TAIL_EVENTS: [&str; 3] = ["LM", "SAMPLER", "STEP"];
 const PHASES: usize = LAYER_PHASES.len();
-/// Stamp positions inside an event.
-const WAIT_START: usize = 0;
-const WAIT_END: usize = 1;
-const ARRIVE: usize = 2;
+/// Stamp positions inside an event (the kernel's TRACE_WAIT_END / TRACE_ARRIVE words).
+pub const WAIT_START: usize = 0;
+pub const WAIT_END: usize = 1;
+pub const ARRIVE: usize = 2;
 
 /// The stamps of one run as read back from the device: `[blocks][events][WORDS_PER_EVENT]`.
 #[derive(Debug, Clone, PartialEq)]

@@ -7,6 +7,7 @@ use crate::config::{ModelConfig, RopeLayout};
 use crate::dtp::{Combine, DtpSchedule, ShardPlan};
 pub use crate::options::Diagnostics;
 use crate::options::{CudaOptions, PrefillMode, ThreadsPolicy};
+use crate::cuda::trace;
 use crate::sampling::MAX_TOP_LOGPROBS;
 
 /// Declares an enum of consecutive slots plus their names, for `PG_<PREFIX>_<NAME>`.
@@ -152,6 +153,9 @@ pub mod end {
 /// Threads per block of the persistent kernel (16 warps: 8 KB of 16-byte loads in
 /// flight per SM per unrolled load step); the first load of a shape may pick another
 /// count (tune.rs).
+/// Bits a receive slot holds until a peer's value lands: a NaN no arithmetic produces
+/// (PG_PEER_SENTINEL in the kernel).
+pub const PEER_SENTINEL: u32 = 0xffff_ffff;
 pub const DEFAULT_THREADS: u32 = 512;
 /// Rows a warp streams together (even: gate/up rows come in pairs).
 pub const ROWS_PER_WARP: u32 = 2;
@@ -541,6 +545,20 @@ pub fn defines_tp(
     put("END_LENGTH", end::LENGTH.to_string());
     put("END_STOP_TOKEN", end::STOP_TOKEN.to_string());
     put("END_STOPPED", end::STOPPED.to_string());
+    // The receive slots' sentinel, the trace record's layout and the phase list: facts the
+    // host reads back, stated once (here and in trace.rs).
+    put("PEER_SENTINEL", format!("{PEER_SENTINEL:#x}u"));
+    put("TRACE_WORDS", trace::WORDS_PER_EVENT.to_string());
+    put("TRACE_WAIT_END", (trace::WAIT_END * trace::WORDS_PER_STAMP).to_string());
+    put("TRACE_ARRIVE", (trace::ARRIVE * trace::WORDS_PER_STAMP).to_string());
+    for (i, name) in trace::LAYER_PHASES.iter().enumerate() {
+        put(&format!("PH_{name}"), i.to_string());
+    }
+    put("PHASES", trace::LAYER_PHASES.len().to_string());
+    for (i, name) in trace::TAIL_EVENTS.iter().enumerate() {
+        put(&format!("EV_{name}"), i.to_string());
+    }
+    put("TAIL_EVENTS", trace::TAIL_EVENTS.len().to_string());
     d
 }
 

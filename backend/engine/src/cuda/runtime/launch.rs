@@ -8,6 +8,7 @@ use cudarc::driver::{sys, CudaSlice, DevicePtrMut, LaunchConfig, PushKernelArg};
 use super::kernel::KernelArgs;
 use super::{cuda_err, CudaRuntime};
 use crate::admission::check_fits;
+use crate::cuda::layout::PEER_SENTINEL;
 use crate::cuda::layout::{self, ctl, end, rec, Arg, MAX_DEVICE_STOP_TOKENS};
 use crate::cuda::prefill::Prefill;
 use crate::cuda::trace::{RawTrace, WORDS_PER_EVENT};
@@ -15,10 +16,6 @@ use crate::cuda::RunStats;
 use crate::error::{Error, Result};
 use crate::runtime::{reusable_prefix, DecodeJob, Flow, RunEnd};
 use crate::sampling::{Sampled, SamplingParams, TokenLogprob, MAX_TOP_LOGPROBS};
-
-/// Bits the receive slots hold until a peer's value lands (kernels/sync.cuh's
-/// PEER_SENTINEL: a NaN no arithmetic produces).
-const PEER_SENTINEL: u32 = 0xffff_ffff;
 
 /// A run that publishes nothing for this long is reported as a hung kernel.
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(60);
