@@ -6,7 +6,7 @@
 //! usage: cpu_ops MODEL.gguf [THREADS] [ISA]   (ISA: portable | avx2 | avx512)
 use std::time::Instant;
 
-use peregrine_engine::cpu::act_quant::{ActPrecision, QuantActs, QuantView};
+use peregrine_engine::cpu::act_quant::{ActPrecision, QuantActs, QuantView, TokenActs};
 use peregrine_engine::cpu::fast_model::{FastLayer, FastModel};
 use peregrine_engine::cpu::forward::{forward, LogitsFor};
 use peregrine_engine::cpu::isa::Isa;
@@ -22,13 +22,20 @@ use peregrine_engine::cpu::workspace::Workspace;
 const PROMPT: usize = 8;
 /// Timed repetitions of each measurement (the median is printed).
 const REPS: usize = 200;
+/// Prompt length of the prefill measurement (the bench's).
+const PREFILL: usize = 256;
 
 /// Median wall time of `f` in microseconds, after a few untimed calls.
-fn time_us(mut f: impl FnMut()) -> f64 {
-    for _ in 0..10 {
+fn time_us(f: impl FnMut()) -> f64 {
+    time_reps(REPS, f)
+}
+
+/// [`time_us`] over `reps` timed calls.
+fn time_reps(reps: usize, mut f: impl FnMut()) -> f64 {
+    for _ in 0..reps.min(10) {
         f();
     }
-    let mut t: Vec<f64> = (0..REPS)
+    let mut t: Vec<f64> = (0..reps)
         .map(|_| {
             let s = Instant::now();
             f();
@@ -177,6 +184,45 @@ fn main() {
     println!("barriers: {barriers:.0} µs for {} (one pool job)", layers * 5);
     let sum = total_us + norm + quant + silu + attn + barriers;
     println!("sum of parts: {sum:.0} µs vs step {step:.0} µs");
+
+    // Prefill: one forward call over a prompt of PREFILL tokens, and its layers'
+    // matrices alone over the same batch (tiles of several tokens per weight load).
+    let mut ws = Workspace::new(&model, PREFILL, threads, precision);
+    let long: Vec<u32> = (0..PREFILL as u32).map(|i| 100 + i * 13 % 40000).collect();
+    let prefill = time_reps(5, || {
+        cache.truncate(0);
+        forward(&model, &pool, &mut ws, &mut cache, &long, LogitsFor::Last).expect("prefill");
+    });
+    let mut big = QuantActs::new(ffn, PREFILL, precision);
+    let bview = big.view();
+    for t in 0..PREFILL {
+        // SAFETY: single-threaded.
+        unsafe { bview.quantize(isa, t, 0, &ax) };
+    }
+    let widest = model.layers[0].gate.padded_rows().max(model.layers[0].down.padded_rows());
+    let mut out = vec![0.0f32; PREFILL * widest];
+    let base = out.as_mut_ptr() as usize;
+    let all: Vec<&PackedMatrix> = model.layers.iter().flat_map(|l| [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down]).collect();
+    let macs: usize = all.iter().map(|m| m.rows * m.cols).sum::<usize>() * PREFILL;
+    let mm = time_reps(5, || {
+        pool.run(&|team| {
+            let acts: Vec<TokenActs> = (0..PREFILL).map(|t| bview.token(t)).collect();
+            let outs: Vec<*mut f32> = (0..PREFILL).map(|t| (base as *mut f32).wrapping_add(t * widest)).collect();
+            for w in &all {
+                let io = MatmulIo { quant: &acts, precision, float: &[], out: &outs };
+                // SAFETY: members write disjoint row groups of every token's output row.
+                unsafe { matmul(isa, w, team.split(w.groups()), io) };
+            }
+        })
+    });
+    println!(
+        "prefill {PREFILL} tokens: {:.1} ms ({:.0} tok/s); layer matrices alone {:.1} ms ({:.1} GMAC/s, {:.0} tok/s)",
+        prefill / 1e3,
+        PREFILL as f64 * 1e6 / prefill,
+        mm / 1e3,
+        macs as f64 / mm / 1e3,
+        PREFILL as f64 * 1e6 / mm
+    );
     let bw = read_bandwidth(threads);
     println!("read loop: {:.1} GB/s; matrices at {:.0} % of it", bw / 1e9, 100.0 * total_bytes as f64 / total_us / 1e3 / (bw / 1e9));
 }
