@@ -19,6 +19,11 @@ const BYTE_BIAS: i32 = 128;
 /// i16: a pair is at most 2 · 15 · 128 = 3,840 in magnitude (codes ≤ 15, activation
 /// bytes ∈ [−128, 127]), and 8 of them (30,720) stay below 32,767.
 const NIBBLE_I16_VECTORS: usize = 8;
+/// 8-row halves of a group, one 256-bit register each.
+const HALVES: usize = GROUP_ROWS / HALF_ROWS;
+/// Tokens per quantized tile: two tokens' sums for both halves fill the register
+/// file; more spill.
+const PAIR: usize = 2;
 
 /// See [`super::matmul`].
 ///
@@ -30,71 +35,59 @@ pub unsafe fn quant_matmul<K: QKind, const DUAL: bool>(w: &PackedMatrix, groups:
     for g in groups {
         let panel = w.panel(g);
         let row0 = g * GROUP_ROWS;
-        for (a, o) in acts.chunks(MAX_TILE).zip(out.chunks(MAX_TILE)) {
+        for (a, o) in acts.chunks(PAIR).zip(out.chunks(PAIR)) {
             // SAFETY: forwarded contract; the tile size matches the slice lengths.
             unsafe {
                 match a.len() {
-                    // One token: both halves at once, so each activation word is
-                    // broadcast once for 16 rows.
-                    1 => quant_tile::<K, 1, 2, DUAL>(panel, steps, a, o, row0, 0),
-                    // Several: one half at a time keeps every token's sums in registers.
-                    n => {
-                        for h in 0..2 {
-                            match n {
-                                4 => quant_tile::<K, 4, 1, DUAL>(panel, steps, a, o, row0, h),
-                                3 => quant_tile::<K, 3, 1, DUAL>(panel, steps, a, o, row0, h),
-                                _ => quant_tile::<K, 2, 1, DUAL>(panel, steps, a, o, row0, h),
-                            }
-                        }
-                    }
+                    2 => quant_tile::<K, 2, DUAL>(panel, steps, a, o, row0),
+                    _ => quant_tile::<K, 1, DUAL>(panel, steps, a, o, row0),
                 }
             }
         }
     }
 }
 
-/// Rows `8h..8h+8` (`h` from `h0`, `H` halves) of `TT` tokens over the whole panel.
-/// The two accumulators of the shared formula are separate chains, so they run as
+/// All 16 rows of `TT` tokens over the whole panel, both halves per activation
+/// broadcast (one broadcast feeds 16 rows). The two accumulators of the shared formula are separate chains, so they run as
 /// two loops: the integer dots first (the offsets' registers stay free for them),
 /// then `acc_m` from the scales alone; each chain sees the same operations in the
 /// same order as in the other kernels.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn quant_tile<K: QKind, const TT: usize, const H: usize, const DUAL: bool>(
+unsafe fn quant_tile<K: QKind, const TT: usize, const DUAL: bool>(
     panel: *const u8,
     steps: usize,
     acts: &[TokenActs],
     out: &[*mut f32],
     row0: usize,
-    h0: usize,
 ) {
     let q = K::FMT;
     // SAFETY: as the AVX-512 tile: the panel has `steps` chunks, each token `steps·sub`
     // codes and `steps` block entries, each output row room for row0 + 16 floats.
     unsafe {
-        let mut acc_d = [[_mm256_setzero_ps(); H]; TT];
+        let mut acc_d = [[_mm256_setzero_ps(); HALVES]; TT];
         for st in 0..steps {
             let p = panel.add(st * q.chunk_bytes());
             let isum = match q.codes {
-                Codes::Nibble => nibble_dots::<K, TT, H, DUAL>(p, st * q.sub, acts, h0),
-                Codes::Byte => byte_dots::<K, TT, H, DUAL>(p, st, acts, h0),
+                Codes::Nibble => nibble_dots::<K, TT, DUAL>(p, st * q.sub, acts),
+                Codes::Byte => byte_dots::<K, TT, DUAL>(p, st, acts),
             };
             let sp = p.add(q.code_bytes());
-            for hh in 0..H {
-                let dv = load_scales::<K>(sp, h0 + hh);
+            for hh in 0..HALVES {
+                let dv = load_scales::<K>(sp, hh);
                 for t in 0..TT {
                     let da = *acts[t].d.add(st * q.sub / QBLOCK);
                     acc_d[t][hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t][hh]), _mm256_mul_ps(dv, _mm256_set1_ps(da)), acc_d[t][hh]);
                 }
             }
         }
-        let mut acc_m = [[_mm256_setzero_ps(); H]; TT];
+        let mut acc_m = [[_mm256_setzero_ps(); HALVES]; TT];
         for st in 0..steps {
             let sp = panel.add(st * q.chunk_bytes() + q.code_bytes());
-            for hh in 0..H {
+            for hh in 0..HALVES {
                 let mv = match q.m_from_d {
-                    Some(c) => _mm256_mul_ps(load_scales::<K>(sp, h0 + hh), _mm256_set1_ps(c)),
-                    None => load_scales::<K>(sp.add(GROUP_ROWS * q.scale_bytes()), h0 + hh),
+                    Some(c) => _mm256_mul_ps(load_scales::<K>(sp, hh), _mm256_set1_ps(c)),
+                    None => load_scales::<K>(sp.add(GROUP_ROWS * q.scale_bytes()), hh),
                 };
                 for t in 0..TT {
                     let sa = if q.sub == QBLOCK { *acts[t].s32.add(st) } else { *acts[t].s16.add(st) };
@@ -103,8 +96,8 @@ unsafe fn quant_tile<K: QKind, const TT: usize, const H: usize, const DUAL: bool
             }
         }
         for t in 0..TT {
-            for hh in 0..H {
-                _mm256_storeu_ps(out[t].add(row0 + (h0 + hh) * HALF_ROWS), _mm256_add_ps(acc_d[t][hh], acc_m[t][hh]));
+            for hh in 0..HALVES {
+                _mm256_storeu_ps(out[t].add(row0 + hh * HALF_ROWS), _mm256_add_ps(acc_d[t][hh], acc_m[t][hh]));
             }
         }
     }
@@ -143,12 +136,7 @@ fn planes<const DUAL: bool>(a: &TokenActs) -> [*const i8; 2] {
 /// widens them; with `DUAL` that `vpmaddwd` multiplies the high plane by 128.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn nibble_dots<K: QKind, const TT: usize, const H: usize, const DUAL: bool>(
-    p: *const u8,
-    e0: usize,
-    acts: &[TokenActs],
-    h0: usize,
-) -> [[__m256i; H]; TT] {
+unsafe fn nibble_dots<K: QKind, const TT: usize, const DUAL: bool>(p: *const u8, e0: usize, acts: &[TokenActs]) -> [[__m256i; HALVES]; TT] {
     let nv = K::FMT.vectors();
     const { assert!(K::FMT.vectors() <= NIBBLE_I16_VECTORS, "nibble sums would overflow i16") };
     let np = if DUAL { 2 } else { 1 };
@@ -156,19 +144,19 @@ unsafe fn nibble_dots<K: QKind, const TT: usize, const H: usize, const DUAL: boo
     // `4·nv` codes from `e0` (caller).
     unsafe {
         let mask = _mm256_set1_epi8(0x0F);
-        let mut s16 = [[[_mm256_setzero_si256(); H]; 2]; TT];
+        let mut s16 = [[[_mm256_setzero_si256(); HALVES]; 2]; TT];
         for v in 0..nv / 2 {
-            let mut lo = [_mm256_setzero_si256(); H];
-            let mut hi = [_mm256_setzero_si256(); H];
-            for hh in 0..H {
-                let x = load_half(p, v, h0 + hh);
+            let mut lo = [_mm256_setzero_si256(); HALVES];
+            let mut hi = [_mm256_setzero_si256(); HALVES];
+            for hh in 0..HALVES {
+                let x = load_half(p, v, hh);
                 lo[hh] = _mm256_and_si256(x, mask);
                 hi[hh] = _mm256_and_si256(_mm256_srli_epi16::<4>(x), mask);
             }
             for (t, sums) in s16.iter_mut().enumerate() {
                 for (plane_sums, base) in sums.iter_mut().zip(planes::<DUAL>(&acts[t])).take(np) {
                     let (a_lo, a_hi) = (word(base, e0 / 4 + v), word(base, e0 / 4 + v + nv / 2));
-                    for hh in 0..H {
+                    for hh in 0..HALVES {
                         let pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo[hh], a_lo), _mm256_maddubs_epi16(hi[hh], a_hi));
                         plane_sums[hh] = _mm256_add_epi16(plane_sums[hh], pairs);
                     }
@@ -177,9 +165,9 @@ unsafe fn nibble_dots<K: QKind, const TT: usize, const H: usize, const DUAL: boo
         }
         let ones = _mm256_set1_epi16(1);
         let hi_scale = _mm256_set1_epi16(HI_SCALE as i16);
-        let mut isum = [[_mm256_setzero_si256(); H]; TT];
+        let mut isum = [[_mm256_setzero_si256(); HALVES]; TT];
         for (t, sums) in s16.iter().enumerate() {
-            for hh in 0..H {
+            for hh in 0..HALVES {
                 isum[t][hh] = if DUAL {
                     _mm256_add_epi32(_mm256_madd_epi16(sums[0][hh], hi_scale), _mm256_madd_epi16(sums[1][hh], ones))
                 } else {
@@ -195,12 +183,7 @@ unsafe fn nibble_dots<K: QKind, const TT: usize, const H: usize, const DUAL: boo
 /// the sign trick, then `128·Σa` added back.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn byte_dots<K: QKind, const TT: usize, const H: usize, const DUAL: bool>(
-    p: *const u8,
-    st: usize,
-    acts: &[TokenActs],
-    h0: usize,
-) -> [[__m256i; H]; TT] {
+unsafe fn byte_dots<K: QKind, const TT: usize, const DUAL: bool>(p: *const u8, st: usize, acts: &[TokenActs]) -> [[__m256i; HALVES]; TT] {
     let q = K::FMT;
     let np = if DUAL { 2 } else { 1 };
     let e0 = st * q.sub;
@@ -209,29 +192,29 @@ unsafe fn byte_dots<K: QKind, const TT: usize, const H: usize, const DUAL: bool>
     unsafe {
         let bias = _mm256_set1_epi8(BYTE_BIAS as u8 as i8);
         let ones = _mm256_set1_epi16(1);
-        let mut isum = [[[_mm256_setzero_si256(); H]; 2]; TT];
+        let mut isum = [[[_mm256_setzero_si256(); HALVES]; 2]; TT];
         for k in 0..q.vectors() {
-            let mut signed = [_mm256_setzero_si256(); H];
-            let mut magnitude = [_mm256_setzero_si256(); H];
-            for hh in 0..H {
-                signed[hh] = _mm256_xor_si256(load_half(p, k, h0 + hh), bias);
+            let mut signed = [_mm256_setzero_si256(); HALVES];
+            let mut magnitude = [_mm256_setzero_si256(); HALVES];
+            for hh in 0..HALVES {
+                signed[hh] = _mm256_xor_si256(load_half(p, k, hh), bias);
                 magnitude[hh] = _mm256_abs_epi8(signed[hh]);
             }
             for (t, sums) in isum.iter_mut().enumerate() {
                 for (plane_sums, base) in sums.iter_mut().zip(planes::<DUAL>(&acts[t])).take(np) {
                     let a = word(base, e0 / 4 + k);
-                    for hh in 0..H {
+                    for hh in 0..HALVES {
                         let pairs = _mm256_maddubs_epi16(magnitude[hh], _mm256_sign_epi8(a, signed[hh]));
                         plane_sums[hh] = _mm256_add_epi32(plane_sums[hh], _mm256_madd_epi16(pairs, ones));
                     }
                 }
             }
         }
-        let mut out = [[_mm256_setzero_si256(); H]; TT];
+        let mut out = [[_mm256_setzero_si256(); HALVES]; TT];
         for (t, sums) in isum.iter().enumerate() {
             let a = &acts[t];
             let asum = if q.sub == QBLOCK { *a.isum16.add(2 * st) + *a.isum16.add(2 * st + 1) } else { *a.isum16.add(st) };
-            for hh in 0..H {
+            for hh in 0..HALVES {
                 let s =
                     if DUAL { _mm256_add_epi32(_mm256_slli_epi32::<{ HI_SHIFT as i32 }>(sums[0][hh]), sums[1][hh]) } else { sums[0][hh] };
                 out[t][hh] = _mm256_add_epi32(s, _mm256_set1_epi32(BYTE_BIAS * asum));
