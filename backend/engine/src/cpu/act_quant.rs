@@ -272,11 +272,58 @@ impl BlockSums<'_> {
     }
 }
 
-/// The portable code compiled for AVX2 (the compiler vectorises its loops).
+/// The AVX-512 code's steps on 8-float registers. AVX2 has no `i32 → i8` narrowing
+/// store, so codes go through two saturating packs (never saturating: every code is
+/// within ±127) and one lane permute back into element order.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn quantize_avx2(precision: ActPrecision, x: &[f32], out: BlocksMut<'_>) {
-    quantize_portable(precision, x, out)
+    use std::arch::x86_64::*;
+    let mut rest = BlockSums { d: out.d, s32: out.s32, s16: out.s16, isum16: out.isum16 };
+    let half = _mm256_set1_epi32(HI_SCALE / 2);
+    let abs_mask = _mm256_set1_ps(f32::from_bits(0x7FFF_FFFF));
+    // packs interleave 128-bit lanes; this puts the four source registers back in order.
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let narrow = |q: [__m256i; 4]| {
+        let w = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        _mm256_permutevar8x32_epi32(w, order)
+    };
+    let hsum = |v: __m256i| {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s)))
+    };
+    for (b, xb) in x.chunks_exact(QBLOCK).enumerate() {
+        // SAFETY: xb has 32 floats (four unaligned 8-float loads) and each plane 32
+        // bytes at b·32 (one 32-byte store); AVX2 is enabled on this function.
+        unsafe {
+            let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(xb.as_ptr().add(8 * i)));
+            let m = _mm256_max_ps(
+                _mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
+                _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)),
+            );
+            let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+            let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+            let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+            let (d, id) = block_scale(amax, precision);
+            let idv = _mm256_set1_ps(id);
+            // Default MXCSR rounding: nearest-even, as `round_ties_even`.
+            let q: [__m256i; 4] = std::array::from_fn(|i| _mm256_cvtps_epi32(_mm256_mul_ps(v[i], idv)));
+            let sums = [hsum(_mm256_add_epi32(q[0], q[1])), hsum(_mm256_add_epi32(q[2], q[3]))];
+            let at = b * QBLOCK;
+            let hi = match precision {
+                ActPrecision::Int8 => q,
+                ActPrecision::Int16 => {
+                    let hi = q.map(|q| _mm256_srai_epi32::<{ HI_SHIFT as i32 }>(_mm256_add_epi32(q, half)));
+                    let lo: [__m256i; 4] = std::array::from_fn(|i| _mm256_sub_epi32(q[i], _mm256_slli_epi32::<{ HI_SHIFT as i32 }>(hi[i])));
+                    _mm256_storeu_si256(out.lo.as_mut_ptr().add(at).cast(), narrow(lo));
+                    hi
+                }
+            };
+            _mm256_storeu_si256(out.hi.as_mut_ptr().add(at).cast(), narrow(hi));
+            rest.finish(b, d, sums);
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -8,7 +8,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use super::{FKind, QKind, FLOAT_CHAINS, MAX_TILE};
-use crate::cpu::act_quant::{TokenActs, HI_SHIFT, QBLOCK};
+use crate::cpu::act_quant::{TokenActs, HI_SCALE, HI_SHIFT, QBLOCK};
 use crate::cpu::packed::{Codes, FloatType, PackedMatrix, ScaleType, GROUP_ROWS, VECTOR_BYTES};
 
 /// Rows per 256-bit register.
@@ -19,6 +19,11 @@ const BYTE_BIAS: i32 = 128;
 /// i16: a pair is at most 2 · 15 · 128 = 3,840 in magnitude (codes ≤ 15, activation
 /// bytes ∈ [−128, 127]), and 8 of them (30,720) stay below 32,767.
 const NIBBLE_I16_VECTORS: usize = 8;
+/// 8-row halves of a group, one 256-bit register each.
+const HALVES: usize = GROUP_ROWS / HALF_ROWS;
+/// Tokens per quantized tile: two tokens' sums for both halves fill the register
+/// file; more spill.
+const PAIR: usize = 2;
 
 /// See [`super::matmul`].
 ///
@@ -29,13 +34,11 @@ pub unsafe fn quant_matmul<K: QKind, const DUAL: bool>(w: &PackedMatrix, groups:
     let steps = w.steps();
     for g in groups {
         let panel = w.panel(g);
-        for (a, o) in acts.chunks(MAX_TILE).zip(out.chunks(MAX_TILE)) {
-            let row0 = g * GROUP_ROWS;
+        let row0 = g * GROUP_ROWS;
+        for (a, o) in acts.chunks(PAIR).zip(out.chunks(PAIR)) {
             // SAFETY: forwarded contract; the tile size matches the slice lengths.
             unsafe {
                 match a.len() {
-                    4 => quant_tile::<K, 4, DUAL>(panel, steps, a, o, row0),
-                    3 => quant_tile::<K, 3, DUAL>(panel, steps, a, o, row0),
                     2 => quant_tile::<K, 2, DUAL>(panel, steps, a, o, row0),
                     _ => quant_tile::<K, 1, DUAL>(panel, steps, a, o, row0),
                 }
@@ -44,6 +47,11 @@ pub unsafe fn quant_matmul<K: QKind, const DUAL: bool>(w: &PackedMatrix, groups:
     }
 }
 
+/// All 16 rows of `TT` tokens over the whole panel, both halves per activation
+/// broadcast (one broadcast feeds 16 rows). The two accumulators of the shared formula are separate chains, so they run as
+/// two loops: the integer dots first (the offsets' registers stay free for them),
+/// then `acc_m` from the scales alone; each chain sees the same operations in the
+/// same order as in the other kernels.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn quant_tile<K: QKind, const TT: usize, const DUAL: bool>(
@@ -54,95 +62,165 @@ unsafe fn quant_tile<K: QKind, const TT: usize, const DUAL: bool>(
     row0: usize,
 ) {
     let q = K::FMT;
-    let nv = q.vectors();
     // SAFETY: as the AVX-512 tile: the panel has `steps` chunks, each token `steps·sub`
     // codes and `steps` block entries, each output row room for row0 + 16 floats.
     unsafe {
-        let mask = _mm256_set1_epi8(0x0F);
-        let bias = _mm256_set1_epi8(BYTE_BIAS as u8 as i8);
-        let ones = _mm256_set1_epi16(1);
-        let mut acc_d = [[_mm256_setzero_ps(); 2]; TT];
-        let mut acc_m = [[_mm256_setzero_ps(); 2]; TT];
+        let mut acc_d = [[_mm256_setzero_ps(); HALVES]; TT];
         for st in 0..steps {
             let p = panel.add(st * q.chunk_bytes());
+            let isum = match q.codes {
+                Codes::Nibble => nibble_dots::<K, TT, DUAL>(p, st * q.sub, acts),
+                Codes::Byte => byte_dots::<K, TT, DUAL>(p, st, acts),
+            };
             let sp = p.add(q.code_bytes());
-            let e0 = st * q.sub;
-            for h in 0..2 {
-                let mut isum = [[_mm256_setzero_si256(); 2]; TT];
-                let planes = |t: usize| if DUAL { [acts[t].hi, acts[t].lo] } else { [acts[t].hi, std::ptr::null()] };
-                let np = if DUAL { 2 } else { 1 };
-                if q.codes == Codes::Nibble && nv <= NIBBLE_I16_VECTORS {
-                    // Each byte vector holds two code vectors (low nibbles: k = v, high:
-                    // k = v + nv/2). Their pair sums add up in i16 without overflow (see
-                    // NIBBLE_I16_VECTORS), so one vpmaddwd per sub-block instead of one
-                    // per code vector: the same integer dot, fewer instructions.
-                    let mut s16 = [[_mm256_setzero_si256(); 2]; TT];
-                    for v in 0..nv / 2 {
-                        let x = load_half(p, v, h);
-                        let (lo, hi) = (_mm256_and_si256(x, mask), _mm256_and_si256(_mm256_srli_epi16::<4>(x), mask));
-                        for (t, sums) in s16.iter_mut().enumerate() {
-                            for (sum, base) in sums.iter_mut().zip(planes(t)).take(np) {
-                                let a_lo = _mm256_set1_epi32(base.add(e0 + 4 * v).cast::<i32>().read_unaligned());
-                                let a_hi = _mm256_set1_epi32(base.add(e0 + 4 * (v + nv / 2)).cast::<i32>().read_unaligned());
-                                let pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo, a_lo), _mm256_maddubs_epi16(hi, a_hi));
-                                *sum = _mm256_add_epi16(*sum, pairs);
-                            }
-                        }
-                    }
-                    for (sums, s16) in isum.iter_mut().zip(&s16) {
-                        for (sum, s) in sums.iter_mut().zip(s16).take(np) {
-                            *sum = _mm256_madd_epi16(*s, ones);
-                        }
-                    }
-                } else {
-                    for k in 0..nv {
-                        for (t, sums) in isum.iter_mut().enumerate() {
-                            for (sum, base) in sums.iter_mut().zip(planes(t)).take(np) {
-                                let a = _mm256_set1_epi32(base.add(e0 + 4 * k).cast::<i32>().read_unaligned());
-                                let pairs = match q.codes {
-                                    Codes::Nibble if k < nv / 2 => _mm256_maddubs_epi16(_mm256_and_si256(load_half(p, k, h), mask), a),
-                                    Codes::Nibble => {
-                                        _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16::<4>(load_half(p, k - nv / 2, h)), mask), a)
-                                    }
-                                    Codes::Byte => {
-                                        let s = _mm256_xor_si256(load_half(p, k, h), bias);
-                                        _mm256_maddubs_epi16(_mm256_abs_epi8(s), _mm256_sign_epi8(a, s))
-                                    }
-                                };
-                                *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(pairs, ones));
-                            }
-                        }
-                    }
+            for hh in 0..HALVES {
+                let dv = load_scales::<K>(sp, hh);
+                for t in 0..TT {
+                    let da = *acts[t].d.add(st * q.sub / QBLOCK);
+                    acc_d[t][hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t][hh]), _mm256_mul_ps(dv, _mm256_set1_ps(da)), acc_d[t][hh]);
                 }
-                let dv = match q.scale {
-                    ScaleType::F16 => _mm256_cvtph_ps(_mm_loadu_si128(sp.add(h * HALF_ROWS * 2).cast())),
-                    ScaleType::F32 => _mm256_loadu_ps(sp.add(h * HALF_ROWS * 4).cast()),
-                };
-                let mv = match (q.m_from_d, q.scale) {
-                    (Some(c), _) => _mm256_mul_ps(dv, _mm256_set1_ps(c)),
-                    (None, ScaleType::F16) => _mm256_cvtph_ps(_mm_loadu_si128(sp.add(GROUP_ROWS * 2 + h * HALF_ROWS * 2).cast())),
-                    (None, ScaleType::F32) => _mm256_loadu_ps(sp.add(GROUP_ROWS * 4 + h * HALF_ROWS * 4).cast()),
+            }
+        }
+        let mut acc_m = [[_mm256_setzero_ps(); HALVES]; TT];
+        for st in 0..steps {
+            let sp = panel.add(st * q.chunk_bytes() + q.code_bytes());
+            for hh in 0..HALVES {
+                let mv = match q.m_from_d {
+                    Some(c) => _mm256_mul_ps(load_scales::<K>(sp, hh), _mm256_set1_ps(c)),
+                    None => load_scales::<K>(sp.add(GROUP_ROWS * q.scale_bytes()), hh),
                 };
                 for t in 0..TT {
-                    let a = &acts[t];
-                    let mut isum =
-                        if DUAL { _mm256_add_epi32(_mm256_slli_epi32::<{ HI_SHIFT as i32 }>(isum[t][0]), isum[t][1]) } else { isum[t][0] };
-                    if q.codes == Codes::Byte {
-                        let asum = if q.sub == QBLOCK { *a.isum16.add(2 * st) + *a.isum16.add(2 * st + 1) } else { *a.isum16.add(st) };
-                        isum = _mm256_add_epi32(isum, _mm256_set1_epi32(BYTE_BIAS * asum));
-                    }
-                    let da = *a.d.add(e0 / QBLOCK);
-                    let sa = if q.sub == QBLOCK { *a.s32.add(st) } else { *a.s16.add(st) };
-                    acc_d[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dv, _mm256_set1_ps(da)), acc_d[t][h]);
-                    acc_m[t][h] = _mm256_fmadd_ps(mv, _mm256_set1_ps(sa), acc_m[t][h]);
+                    let sa = if q.sub == QBLOCK { *acts[t].s32.add(st) } else { *acts[t].s16.add(st) };
+                    acc_m[t][hh] = _mm256_fmadd_ps(mv, _mm256_set1_ps(sa), acc_m[t][hh]);
                 }
             }
         }
         for t in 0..TT {
-            for h in 0..2 {
-                _mm256_storeu_ps(out[t].add(row0 + h * HALF_ROWS), _mm256_add_ps(acc_d[t][h], acc_m[t][h]));
+            for hh in 0..HALVES {
+                _mm256_storeu_ps(out[t].add(row0 + hh * HALF_ROWS), _mm256_add_ps(acc_d[t][hh], acc_m[t][hh]));
             }
         }
+    }
+}
+
+/// Half `h`'s 8 scales of one kind (d's at `at`, or m's after them) as f32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_scales<K: QKind>(at: *const u8, h: usize) -> __m256 {
+    // SAFETY: a chunk stores 16 scales of each kind; h < 2 (callers).
+    unsafe {
+        match K::FMT.scale {
+            ScaleType::F16 => _mm256_cvtph_ps(_mm_loadu_si128(at.add(h * HALF_ROWS * 2).cast())),
+            ScaleType::F32 => _mm256_loadu_ps(at.add(h * HALF_ROWS * 4).cast()),
+        }
+    }
+}
+
+/// Activation word `k` (4 signed bytes) of one plane, broadcast to every lane.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn word(plane: *const i8, k: usize) -> __m256i {
+    // SAFETY: the caller keeps `k` inside the token's codes.
+    unsafe { _mm256_set1_epi32(plane.add(4 * k).cast::<i32>().read_unaligned()) }
+}
+
+/// The token's planes (the low one only with `DUAL`).
+#[inline(always)]
+fn planes<const DUAL: bool>(a: &TokenActs) -> [*const i8; 2] {
+    [a.hi, if DUAL { a.lo } else { std::ptr::null() }]
+}
+
+/// Integer dots of one nibble sub-block: each byte vector holds two code vectors
+/// (low nibbles: k = v, high: k = v + nv/2), whose `vpmaddubsw` pair sums add up in
+/// i16 without overflow (see NIBBLE_I16_VECTORS), so one `vpmaddwd` per sub-block
+/// widens them; with `DUAL` that `vpmaddwd` multiplies the high plane by 128.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nibble_dots<K: QKind, const TT: usize, const DUAL: bool>(p: *const u8, e0: usize, acts: &[TokenActs]) -> [[__m256i; HALVES]; TT] {
+    let nv = K::FMT.vectors();
+    const { assert!(K::FMT.vectors() <= NIBBLE_I16_VECTORS, "nibble sums would overflow i16") };
+    let np = if DUAL { 2 } else { 1 };
+    // SAFETY: `p` is a chunk of nv/2 byte vectors; each plane has the sub-block's
+    // `4·nv` codes from `e0` (caller).
+    unsafe {
+        let mask = _mm256_set1_epi8(0x0F);
+        let mut s16 = [[[_mm256_setzero_si256(); HALVES]; 2]; TT];
+        for v in 0..nv / 2 {
+            let mut lo = [_mm256_setzero_si256(); HALVES];
+            let mut hi = [_mm256_setzero_si256(); HALVES];
+            for hh in 0..HALVES {
+                let x = load_half(p, v, hh);
+                lo[hh] = _mm256_and_si256(x, mask);
+                hi[hh] = _mm256_and_si256(_mm256_srli_epi16::<4>(x), mask);
+            }
+            for (t, sums) in s16.iter_mut().enumerate() {
+                for (plane_sums, base) in sums.iter_mut().zip(planes::<DUAL>(&acts[t])).take(np) {
+                    let (a_lo, a_hi) = (word(base, e0 / 4 + v), word(base, e0 / 4 + v + nv / 2));
+                    for hh in 0..HALVES {
+                        let pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo[hh], a_lo), _mm256_maddubs_epi16(hi[hh], a_hi));
+                        plane_sums[hh] = _mm256_add_epi16(plane_sums[hh], pairs);
+                    }
+                }
+            }
+        }
+        let ones = _mm256_set1_epi16(1);
+        let hi_scale = _mm256_set1_epi16(HI_SCALE as i16);
+        let mut isum = [[_mm256_setzero_si256(); HALVES]; TT];
+        for (t, sums) in s16.iter().enumerate() {
+            for hh in 0..HALVES {
+                isum[t][hh] = if DUAL {
+                    _mm256_add_epi32(_mm256_madd_epi16(sums[0][hh], hi_scale), _mm256_madd_epi16(sums[1][hh], ones))
+                } else {
+                    _mm256_madd_epi16(sums[0][hh], ones)
+                };
+            }
+        }
+        isum
+    }
+}
+
+/// Integer dots of one sub-block of 8-bit codes, one `vpmaddwd` per code vector:
+/// the sign trick, then `128·Σa` added back.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn byte_dots<K: QKind, const TT: usize, const DUAL: bool>(p: *const u8, st: usize, acts: &[TokenActs]) -> [[__m256i; HALVES]; TT] {
+    let q = K::FMT;
+    let np = if DUAL { 2 } else { 1 };
+    let e0 = st * q.sub;
+    // SAFETY: `p` is a chunk of the format's code vectors; each plane has the
+    // sub-block's codes from `e0` and each token `isum16` entries for it (caller).
+    unsafe {
+        let bias = _mm256_set1_epi8(BYTE_BIAS as u8 as i8);
+        let ones = _mm256_set1_epi16(1);
+        let mut isum = [[[_mm256_setzero_si256(); HALVES]; 2]; TT];
+        for k in 0..q.vectors() {
+            let mut signed = [_mm256_setzero_si256(); HALVES];
+            let mut magnitude = [_mm256_setzero_si256(); HALVES];
+            for hh in 0..HALVES {
+                signed[hh] = _mm256_xor_si256(load_half(p, k, hh), bias);
+                magnitude[hh] = _mm256_abs_epi8(signed[hh]);
+            }
+            for (t, sums) in isum.iter_mut().enumerate() {
+                for (plane_sums, base) in sums.iter_mut().zip(planes::<DUAL>(&acts[t])).take(np) {
+                    let a = word(base, e0 / 4 + k);
+                    for hh in 0..HALVES {
+                        let pairs = _mm256_maddubs_epi16(magnitude[hh], _mm256_sign_epi8(a, signed[hh]));
+                        plane_sums[hh] = _mm256_add_epi32(plane_sums[hh], _mm256_madd_epi16(pairs, ones));
+                    }
+                }
+            }
+        }
+        let mut out = [[_mm256_setzero_si256(); HALVES]; TT];
+        for (t, sums) in isum.iter().enumerate() {
+            let a = &acts[t];
+            let asum = if q.sub == QBLOCK { *a.isum16.add(2 * st) + *a.isum16.add(2 * st + 1) } else { *a.isum16.add(st) };
+            for hh in 0..HALVES {
+                let s =
+                    if DUAL { _mm256_add_epi32(_mm256_slli_epi32::<{ HI_SHIFT as i32 }>(sums[0][hh]), sums[1][hh]) } else { sums[0][hh] };
+                out[t][hh] = _mm256_add_epi32(s, _mm256_set1_epi32(BYTE_BIAS * asum));
+            }
+        }
+        out
     }
 }
 
