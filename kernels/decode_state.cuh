@@ -138,10 +138,9 @@ struct Decode {
   /// Starts step `step`: the waits every block does before layer 0. False once the run halted.
   __device__ __forceinline__ bool begin_step(u32 step) {
     s = step;
-    done = (s - start + 1) * G;  // a per-layer counter's value once step s is complete
-    tag = s + 1;                  // tagged: this step's words (0 = never written)
+    done = (s - start + 1) * G;
+    tag = s + 1;
     lm_here = score || s + 1 >= n_prompt;
-    // PG_TRACE: this block's record in the traced step (null otherwise: no stamps).
     tr = trace_record(trace, TRACE_EVENTS, s == trace_step);
     if (!score && s >= n_prompt) {
       // Every block waits here, work or not, so all of them see a halt.

@@ -6,9 +6,8 @@
 #   bench   SHAPE...     llama-bench on each: tg128 (decode) and pp512 (prefill), 5 repeats
 # SRC.tar.xz is the llama.cpp tree of the llama-cpp-python sdist, pruned to what these
 # two tools need (scripts/bench/pack_llamacpp_source.sh writes it). Work goes to
-# LLAMACPP_WORK (default /tmp/llamacpp). The GPU host has a CUDA toolkit under
-# /usr/local/cuda; where nvcc comes only from pip wheels (unversioned .so links missing),
-# `build` assembles a toolkit root of links for CMake's FindCUDAToolkit.
+# LLAMACPP_WORK (default /tmp/llamacpp). The GPU host has a full CUDA toolkit under
+# /usr/local/cuda (nvcc on PATH), CMake and ninja.
 set -euo pipefail
 WORK="${LLAMACPP_WORK:-/tmp/llamacpp}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -17,32 +16,18 @@ mkdir -p "$WORK"
 cmd="${1:?usage: llamacpp_cuda.sh build SRC.tar.xz | models SHAPE... | bench SHAPE...}"
 shift
 
+# The CUDA toolkit of the nvcc on PATH (CMake's FindCUDAToolkit needs its static runtime,
+# which the pip wheels of nvcc lack).
 toolkit_root() {
-    local nvcc site root="$WORK/cuda-root"
-    nvcc="$(command -v nvcc || true)"
-    site="$(python3 -c 'import site; print(site.getsitepackages()[0])')/nvidia/cu13"
-    [[ -n "$nvcc" ]] || nvcc="$site/bin/nvcc"
-    [[ -x "$nvcc" ]] || { echo "no nvcc found" >&2; exit 1; }
-    local top; top="$(cd "$(dirname "$(readlink -f "$nvcc")")/.." && pwd)"
-    # A full toolkit (its static runtime is there) is used as it is.
-    if compgen -G "$top/targets/*/lib/libcudart_static.a" >/dev/null || [[ -f "$top/lib64/libcudart_static.a" ]]; then
-        echo "$top"
-        return
-    fi
-    rm -rf "$root" && mkdir -p "$root/lib64"
-    ln -s "$top/bin" "$root/bin"
-    ln -s "$top/include" "$root/include"
-    # Each library under its unversioned name, from the toolkit's lib dirs, the wheels and the driver.
-    for dir in "$top/lib64" "$top/lib" "$site/lib" /usr/lib/x86_64-linux-gnu /usr/lib64; do
-        [[ -d "$dir" ]] || continue
-        for f in "$dir"/lib*.so*; do
-            [[ -e "$f" ]] || continue
-            local base; base="$(basename "$f")"; base="${base%%.so*}.so"
-            [[ -e "$root/lib64/$base" ]] || ln -s "$f" "$root/lib64/$base"
-        done
-    done
-    echo "$root"
+    local nvcc top
+    nvcc="$(command -v nvcc)" || { echo "no nvcc on PATH" >&2; exit 1; }
+    top="$(cd "$(dirname "$(readlink -f "$nvcc")")/.." && pwd)"
+    compgen -G "$top/targets/*/lib/libcudart_static.a" >/dev/null || [[ -f "$top/lib64/libcudart_static.a" ]] \
+        || { echo "$top is not a full CUDA toolkit (no libcudart_static.a)" >&2; exit 1; }
+    echo "$top"
 }
+
+built() { [[ -x "$BIN/llama-bench" && -x "$BIN/llama-quantize" ]] || { echo "no llama.cpp build in $WORK: run \`$0 build SRC.tar.xz\` first" >&2; exit 1; }; }
 
 case "$cmd" in
 build)
@@ -52,7 +37,6 @@ build)
     fi
     root="$(toolkit_root)"
     echo "nvcc: $("$root/bin/nvcc" --version | tail -1)"
-    export CUDAToolkit_ROOT="$root" LIBRARY_PATH="$root/lib64:${LIBRARY_PATH:-}" LD_LIBRARY_PATH="$root/lib64:${LD_LIBRARY_PATH:-}"
     cmake -S "$WORK/src" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
         -DCMAKE_CUDA_COMPILER="$root/bin/nvcc" -DCUDAToolkit_ROOT="$root" \
         -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CCACHE=OFF \
@@ -67,6 +51,7 @@ build)
     echo "built llama-bench, llama-quantize in $(( $(date +%s) - t0 )) s"
     ;;
 models)
+    built
     for shape in "$@"; do
         f16="$WORK/$shape-f16.gguf"
         [[ -f "$f16" ]] || python3 "$HERE/random_gguf.py" "$shape" "$f16"
@@ -79,6 +64,7 @@ models)
     done
     ;;
 bench)
+    built
     for shape in "$@"; do
         for q in f16 Q8_0 Q4_K_M; do
             "$BIN/llama-bench" -m "$WORK/$shape-$q.gguf" -ngl 99 -fa 1 -p 512 -n 128 -r 5 -o md 2>/dev/null \
