@@ -30,21 +30,8 @@ fn time_us(f: impl FnMut()) -> f64 {
     time_reps(REPS, f)
 }
 
-/// The fastest of `reps` calls: a kernel's own speed, with the shared machine's
-/// interruptions left out.
-fn best_us(reps: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    (0..reps)
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64() * 1e6
-        })
-        .fold(f64::INFINITY, f64::min)
-}
-
-/// [`time_us`] over `reps` timed calls.
-fn time_reps(reps: usize, mut f: impl FnMut()) -> f64 {
+/// Wall times of `reps` calls of `f` in microseconds, sorted, after a few untimed calls.
+fn sorted_times(reps: usize, mut f: impl FnMut()) -> Vec<f64> {
     for _ in 0..reps.min(10) {
         f();
     }
@@ -56,6 +43,18 @@ fn time_reps(reps: usize, mut f: impl FnMut()) -> f64 {
         })
         .collect();
     t.sort_by(f64::total_cmp);
+    t
+}
+
+/// The fastest of `reps` calls: a kernel's own speed, with the shared machine's
+/// interruptions left out.
+fn best_us(reps: usize, f: impl FnMut()) -> f64 {
+    sorted_times(reps, f)[0]
+}
+
+/// [`time_us`] over `reps` timed calls.
+fn time_reps(reps: usize, f: impl FnMut()) -> f64 {
+    let t = sorted_times(reps, f);
     t[t.len() / 2]
 }
 
