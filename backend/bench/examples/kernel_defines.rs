@@ -1,9 +1,9 @@
 //! Prints the decode kernel's `-D` flags for a preset shape, one per line, so nvcc can
 //! compile-check kernels/decode.cu outside NVRTC:
 //! `kernel_defines <preset> [formats-mask lm-format [tp [dtp]]]` (rank 0's kernel; `dtp`
-//! uses the preset's DTP schedule).
+//! uses the preset's DTP schedule), for sm_90a.
 
-use peregrine_engine::cuda::{layout, KernelOptions};
+use peregrine_engine::cuda::{layout, nvrtc, KernelOptions};
 use peregrine_engine::dtp::DtpSchedule;
 use peregrine_engine::synthetic::{dtp_preset, preset};
 
@@ -20,7 +20,7 @@ fn main() {
         .then(|| dtp_preset(&config.name).and_then(|d| DtpSchedule::new(&d, &config, tp).ok()))
         .flatten();
     let shard = layout::shard(&config, tp).unwrap_or_else(|e| panic!("tp {tp}: {e}"));
-    for (name, value) in layout::defines_tp(&shard, &options, tp, config.vocab_size, sched.as_ref()) {
+    for (name, value) in layout::defines_tp(&shard, &options, tp, config.vocab_size, sched.as_ref(), nvrtc::shared_per_block_of("sm_90a")) {
         // nvcc splits -D values on commas; escape them.
         println!("-D{name}={}", value.replace(',', "\\,"));
     }

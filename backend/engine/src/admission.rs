@@ -1,7 +1,8 @@
 //! The rules a request must meet, defined once: sampling ranges, the
 //! top-log-probability count, token ids inside the vocabulary, a non-empty prompt that
-//! fits the context with its generation budget. The engine checks them when it admits
-//! a request (generator.rs); runtimes called directly (benchmarks, tests) guard their
+//! fits the context with its generation budget. The engine checks them when a request
+//! is submitted (handle.rs, so a bad one never waits in the queue) and again when its
+//! thread takes it (generator.rs, once text prompts are tokenized); runtimes called directly (benchmarks, tests) guard their
 //! entry points with [`check_fits`] too, so bad input stays an error there; their other
 //! checks are capacities of their own buffers (a KV cache shorter than the context).
 
@@ -11,15 +12,21 @@ use crate::sampling::{SamplingParams, MAX_TOP_LOGPROBS};
 
 /// Checks a request whose prompt is already `prompt` ids against `config`.
 pub fn admit(config: &ModelConfig, prompt: &[u32], max_tokens: usize, sampling: &SamplingParams, top_logprobs: usize) -> Result<()> {
-    sampling.validate()?;
-    if top_logprobs > MAX_TOP_LOGPROBS {
-        return Err(Error::InvalidRequest(format!("top_logprobs must be at most {MAX_TOP_LOGPROBS}")));
-    }
+    admit_sampling(sampling, top_logprobs)?;
     let vocab = config.vocab_size;
     if let Some(bad) = prompt.iter().find(|&&id| id as usize >= vocab) {
         return Err(Error::InvalidRequest(format!("token id {bad} is outside the vocabulary ({vocab})")));
     }
     check_fits(config, prompt.len(), max_tokens)
+}
+
+/// The rules that need no prompt: sampling ranges and the top-log-probability count.
+pub fn admit_sampling(sampling: &SamplingParams, top_logprobs: usize) -> Result<()> {
+    sampling.validate()?;
+    if top_logprobs > MAX_TOP_LOGPROBS {
+        return Err(Error::InvalidRequest(format!("top_logprobs must be at most {MAX_TOP_LOGPROBS}")));
+    }
+    Ok(())
 }
 
 /// Prompt + max_tokens must fit the context; an empty prompt has nothing to condition on.

@@ -32,7 +32,7 @@ pub enum Error {
     #[error("invalid request: {0}")]
     InvalidRequest(String),
     /// Prompt plus requested tokens exceed the model's context.
-    #[error("prompt ({prompt} tokens) + max_tokens ({max_tokens}) exceeds the model's context of {context} tokens")]
+    #[error("this model's context is {context} tokens, but the prompt has {prompt} tokens and max_tokens is {max_tokens}; shorten the prompt or lower max_tokens")]
     ContextOverflow { prompt: usize, max_tokens: usize, context: usize },
     /// The engine thread is gone or refused the request (shutting down, queue full).
     #[error("engine unavailable: {0}")]

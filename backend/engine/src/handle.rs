@@ -12,9 +12,10 @@ use std::sync::{mpsc, Arc, Condvar, Mutex};
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
+use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::generator::{Generator, Runner, TextModel};
-use crate::request::{ErrorCode, Event, Request};
+use crate::request::{ErrorCode, Event, Prompt, Request};
 use crate::runtime::Cancel;
 use crate::scheduler::BatchPlan;
 
@@ -160,6 +161,7 @@ pub struct EngineHandle {
     shared: Arc<Shared>,
     info: Arc<EngineInfo>,
     text: Arc<TextModel>,
+    config: Arc<ModelConfig>,
     max_queue: usize,
 }
 
@@ -191,7 +193,7 @@ impl EngineHandle {
         let max_queue = limits.max_queue;
         let queue = Queue { jobs: VecDeque::new(), shutdown: false, running: Vec::new(), batch: 1 };
         let shared = Arc::new(Shared { queue: Mutex::new(queue), wake: Condvar::new() });
-        let (ready_tx, ready_rx) = mpsc::channel::<Result<(EngineInfo, Arc<TextModel>)>>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(EngineInfo, Arc<TextModel>, Arc<ModelConfig>)>>();
         let thread_shared = shared.clone();
         std::thread::Builder::new()
             .name("peregrine-engine".into())
@@ -213,7 +215,8 @@ impl EngineHandle {
                 if let Ok(mut q) = thread_shared.queue.lock() {
                     q.batch = plan.batch;
                 }
-                let _ = ready_tx.send(Ok((info_of(&runner, max_queue, &plan), runner.text().clone())));
+                let config = Arc::new(runner.runtime().config().clone());
+                let _ = ready_tx.send(Ok((info_of(&runner, max_queue, &plan), runner.text().clone(), config)));
                 if plan.batch > 1 {
                     crate::scheduler::serve_batched(&thread_shared, &mut runner, plan);
                 } else {
@@ -221,8 +224,8 @@ impl EngineHandle {
                 }
             })
             .map_err(|e| Error::Unavailable(format!("cannot start the engine thread: {e}")))?;
-        let (info, text) = ready_rx.recv().map_err(|_| Error::Unavailable("the engine thread died while loading".into()))??;
-        Ok(EngineHandle { shared, info: Arc::new(info), text, max_queue })
+        let (info, text, config) = ready_rx.recv().map_err(|_| Error::Unavailable("the engine thread died while loading".into()))??;
+        Ok(EngineHandle { shared, info: Arc::new(info), text, config, max_queue })
     }
 
     /// The loaded model and backend.
@@ -257,12 +260,27 @@ impl EngineHandle {
         self.shared.queue.lock().map(|q| q.running.len()).unwrap_or(0)
     }
 
-    /// Queues a request; a full queue or a stopping engine is [`Error::Unavailable`].
+    /// Checks a request against the model's rules (admission.rs: sampling ranges, token
+    /// ids in the vocabulary, a non-empty prompt that fits the context with max_tokens)
+    /// before it waits in the queue. Text and chat prompts are tokenized on the engine
+    /// thread, so only their sampling fields are checked here; the engine thread checks
+    /// them in full when it takes them.
+    pub fn admit(&self, request: &Request) -> Result<()> {
+        match &request.prompt {
+            Prompt::Tokens(ids) => crate::admission::admit(&self.config, ids, request.max_tokens, &request.sampling, request.top_logprobs),
+            Prompt::Text(_) | Prompt::Chat(_) => crate::admission::admit_sampling(&request.sampling, request.top_logprobs),
+        }
+    }
+
+    /// Checks ([`Self::admit`]) and queues a request; a full queue or a stopping engine is
+    /// [`Error::Unavailable`].
     pub fn submit(&self, request: Request) -> Result<Submission> {
+        self.admit(&request)?;
         self.try_submit(request).map_err(|r| Error::Unavailable(r.to_string()))
     }
 
-    /// Queues a request, saying why when it cannot.
+    /// Queues a request, saying why when it cannot; call [`Self::admit`] first to refuse
+    /// a bad one before it waits (the engine thread refuses it otherwise, later).
     pub fn try_submit(&self, request: Request) -> std::result::Result<Submission, Rejected> {
         let (tx, rx) = unbounded_channel();
         let cancel = Arc::new(AtomicBool::new(false));

@@ -169,9 +169,10 @@ async fn a_full_queue_is_refused_and_bad_requests_are_errors() {
         4,
     )
     .unwrap();
-    let mut too_long = engine.submit(request(1000)).unwrap();
+    // Queued without `admit` (try_submit): the engine thread refuses them itself.
+    let mut too_long = engine.try_submit(request(1000)).unwrap();
     assert!(matches!(next_non_stats(&mut too_long.events).await, Event::Error { .. }));
-    let mut bad_id = engine.submit(Request { max_tokens: 2, ..Request::new(Prompt::Tokens(vec![999_999])) }).unwrap();
+    let mut bad_id = engine.try_submit(Request { max_tokens: 2, ..Request::new(Prompt::Tokens(vec![999_999])) }).unwrap();
     assert!(matches!(next_non_stats(&mut bad_id.events).await, Event::Error { .. }));
     let mut text = engine.submit(Request::new(Prompt::Text("no tokenizer".into()))).unwrap();
     assert!(matches!(next_non_stats(&mut text.events).await, Event::Error { .. }));
@@ -237,4 +238,21 @@ async fn queued_requests_of_several_clients_take_turns() {
             }
         }
     }
+}
+
+#[tokio::test]
+async fn a_request_the_model_cannot_serve_is_refused_before_it_queues() {
+    let (engine, _gate) = gated_engine();
+    let info = engine.info().clone();
+    let too_long = Request { max_tokens: info.context_length, ..request(0) };
+    let outside = Request { max_tokens: 4, ..Request::new(Prompt::Tokens(vec![info.vocab_size as u32])) };
+    let empty = Request { max_tokens: 4, ..Request::new(Prompt::Tokens(vec![])) };
+    let bad_sampling = Request { sampling: peregrine_engine::SamplingParams { top_p: 2.0, ..Default::default() }, ..request(4) };
+    for (r, says) in [(too_long, "shorten the prompt"), (outside, "outside the vocabulary"), (empty, "empty"), (bad_sampling, "top_p")] {
+        let err = engine.submit(r.clone()).err().expect("refused at submit").to_string();
+        assert!(err.contains(says), "{err}");
+        assert!(engine.admit(&r).is_err());
+    }
+    assert_eq!(engine.queue_len(), 0);
+    assert!(engine.admit(&request(4)).is_ok());
 }

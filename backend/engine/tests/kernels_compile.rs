@@ -103,7 +103,7 @@ fn diagnostic_builds_compile_for_every_preset() {
         let is_preset = PRESET_NAMES.contains(&config.name.as_str());
         let builds = if is_preset { vec![("chaos+trace", &checked)] } else { vec![("default", &base), ("chaos+trace", &checked)] };
         for (label, options) in builds {
-            let (cubin, _) = nvrtc::cubin(cache.as_deref(), ARCH, &layout::defines(config, options))
+            let (cubin, _) = nvrtc::cubin(cache.as_deref(), ARCH, &layout::defines(config, options, nvrtc::shared_per_block_of(ARCH)))
                 .unwrap_or_else(|e| panic!("{} {label}: {e}", config.name));
             assert!(!cubin.is_empty(), "{} {label}: empty cubin", config.name);
         }
@@ -126,8 +126,13 @@ fn prefill_kernels_compile() {
     for config in &presets_and_head_dims() {
         let options = KernelOptions::default();
         assert!(layout::prefill_shape(config).is_ok(), "{}", config.name);
-        let (cubin, _) = nvrtc::cubin_of(nvrtc::PREFILL_SOURCE, cache.as_deref(), ARCH, &layout::defines(config, &options))
-            .unwrap_or_else(|e| panic!("{}: {e}", config.name));
+        let (cubin, _) = nvrtc::cubin_of(
+            nvrtc::PREFILL_SOURCE,
+            cache.as_deref(),
+            ARCH,
+            &layout::defines(config, &options, nvrtc::shared_per_block_of(ARCH)),
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", config.name));
         let has = |name: &str| cubin.windows(name.len()).any(|w| w == name.as_bytes());
         for name in ["pg_pf_embed", "pg_pf_rmsnorm", "pg_pf_qkv_rope", "pg_pf_attention", "pg_pf_swiglu", "pg_pf_add_parts"] {
             assert!(has(name), "{}: cubin lacks {name}", config.name);
@@ -162,7 +167,7 @@ fn quantized_decode_kernels_compile() {
     // matrices run as bf16, and the kernel must still compile).
     for config in check_shapes() {
         let options = KernelOptions { weight_formats: all_formats, lm_head_format: 3, ..KernelOptions::default() };
-        let (cubin, _) = nvrtc::cubin(cache.as_deref(), ARCH, &layout::defines(&config, &options))
+        let (cubin, _) = nvrtc::cubin(cache.as_deref(), ARCH, &layout::defines(&config, &options, nvrtc::shared_per_block_of(ARCH)))
             .unwrap_or_else(|e| panic!("{} quantized: {e}", config.name));
         assert!(!cubin.is_empty(), "{}: empty cubin", config.name);
     }

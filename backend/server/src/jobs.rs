@@ -84,6 +84,9 @@ pub fn client_slot(state: &AppState, client: Option<std::net::IpAddr>) -> Result
 
 /// Admits a request: per-client limit, then the engine queue.
 pub fn submit(state: &AppState, engine: &EngineHandle, spec: JobSpec) -> Result<Job> {
+    // A request the model cannot serve (over-long, ids outside the vocabulary) is a 400
+    // before it takes a client slot or a place in the queue.
+    engine.admit(&spec.request)?;
     let guard = client_slot(state, spec.caller.client)?;
     // The queue lets clients take turns.
     let request = peregrine_engine::Request { client: spec.caller.client, ..spec.request };

@@ -19,17 +19,6 @@ pub async fn tokenize(engine: &LoadedEngine, prompt: Prompt, param: &'static str
     Ok(ids)
 }
 
-/// Checks that `prompt_len + max_tokens` fits the model's context.
-pub fn check_fits(engine: &LoadedEngine, prompt_len: usize, max_tokens: usize) -> Result<()> {
-    let context = engine.handle.info().context_length;
-    if prompt_len + max_tokens > context {
-        return Err(Error::ContextOverflow(format!(
-            "this model's context is {context} tokens, but the prompt has {prompt_len} tokens and max_tokens is {max_tokens}; shorten the prompt or lower max_tokens"
-        )));
-    }
-    Ok(())
-}
-
 /// Tokens left for generation after a prompt of `prompt_len` (OpenAI's default for chat).
 pub fn room_left(engine: &LoadedEngine, prompt_len: usize) -> usize {
     engine.handle.info().context_length.saturating_sub(prompt_len)

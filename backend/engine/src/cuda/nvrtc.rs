@@ -112,6 +112,16 @@ pub fn arch_for(major: i32, minor: i32) -> String {
     }
 }
 
+/// Shared memory one block may opt in to on `arch`, for compiles without the device
+/// (CI's NVRTC check, precompiled caches); a runtime reads its device's own value.
+pub fn shared_per_block_of(arch: &str) -> usize {
+    match arch.trim_start_matches("sm_").trim_end_matches('a') {
+        "80" | "87" => 163 * 1024,
+        "86" | "89" | "120" | "121" => 99 * 1024,
+        _ => 227 * 1024,
+    }
+}
+
 /// A hash of every kernel source compiled into the binary (tune results are only valid
 /// for the kernels they were measured on).
 pub fn sources_hash() -> u64 {
@@ -266,6 +276,8 @@ mod tests {
     fn arch_names() {
         assert_eq!(arch_for(9, 0), "sm_90a");
         assert_eq!(arch_for(8, 6), "sm_86");
+        assert_eq!(shared_per_block_of("sm_90a"), 232_448);
+        assert_eq!(shared_per_block_of("sm_86"), 101_376);
     }
 
     #[test]

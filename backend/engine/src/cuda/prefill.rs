@@ -126,7 +126,8 @@ impl Prefill {
         let blas_dir = cublas::preload(&paths.cublas_dirs)?;
         let blas = Blas::new(stream.clone())?;
         let cache = paths.cubin_cache.as_deref();
-        let (cubin, from_cache) = nvrtc::cubin_of(nvrtc::PREFILL_SOURCE, cache, arch, &layout::defines(config, options))?;
+        let (cubin, from_cache) =
+            nvrtc::cubin_of(nvrtc::PREFILL_SOURCE, cache, arch, &layout::defines(config, options, super::runtime::shared_per_block(ctx)?))?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(cuda_err("cuModuleLoadData (prefill)"))?;
         let load = |name: &str| module.load_function(name).map_err(cuda_err("cuModuleGetFunction (prefill)"));
         let c = config;

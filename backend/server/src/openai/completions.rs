@@ -107,7 +107,6 @@ pub async fn completions(
             infill_prompt(&engine, fill, max_tokens as i64, "suffix").await?
         }
     };
-    prompt::check_fits(&engine, ids.len(), max_tokens)?;
     let text = engine.handle.text().clone();
     let echo_text =
         req.echo.then(|| prompt_text.unwrap_or_else(|| text.tokenizer.as_ref().and_then(|t| t.decode(&ids).ok()).unwrap_or_default()));

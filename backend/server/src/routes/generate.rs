@@ -40,7 +40,6 @@ pub async fn generate(State(state): State<AppState>, caller: Caller, body: Resul
             infill_prompt(&engine, fill, p.max_tokens as i64, "mode").await?
         }
     };
-    prompt::check_fits(&engine, ids.len(), p.max_tokens as usize)?;
     let request = Request {
         max_tokens: p.max_tokens as usize,
         sampling: SamplingParams {

@@ -108,7 +108,6 @@ pub async fn infill(
         Ok(n) => n,
         Err(_) => prompt::room_left(&engine, ids.len()),
     };
-    prompt::check_fits(&engine, ids.len(), max_tokens)?;
     let text = engine.handle.text().clone();
     let prompt_text = text.tokenizer.as_ref().and_then(|t| t.decode(&ids).ok()).unwrap_or_default();
     let prompt_n = ids.len();

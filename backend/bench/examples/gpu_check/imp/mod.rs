@@ -288,7 +288,9 @@ pub fn main() -> Result<()> {
         let c = preset(&args.shapes[0]).unwrap_or_else(|| panic!("unknown shape {}", args.shapes[0]));
         let tp = args.tp.unwrap_or(1);
         let shard = cuda::layout::shard(&c, tp).map_err(peregrine_engine::Error::Cuda)?;
-        for (k, v) in cuda::layout::defines_tp(&shard, &variant(&args.kernel), tp, c.vocab_size, None) {
+        for (k, v) in
+            cuda::layout::defines_tp(&shard, &variant(&args.kernel), tp, c.vocab_size, None, cuda::nvrtc::shared_per_block_of("sm_90a"))
+        {
             println!("-D{k}={v}");
         }
         return Ok(());
@@ -346,7 +348,8 @@ pub fn main() -> Result<()> {
         let mut rt = rt_with(c, &w, &[0], KernelOptions { prefill_chunk: 16, ..KernelOptions::default() }, None)?;
         println!("{}", rt.describe());
         let prompt = Rng(5).tokens(40, c.vocab_size);
-        let sp = SamplingParams { temperature: 0.8, top_k: 20, top_p: 0.9, min_p: 0.02, repetition_penalty: 1.1, seed: 1, ..Default::default() };
+        let sp =
+            SamplingParams { temperature: 0.8, top_k: 20, top_p: 0.9, min_p: 0.02, repetition_penalty: 1.1, seed: 1, ..Default::default() };
         let (out, end) = collect(&mut rt, &prompt, 8, &sp, &[], 4)?;
         // The same prompt through the CUDA-core prefill attention.
         rt.set_options(KernelOptions { prefill_chunk: 16, prefill_mma_attention: false, ..KernelOptions::default() })?;

@@ -343,11 +343,18 @@ fn screaming(name: &str) -> String {
     out
 }
 
-/// Bytes of shared memory the decode kernel's two staging sets may take together for
-/// staging ahead (the residual and the stage slots before them included): under the
-/// H200's 227 KiB per block with room for the rest of the plan; a shape whose sets do
-/// not fit stages one phase at a time (`kernels/smem_plan.cuh`, `AHEAD`).
-pub const STAGE_AHEAD_SHARED_BYTES: usize = 220 * 1024;
+/// Shared memory per block kept unused when the decode kernel's plan with staging ahead
+/// (`kernels/smem_plan.cuh`, `AHEAD`: both staging sets, the residual and the regions
+/// before them) is sized against the device's opt-in maximum: the plan the kernel was
+/// tuned with on the H200 (220 of its 227 KiB), so a shape at the edge keeps that much
+/// more L1 and stages one phase at a time instead.
+pub const AHEAD_SHARED_MARGIN: usize = 7 * 1024;
+
+/// The budget of the plan with staging ahead on a device whose blocks may opt in to
+/// `shared_per_block` bytes (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN).
+pub fn stage_ahead_budget(shared_per_block: usize) -> usize {
+    shared_per_block.saturating_sub(AHEAD_SHARED_MARGIN)
+}
 
 /// Largest tensor-parallel degree (the kernel keeps one pointer per rank in registers).
 pub const MAX_TP: usize = 8;
@@ -437,9 +444,11 @@ pub fn qcheck_defines(k: usize) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Every `-D` define the kernel needs, as `(name, value)` (one GPU).
-pub fn defines(config: &ModelConfig, options: &KernelOptions) -> Vec<(String, String)> {
-    defines_tp(config, options, 1, config.vocab_size, None)
+/// Every `-D` define the kernel needs, as `(name, value)` (one GPU); `shared_per_block`
+/// is the device's opt-in shared memory per block (or the target's, without a device:
+/// `nvrtc::shared_per_block_of`).
+pub fn defines(config: &ModelConfig, options: &KernelOptions, shared_per_block: usize) -> Vec<(String, String)> {
+    defines_tp(config, options, 1, config.vocab_size, None, shared_per_block)
 }
 
 /// The defines of one rank of a tensor-parallel run: `config` is that rank's
@@ -451,6 +460,7 @@ pub fn defines_tp(
     tp: usize,
     full_vocab: usize,
     dtp: Option<&DtpSchedule>,
+    shared_per_block: usize,
 ) -> Vec<(String, String)> {
     let mut d: Vec<(String, String)> = Vec::new();
     let mut put = |k: &str, v: String| d.push((format!("PG_{k}"), v));
@@ -488,7 +498,7 @@ pub fn defines_tp(
     put("QKV_BIAS", u8::from(config.attention_bias).to_string());
     put("THREADS", options.threads.to_string());
     put("NR", ROWS_PER_WARP.to_string());
-    put("AHEAD_SMEM_BYTES", STAGE_AHEAD_SHARED_BYTES.to_string());
+    put("AHEAD_SMEM_BYTES", stage_ahead_budget(shared_per_block).to_string());
     put("UNROLL", UNROLL.to_string());
     put("ATTN_MAX_SPLITS", options.attn_max_splits.to_string());
     put("TRACE", u8::from(options.diagnostics.trace).to_string());

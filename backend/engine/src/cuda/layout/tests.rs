@@ -2,6 +2,9 @@
 
 use super::*;
 
+/// The H200's opt-in shared memory per block.
+const H200: usize = 227 * 1024;
+
 #[test]
 fn summary_names_what_differs_from_the_default() {
     assert_eq!(KernelOptions::default().summary(), "default");
@@ -32,11 +35,13 @@ fn shards_split_heads_ffn_and_vocab_or_say_why_not() {
     assert_eq!(shard(&qwen, 1).expect("tp 1"), qwen);
     let smol = crate::synthetic::preset("smollm2-135m").expect("preset");
     assert!(shard(&smol, 2).is_err(), "9 heads do not split over 2");
-    let d = defines_tp(&s2, &KernelOptions::default(), 2, qwen.vocab_size, None);
+    let d = defines_tp(&s2, &KernelOptions::default(), 2, qwen.vocab_size, None, H200);
     let get = |k: &str| d.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     assert_eq!(get("PG_TP").as_deref(), Some("2"));
     assert_eq!(get("PG_NH").as_deref(), Some("6"));
     assert_eq!(get("PG_V_FULL"), Some(qwen.vocab_size.to_string()));
+    // The plan's budget follows the device: the H200's 227 KiB less the margin.
+    assert_eq!(get("PG_AHEAD_SMEM_BYTES"), Some((220 * 1024).to_string()));
 }
 
 #[test]
@@ -86,7 +91,7 @@ fn exchange_table_follows_the_dtp_schedule() {
 #[test]
 fn defines_cover_every_slot_once() {
     let config = crate::synthetic::preset("smollm2-135m").expect("preset");
-    let d = defines(&config, &KernelOptions::default());
+    let d = defines(&config, &KernelOptions::default(), H200);
     let names: std::collections::HashSet<_> = d.iter().map(|(k, _)| k.clone()).collect();
     assert_eq!(names.len(), d.len(), "duplicate define");
     assert!(names.contains("PG_ARG_DEBUG_LOGITS") && names.contains("PG_LW_WGATE_UP"));
@@ -100,7 +105,7 @@ fn prefill_shape_covers_every_benchmark_head_dim() {
         let pf = prefill_shape(&config).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(pf.queries_per_block * pf.dim_lanes * pf.key_lanes, PREFILL_ATTN_THREADS, "{name}");
         assert!(config.head_dim as u32 / pf.dim_lanes <= 64 && pf.key_tile.is_multiple_of(pf.key_lanes), "{name}: {pf:?}");
-        let d = defines(&config, &KernelOptions::default());
+        let d = defines(&config, &KernelOptions::default(), H200);
         assert!(d.iter().any(|(k, v)| k == "PG_PF_TPQ" && *v == pf.dim_lanes.to_string()), "{name}");
     }
     let base = crate::synthetic::preset("smollm2-135m").expect("preset");
@@ -111,7 +116,7 @@ fn prefill_shape_covers_every_benchmark_head_dim() {
     // 200 = 4 × 50: 4-float chunks do not deal evenly over 4 lanes → per-token path, no PF defines.
     let odd = ModelConfig { head_dim: 200, ..base };
     assert!(prefill_shape(&odd).is_err());
-    assert!(!defines(&odd, &KernelOptions::default()).iter().any(|(k, _)| k.starts_with("PG_PF_")));
+    assert!(!defines(&odd, &KernelOptions::default(), H200).iter().any(|(k, _)| k.starts_with("PG_PF_")));
 }
 
 #[test]
@@ -120,7 +125,7 @@ fn one_gpu_and_tensor_parallel_kernels_get_their_schedules() {
     let define = |name: &str, o: &KernelOptions, tp: usize, key: &str| {
         let config = crate::synthetic::preset(name).expect("preset");
         let shard = shard(&config, tp).expect("shard");
-        defines_tp(&shard, o, tp, config.vocab_size, None).into_iter().find(|(k, _)| k == key).map(|(_, v)| v)
+        defines_tp(&shard, o, tp, config.vocab_size, None, H200).into_iter().find(|(k, _)| k == key).map(|(_, v)| v)
     };
     let base = KernelOptions::default();
     let qwen = "qwen2.5-coder-1.5b";
@@ -146,7 +151,7 @@ fn one_gpu_and_tensor_parallel_kernels_get_their_schedules() {
 
 #[test]
 fn start_step_has_a_slot() {
-    let d = defines(&crate::synthetic::preset("llama-3.2-1b").expect("preset"), &KernelOptions::default());
+    let d = defines(&crate::synthetic::preset("llama-3.2-1b").expect("preset"), &KernelOptions::default(), H200);
     let slot = d.iter().find(|(k, _)| k == "PG_ARG_START_STEP").map(|(_, v)| v.clone());
     assert_eq!(slot, Some(Arg::StartStep.index().to_string()));
 }
@@ -155,11 +160,14 @@ fn start_step_has_a_slot() {
 #[test]
 fn every_define_the_kernel_names_is_generated() {
     let config = crate::synthetic::preset("llama-3.2-1b").expect("preset");
-    let generated: std::collections::HashSet<String> =
-        defines(&config, &KernelOptions { diagnostics: Diagnostics { chaos: true, trace: true, chaos_rank: 0 }, ..Default::default() })
-            .into_iter()
-            .map(|(k, _)| k)
-            .collect();
+    let generated: std::collections::HashSet<String> = defines(
+        &config,
+        &KernelOptions { diagnostics: Diagnostics { chaos: true, trace: true, chaos_rank: 0 }, ..Default::default() },
+        H200,
+    )
+    .into_iter()
+    .map(|(k, _)| k)
+    .collect();
     let qcheck: std::collections::HashSet<String> = super::qcheck_defines(512).into_iter().map(|(k, _)| k).collect();
     for (file, src) in super::super::nvrtc::KERNEL_SOURCES {
         let generated = if *file == "qcheck.cu" { &qcheck } else { &generated };

@@ -27,6 +27,15 @@ pub fn devices() -> Result<Vec<String>> {
         .collect()
 }
 
+/// Shared memory one block of a kernel on `ctx`'s device may opt in to: the budget of
+/// the decode kernel's shared-memory plan.
+pub(crate) fn shared_per_block(ctx: &CudaContext) -> Result<usize> {
+    let bytes = ctx
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        .map_err(cuda_err("shared memory per block"))?;
+    Ok(bytes as usize)
+}
+
 /// What a kernel's speed depends on about the GPUs `ordinals`, known before any buffer
 /// exists: their names, their architecture and the grid a runtime on them launches
 /// (the smallest SM count, split between ranks that share a GPU).

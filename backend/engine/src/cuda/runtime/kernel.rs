@@ -59,9 +59,10 @@ pub fn compile_only(
     if let Some(why) = layout::unsupported(&shard, options) {
         return Err(Error::Cuda(format!("unsupported shape: {why}")));
     }
-    let mut bytes = nvrtc::cubin(cache, arch, &layout::defines_tp(&shard, options, tp, config.vocab_size, dtp))?.0.len();
+    let smem = nvrtc::shared_per_block_of(arch);
+    let mut bytes = nvrtc::cubin(cache, arch, &layout::defines_tp(&shard, options, tp, config.vocab_size, dtp, smem))?.0.len();
     if layout::prefill_shape(&shard).is_ok() {
-        bytes += nvrtc::cubin_of(nvrtc::PREFILL_SOURCE, cache, arch, &layout::defines(&shard, options))?.0.len();
+        bytes += nvrtc::cubin_of(nvrtc::PREFILL_SOURCE, cache, arch, &layout::defines(&shard, options, smem))?.0.len();
     }
     Ok(bytes)
 }
@@ -79,7 +80,7 @@ impl CudaRuntime {
         dtp: Option<&DtpSchedule>,
         arch: &str,
     ) -> Result<Kernel> {
-        let defines = layout::defines_tp(shard, options, tp, config.vocab_size, dtp);
+        let defines = layout::defines_tp(shard, options, tp, config.vocab_size, dtp, super::devices::shared_per_block(ctx)?);
         let (cubin, from_cache) = nvrtc::cubin(paths.cubin_cache.as_deref(), arch, &defines)?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(cuda_err("cuModuleLoadData"))?;
         let func = module.load_function(nvrtc::KERNEL_NAME).map_err(cuda_err("cuModuleGetFunction"))?;

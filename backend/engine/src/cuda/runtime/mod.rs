@@ -24,6 +24,7 @@ use cudarc::driver::{sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DeviceP
 
 use self::batched_prefill::load_prefills;
 use self::buffers::{alloc_host_ring, State};
+pub(crate) use self::devices::shared_per_block;
 pub use self::devices::{devices, measure_copy_bandwidth};
 pub use self::kernel::compile_only;
 use self::kernel::Kernel;
