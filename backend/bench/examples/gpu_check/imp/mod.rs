@@ -163,55 +163,6 @@ fn variant(name: &str) -> KernelOptions {
     o
 }
 
-/// The CPU sampler's algorithm (sampling.rs `choose`) with f64 sums: over a whole
-/// flat vocabulary the f32 running sums drift by more than one token's mass, so
-/// the GPU's exact fixed-point sums are compared with this too.
-fn choose_f64(logits: &[f32], p: &SamplingParams, seen: &[u32], step: u64) -> u32 {
-    let mut adj = logits.to_vec();
-    if p.repetition_penalty != 1.0 {
-        let mut done = vec![false; adj.len()];
-        for &t in seen {
-            let t = t as usize;
-            if t < adj.len() && !done[t] {
-                done[t] = true;
-                let l = adj[t];
-                adj[t] = if l > 0.0 { l / p.repetition_penalty } else { l * p.repetition_penalty };
-            }
-        }
-    }
-    if p.temperature == 0.0 {
-        return top_k_indices(&adj, 1)[0].0;
-    }
-    let k = if p.top_k == 0 { adj.len() } else { p.top_k.min(adj.len()) };
-    let cand = top_k_indices(&adj, k);
-    let max = cand[0].1;
-    let w: Vec<f64> = cand.iter().map(|&(_, l)| ((l - max) / p.temperature).exp() as f64).collect();
-    let total: f64 = w.iter().sum();
-    let probs: Vec<f64> = w.iter().map(|x| x / total).collect();
-    let floor = p.min_p as f64 * probs[0];
-    let mut keep = probs.iter().take_while(|&&x| x >= floor).count().max(1);
-    if p.top_p < 1.0 {
-        let mut mass = 0.0;
-        for (i, &x) in probs[..keep].iter().enumerate() {
-            mass += x;
-            if mass >= p.top_p as f64 {
-                keep = i + 1;
-                break;
-            }
-        }
-    }
-    let kept: f64 = probs[..keep].iter().sum();
-    let target = peregrine_engine::sampling::uniform(p.seed, step) as f64 * kept;
-    let mut acc = 0.0;
-    for (i, &x) in probs[..keep].iter().enumerate() {
-        acc += x;
-        if target < acc {
-            return cand[i].0;
-        }
-    }
-    cand[keep - 1].0
-}
-
 use peregrine_engine::rng::SplitMix64 as Rng;
 
 fn rel_err(got: &[f32], want: &[f32]) -> f64 {
