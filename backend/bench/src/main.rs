@@ -10,6 +10,7 @@ mod error;
 mod llamacpp;
 mod model_bench;
 mod shape_bench;
+mod teacher_forced;
 mod torch_baseline;
 
 use clap::Parser;

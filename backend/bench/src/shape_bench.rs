@@ -236,7 +236,7 @@ fn shape_line(r: &ShapeFigures, plan: &CudaBenchPlan) -> String {
     let lo = r.decode_runs.iter().cloned().fold(f64::INFINITY, f64::min);
     let hi = r.decode_runs.iter().cloned().fold(0.0, f64::max);
     format!(
-        "{:.0} tok/s (min {lo:.0}, max {hi:.0}), {:.1} µs/token, {:.1} MB/token, {:.1}% of the {:.0} tok/s bound, TTFT({}) {:.2} ms ({}; token by token {:.2} ms; next turn (+{TURN_TOKENS} tokens, {} reused) {:.2} ms; first-step logits batched vs token-by-token rel err {:.2e}, same first token {}); verified run: argmax-consistent {}, vs CPU f32 reference ({} {}) rel err max {:.2e}, top-1 {}/{}; timed runs' first {CHECKED_TOKENS} tokens = verified: {}",
+        "{:.0} tok/s (min {lo:.0}, max {hi:.0}), {:.1} µs/token, {:.1} MB/token, {:.1}% of the {:.0} tok/s bound, TTFT({}) {:.2} ms ({}; token by token {:.2} ms; next turn (+{TURN_TOKENS} tokens, {} reused) {:.2} ms; first-step logits batched vs token-by-token rel err {:.2e}, same first token {}); verified run: argmax-consistent {}, vs CPU f32 reference ({} {}) rel err max {:.2e}, top-1 {}/{}; whole run teacher-forced on the CPU fast runtime: {}; timed runs' tokens = verified run's: {}",
         r.decode_tok_s,
         r.us_per_token,
         r.bytes_per_token as f64 / 1e6,
@@ -256,8 +256,26 @@ fn shape_line(r: &ShapeFigures, plan: &CudaBenchPlan) -> String {
         v.reference_rel_err,
         v.reference_top1,
         v.reference_positions,
+        whole_run_detail(v),
         r.tokens_match
     )
+}
+
+/// The whole-run teacher-forced check in words.
+fn whole_run_detail(v: &bench::Verification) -> String {
+    match &v.whole_run {
+        None => "not scored (DTP: the first positions' DTP reference only)".into(),
+        Some(a) => format!(
+            "top-1 {}/{} of {} tokens, {} near-ties, {} unexplained{}, logits max rel diff {:.2e}",
+            a.agree,
+            a.positions,
+            v.tokens.len(),
+            a.near_ties,
+            a.unexplained.len(),
+            a.unexplained.first().map(|u| format!(" (first: {u})")).unwrap_or_default(),
+            a.worst_rel
+        ),
+    }
 }
 
 /// The batched prefill's GPU time and its split, or why there is none.
@@ -410,6 +428,10 @@ fn report_json(report: Report) -> serde_json::Value {
                     "reference_positions": v.reference_positions,
                     "reference_rel_err": v.reference_rel_err,
                     "reference_top1": v.reference_top1,
+                    "whole_run": v.whole_run.as_ref().map(|a| json!({
+                        "positions": a.positions, "agree": a.agree, "near_ties": a.near_ties,
+                        "unexplained": a.unexplained, "worst_rel": a.worst_rel,
+                    })),
                     "first_tokens": &v.tokens[..CHECKED_TOKENS.min(v.tokens.len())],
                 },
                 "kernel": r.describe,
