@@ -2,8 +2,8 @@
 //! top-log-probability count, token ids inside the vocabulary, a non-empty prompt that
 //! fits the context with its generation budget. The engine checks them when a request
 //! is submitted (handle.rs, so a bad one never waits in the queue) and again when its
-//! thread takes it (generator.rs, once text prompts are tokenized); runtimes called directly (benchmarks, tests) guard their
-//! entry points with [`check_fits`] too, so bad input stays an error there; their other
+//! thread takes it (generator.rs, once text prompts are tokenized); runtimes called
+//! directly (benchmarks, tests) guard their entry points with [`check_fits`] too, so bad input stays an error there; their other
 //! checks are capacities of their own buffers (a KV cache shorter than the context).
 
 use crate::config::ModelConfig;

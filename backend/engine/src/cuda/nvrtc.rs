@@ -118,6 +118,8 @@ pub fn shared_per_block_of(arch: &str) -> usize {
     match arch.trim_start_matches("sm_").trim_end_matches('a') {
         "80" | "87" => 163 * 1024,
         "86" | "89" | "120" | "121" => 99 * 1024,
+        "70" | "72" => 96 * 1024,
+        "75" => 64 * 1024,
         _ => 227 * 1024,
     }
 }

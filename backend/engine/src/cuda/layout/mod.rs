@@ -345,9 +345,10 @@ fn screaming(name: &str) -> String {
 
 /// Shared memory per block kept unused when the decode kernel's plan with staging ahead
 /// (`kernels/smem_plan.cuh`, `AHEAD`: both staging sets, the residual and the regions
-/// before them) is sized against the device's opt-in maximum: the plan the kernel was
-/// tuned with on the H200 (220 of its 227 KiB), so a shape at the edge keeps that much
-/// more L1 and stages one phase at a time instead.
+/// before them) is sized against the device's opt-in maximum. It keeps the plans the
+/// kernel was tuned with on the H200 (220 of its 227 KiB; a shape past that stages one
+/// phase at a time and keeps the L1 the last 7 KiB would take); whether any shape
+/// gains from the last 7 KiB is not measured.
 pub const AHEAD_SHARED_MARGIN: usize = 7 * 1024;
 
 /// The budget of the plan with staging ahead on a device whose blocks may opt in to
