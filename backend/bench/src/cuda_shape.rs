@@ -18,11 +18,10 @@ use peregrine_engine::dtp::reference::{Execution, ShardedModel};
 use peregrine_engine::dtp::DtpSchedule;
 use peregrine_engine::runtime::{Cancel, DecodeJob, Flow, RunEnd, Runtime};
 use peregrine_engine::sampling::{top_k_indices, Sampled, SamplingParams};
+use peregrine_engine::teacher_forced::{self, Agreement};
 use peregrine_engine::weights::Weights;
 use peregrine_engine::{CudaOptions, ThreadsPolicy};
 use peregrine_engine::{Error, Result};
-
-use crate::teacher_forced::{self, Agreement};
 
 /// Prompt tokens before the decode measurement.
 pub const DEFAULT_PROMPT_TOKENS: usize = 32;

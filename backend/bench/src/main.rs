@@ -10,7 +10,6 @@ mod error;
 mod llamacpp;
 mod model_bench;
 mod shape_bench;
-mod teacher_forced;
 mod torch_baseline;
 
 use clap::Parser;

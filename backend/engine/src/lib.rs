@@ -27,7 +27,7 @@ macro_rules! internal_modules {
 
 internal_modules!(
     admission, config, cpu, cuda, dtp, generator, gguf, handle, hf, laneformer, model, options, request, rng, runtime, sampling, scheduler,
-    stop, synthetic, template, tensor, tokenizer, weights,
+    stop, synthetic, teacher_forced, template, tensor, tokenizer, weights,
 );
 mod error;
 pub mod infill;

@@ -137,30 +137,19 @@ fn top1_agreement(config: &ModelConfig, weights: &Weights, min_top1: f64) -> Che
     let g = gpu.score(&tokens).map_err(|e| e.to_string())?;
     let c = cpu.score(&tokens).map_err(|e| e.to_string())?;
     ensure(g.len() == POSITIONS && c.len() == POSITIONS, || format!("{} and {} scored positions", g.len(), c.len()))?;
-    let (mut agree, mut unexplained, mut worst_rel) = (0, Vec::new(), 0.0f64);
-    for (t, (gr, cr)) in g.iter().zip(&c).enumerate() {
-        let (a, b) = (argmax(gr), argmax(cr));
-        let max_diff = gr.iter().zip(cr).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
-        let scale = cr.iter().map(|y| y.abs()).fold(0.0f32, f32::max).max(1e-6);
-        worst_rel = worst_rel.max((max_diff / scale) as f64);
-        if a == b {
-            agree += 1;
-        } else {
-            // A near-tie: the CPU's margin between the two picks is within the logit difference.
-            let margin = cr[b as usize] - cr[a as usize];
-            if margin > 2.0 * max_diff {
-                unexplained.push(format!("position {t}: GPU {a}, CPU {b}, margin {margin:.2e} > 2 × {max_diff:.2e}"));
-            }
-        }
-    }
-    let rate = agree as f64 / POSITIONS as f64;
+    // The GPU's pick at each position is its own top-1 there.
+    let picks: Vec<u32> = g.iter().map(|row| argmax(row)).collect();
+    let a = peregrine_engine::teacher_forced::agreement(&picks, &g, &c);
+    let rate = a.agree as f64 / POSITIONS as f64;
     println!(
-        "  top-1 agreement {agree}/{POSITIONS} ({:.1} %), {} disagreements near-ties, logits max rel diff {worst_rel:.2e}",
+        "  top-1 agreement {}/{POSITIONS} ({:.1} %), {} disagreements near-ties, logits max rel diff {:.2e}",
+        a.agree,
         100.0 * rate,
-        POSITIONS - agree - unexplained.len()
+        a.near_ties,
+        a.worst_rel
     );
-    ensure(rate >= min_top1 && unexplained.is_empty(), || {
-        format!("top-1 agreement {agree}/{POSITIONS} (need {min_top1}); not near-ties: {}", unexplained.join("; "))
+    ensure(rate >= min_top1 && a.unexplained.is_empty(), || {
+        format!("top-1 agreement {}/{POSITIONS} (need {min_top1}); not near-ties: {}", a.agree, a.unexplained.join("; "))
     })
 }
 

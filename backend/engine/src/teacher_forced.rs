@@ -1,9 +1,10 @@
 //! Teacher-forced top-1 agreement of a whole greedy run with a CPU scoring of the same
 //! tokens: each generated token must be the CPU's top-1 at its position, or a near-tie
 //! that the measured logit difference explains (the CPU's margin between its pick and
-//! the GPU's is within twice the largest logit difference at that position).
+//! the GPU's is within twice the largest logit difference at that position). Used by
+//! the GPU tests and the CUDA bench's verified runs.
 
-use peregrine_engine::sampling::top_k_indices;
+use crate::sampling::top_k_indices;
 
 /// How a run's tokens fared against the CPU's logits.
 #[derive(Debug, Clone, Default, PartialEq)]
