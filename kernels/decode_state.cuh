@@ -9,6 +9,8 @@
 #include "phases/exchange.cuh"
 
 extern __shared__ float4 smem_f4[];
+/// The quantized phases' prepared input (a fixed address: no register to keep).
+__device__ __forceinline__ unsigned char* xq_smem() { return reinterpret_cast<unsigned char*>(reinterpret_cast<float*>(smem_f4) + XQ_OFF); }
 
 struct Decode {
   const Args& args;

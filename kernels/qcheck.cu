@@ -9,6 +9,8 @@
 
 constexpr int QC_K = PG_QCHECK_K;
 constexpr int QC_WARPS = 8;
+/// The input floats, then their prepared chunks (read by the host).
+extern "C" __constant__ u32 pg_qcheck_smem_bytes = QC_K * 4 + xq_bytes(QC_K);
 
 extern "C" __global__ void __launch_bounds__(QC_WARPS * WARP_SIZE, 1)
     pg_qcheck(const unsigned char* w, u32 fmt, int rows, const float* x, float* y) {
@@ -16,6 +18,7 @@ extern "C" __global__ void __launch_bounds__(QC_WARPS * WARP_SIZE, 1)
   float* xs = reinterpret_cast<float*>(qc_smem);
   for (int i = threadIdx.x; i < QC_K; i += blockDim.x) xs[i] = x[i];
   __syncthreads();
-  qmat_grid_rows<QC_K, 2, QC_WARPS>(qmat1(w, fmt, rows), rows, xs, [&](int r, float v) { y[r] = v; });
+  unsigned char* xq = reinterpret_cast<unsigned char*>(xs + QC_K);
+  qmat_grid_rows<QC_K, 2, QC_WARPS>(qmat1(w, fmt, rows), rows, xs, xq, [&](int r, float v) { y[r] = v; });
 }
 #endif

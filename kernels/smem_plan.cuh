@@ -1,10 +1,12 @@
-//! The decode kernel's shared-memory plan: the offsets and sizes of every region
-//! (main vector, reduction scratch, resident residual, stage slots), the switches that
-//! depend on what fits (stage_ahead, attn_own's fast path), and the sizes the host reads.
+//! The decode kernel's shared-memory plan: the offsets and sizes of every region (main
+//! vector, reduction scratch, resident residual, prepared quantized input, stage slots),
+//! the switches that depend on what fits (stage_ahead, attn_own's fast path), and the
+//! sizes the host reads.
 #pragma once
 #include "schedule.cuh"
 #include "ops/attend_own.cuh"
 #include "ops/attention.cuh"
+#include "ops/qmatvec.cuh"
 #include "ops/select.cuh"
 
 // ---- shared memory -------------------------------------------------------------
@@ -32,7 +34,10 @@ constexpr int RESID_FLOATS = RESID_SMEM ? D : 0;
 template <int K>
 using Stage = RowStage<K, NR, STAGE_CAP>;
 constexpr int STAGE_WORDS = STAGE ? cmax(cmax(Stage<D>::WORDS, Stage<QD>::WORDS), Stage<F>::WORDS) : 0;
-constexpr int STAGE_OFF = align4(RESID_OFF + RESID_FLOATS);
+/// Quantized models: the matrix phases' input prepared as integer chunks (ops/qdot.cuh).
+constexpr int XQ_OFF = align4(RESID_OFF + RESID_FLOATS);
+constexpr int XQ_FLOATS = QUANT ? xq_bytes(VEC_FLOATS) / 4 : 0;
+constexpr int STAGE_OFF = align4(XQ_OFF + XQ_FLOATS);
 /// Staging ahead: a second set of slots, so each matrix phase starts the copy of the
 /// *next* matrix phase's first row group (QKV and gate/up in set A, o and down in set
 /// B; layer l's down stages layer l+1's q/k/v) before waiting on its own inputs: the

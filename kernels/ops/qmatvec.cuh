@@ -1,12 +1,13 @@
-//! Matrix-vector rows of quantized weights, dequantized in registers: Q8_0, Q4_0, Q4_1,
-//! Q4_K and Q6_K as repacked at load (backend/engine/src/cuda/quant, layout in
-//! docs/kernel.md), plus bf16 rows, chosen per matrix segment by a runtime format tag.
-//! A lane reads one 32-element chunk per row per iteration: one 16-byte code load
-//! (two for Q8_0), its scales, and 8 float4 of the input in a rotated order that
-//! keeps the shared-memory reads conflict-free.
+//! Matrix-vector rows of quantized weights: Q8_0, Q4_0, Q4_1, Q4_K and Q6_K as repacked
+//! at load (backend/engine/src/cuda/quant, layout in docs/quantized.md), plus bf16 rows,
+//! chosen per matrix segment by a runtime format tag. A lane reads one 32-element chunk
+//! per row per iteration: one 16-byte code load (two for Q8_0) and its scales, and
+//! meets it with the same chunk of the input prepared as integers (ops/qdot.cuh):
+//! integer dot products per chunk, the scales applied in f32 once per chunk.
 #pragma once
 #include "common.cuh"
 #include "ops/matvec.cuh"
+#include "ops/qdot.cuh"
 
 /// Format tags (GpuFormat in the engine).
 constexpr u32 QF_BF16 = 0, QF_Q8_0 = 1, QF_Q4_0 = 2, QF_Q4_1 = 3, QF_Q4_K = 4, QF_Q6_K = 5;
@@ -23,11 +24,6 @@ constexpr bool QUANT = QFMTS != 0;
 #endif
 /// The LM head's format (one tensor, so a compile-time choice).
 constexpr u32 LM_FMT = PG_LM_FMT;
-
-/// Chunks in flight per lane per row while streaming a quantized row: one. Two keep
-/// twice the loads live, and under 512 threads' 128 registers ptxas then spills them to
-/// local memory inside the row loop (docs/quantized.md has the figures).
-constexpr int Q_UNROLL = 1;
 
 /// Bytes of one row of K elements in format `f` (a multiple of 16).
 __host__ __device__ constexpr int q_row_bytes(u32 f, int k) {
@@ -52,29 +48,6 @@ __device__ __forceinline__ float f16_to_f32(u32 bits) {
 }
 __device__ __forceinline__ float half_lo(u32 h2) { return f16_to_f32(h2 & 0xffffu); }
 __device__ __forceinline__ float half_hi(u32 h2) { return f16_to_f32(h2 >> 16); }
-
-/// The bit pattern of 2^23: OR an unsigned code (< 2^23) into it and the float is
-/// 2^23 + code exactly (the code is its mantissa), where an integer-to-float
-/// conversion runs at a quarter of the FMA rate.
-constexpr u32 TWO23_BITS = 0x4B000000u;
-
-/// A code's float bits (TWO23_BITS | code) as the code minus `bias`, exactly.
-__device__ __forceinline__ float code_f(u32 bits, float bias) { return __int_as_float(bits) - (8388608.f + bias); }
-
-/// s + x4 · (codes − bias) for one stored group of 4 elements.
-__device__ __forceinline__ float dot4(float s, float4 x, u32 c0, u32 c1, u32 c2, u32 c3, float bias) {
-  s = fmaf(x.x, code_f(c0, bias), s);
-  s = fmaf(x.y, code_f(c1, bias), s);
-  s = fmaf(x.z, code_f(c2, bias), s);
-  s = fmaf(x.w, code_f(c3, bias), s);
-  return s;
-}
-
-/// The input's float4 holding stored group k of the lane's chunk (original group
-/// (k + chunk) mod 8; the chunk index is ≡ lane mod 32).
-__device__ __forceinline__ float4 x_group(const float* xc, int k, int lane) {
-  return *reinterpret_cast<const float4*>(xc + 4 * ((k + lane) & 7));
-}
 
 /// One row's share of a chunk, loaded before any arithmetic so that every row's loads
 /// are in flight together: codes (and Q6_K's high bits) and the chunk's scales.
@@ -111,98 +84,94 @@ __device__ __forceinline__ QChunk q_load(const unsigned char* p, int c) {
   return h;
 }
 
-/// Stored group k's 4 codes of a row's chunk, each as TWO23_BITS | code.
+/// Code words j (0..3) of a 4-bit or 6-bit chunk as two words of byte codes, in the
+/// prepared input's plane order: `lo` the even elements of stored groups 2j and 2j+1,
+/// `hi` the odd ones (ops/qdot.cuh).
 template <u32 F>
-__device__ __forceinline__ void q_codes(const QChunk& h, int k, u32 (&c)[4]) {
-  if constexpr (F == QF_Q8_0) {
-    const u32 w = k < 4 ? (k == 0 ? h.q.x : k == 1 ? h.q.y : k == 2 ? h.q.z : h.q.w)
-                        : (k == 4 ? h.q2.x : k == 5 ? h.q2.y : k == 6 ? h.q2.z : h.q2.w);
-    // Byte e into the low byte of 2^23's bit pattern: one byte permute.
-#pragma unroll
-    for (int e = 0; e < 4; ++e) c[e] = __byte_perm(w, TWO23_BITS, 0x7440 + e);
-  } else {
-    const u32 w = (k >> 1) == 0 ? h.q.x : (k >> 1) == 1 ? h.q.y : (k >> 1) == 2 ? h.q.z : h.q.w;
-    const u32 l4 = w >> (16 * (k & 1));
-#pragma unroll
-    for (int e = 0; e < 4; ++e) c[e] = (l4 >> (4 * e)) & 0xF;
-    if constexpr (F == QF_Q6_K) {
-      const u32 h2 = ((k >> 2) == 0 ? h.hi.x : h.hi.y) >> (8 * (k & 3));
-#pragma unroll
-      for (int e = 0; e < 4; ++e) c[e] |= ((h2 >> (2 * e)) & 3) << 4;
-    }
-#pragma unroll
-    for (int e = 0; e < 4; ++e) c[e] |= TWO23_BITS;
+__device__ __forceinline__ void q_byte_codes(const QChunk& h, int j, u32& lo, u32& hi) {
+  const u32 w = j == 0 ? h.q.x : j == 1 ? h.q.y : j == 2 ? h.q.z : h.q.w;
+  lo = w & 0x0F0F0F0Fu;
+  hi = (w >> 4) & 0x0F0F0F0Fu;
+  if constexpr (F == QF_Q6_K) {
+    // Stored groups 2j, 2j+1's high bits: bytes 2j, 2j+1 of `hi`, element e at bits 2e.
+    const u32 hb = (j < 2 ? h.hi.x : h.hi.y) >> (16 * (j & 1));
+    const u32 t = __byte_perm(hb, 0, 0x1100);
+    lo |= ((t << 4) & 0x00300030u) | (t & 0x30003000u);
+    hi |= ((t << 2) & 0x00300030u) | ((t >> 2) & 0x30003000u);
   }
 }
 
-/// The code offset of format F (value = scale · (code − bias) [+ min]).
-template <u32 F>
-__host__ __device__ constexpr float q_bias() {
-  return F == QF_Q8_0 ? 128.f : F == QF_Q4_0 ? 8.f : F == QF_Q6_K ? 32.f : 0.f;
-}
-
-/// acc[r] += row r's chunk c · x for R rows at once: the rows' loads first, then each
-/// of the chunk's 8 input groups read once from shared memory for all R rows.
-template <u32 F, int K, int R>
-__device__ __forceinline__ void q_chunk_rows(const unsigned char* const (&rowp)[R], int c, const float* xs, int lane, float (&acc)[R]) {
-  QChunk h[R];
+/// acc[r] += row r's loaded chunk c (`h[r]`) · the prepared input chunk `x`, through
+/// integer dot products (ops/qdot.cuh); the scales applied once per chunk.
+template <u32 F, int R>
+__device__ __forceinline__ void q_chunk_dot(const QChunk (&h)[R], const QX& x, int c, float (&acc)[R]) {
+  // Q6_K: which halves of each code word are original groups 0..3 (the first sub-block).
+  u32 first[4];
 #pragma unroll
-  for (int r = 0; r < R; ++r) h[r] = q_load<F, K>(rowp[r], c);
-  const float* xc = xs + 32 * c;
-  constexpr bool AFFINE = F == QF_Q4_1 || F == QF_Q4_K;
-  float s[R], s_hi[R], sx = 0.f;
-#pragma unroll
-  for (int r = 0; r < R; ++r) s[r] = s_hi[r] = 0.f;
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    const float4 x = x_group(xc, k, lane);
-    if constexpr (AFFINE) sx += (x.x + x.y) + (x.z + x.w);
-    // Q6_K: original groups 0..3 are the chunk's first 16-element sub-block.
-    const bool first_half = ((k + lane) & 7) < 4;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      u32 cd[4];
-      q_codes<F>(h[r], k, cd);
-      if constexpr (F == QF_Q6_K) {
-        if (first_half) s[r] = dot4(s[r], x, cd[0], cd[1], cd[2], cd[3], q_bias<F>());
-        else s_hi[r] = dot4(s_hi[r], x, cd[0], cd[1], cd[2], cd[3], q_bias<F>());
-      } else {
-        s[r] = dot4(s[r], x, cd[0], cd[1], cd[2], cd[3], q_bias<F>());
-      }
-    }
-  }
+  for (int j = 0; j < 4; ++j)
+    first[j] = (((2 * j + c) & 7) < 4 ? 0x0000FFFFu : 0u) | (((2 * j + 1 + c) & 7) < 4 ? 0xFFFF0000u : 0u);
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    if constexpr (F == QF_Q8_0 || F == QF_Q4_0) {
-      acc[r] = fmaf(f16_to_f32(h[r].s0), s[r], acc[r]);
+    QSum s{0, 0, 0}, s1{0, 0, 0};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      u32 lo, hi;
+      if constexpr (F == QF_Q8_0) {
+        const u32 w0 = j == 0 ? h[r].q.x : j == 1 ? h[r].q.z : j == 2 ? h[r].q2.x : h[r].q2.z;
+        const u32 w1 = j == 0 ? h[r].q.y : j == 1 ? h[r].q.w : j == 2 ? h[r].q2.y : h[r].q2.w;
+        // Stored offset by 128: flipping each byte's top bit gives the signed code.
+        lo = __byte_perm(w0, w1, 0x6420) ^ 0x80808080u;
+        hi = __byte_perm(w0, w1, 0x7531) ^ 0x80808080u;
+      } else {
+        q_byte_codes<F>(h[r], j, lo, hi);
+      }
+      qsum_add<F == QF_Q8_0>(s, lo, x, 2 * j);
+      qsum_add<F == QF_Q8_0>(s, hi, x, 2 * j + 1);
+      if constexpr (F == QF_Q6_K) {
+        qsum_add<false>(s1, lo & first[j], x, 2 * j);
+        qsum_add<false>(s1, hi & first[j], x, 2 * j + 1);
+      }
+    }
+    const float scale = x.t.x, sx = x.t.y;
+    if constexpr (F == QF_Q8_0) {
+      acc[r] = fmaf(f16_to_f32(h[r].s0), qsum_value(s, scale), acc[r]);
+    } else if constexpr (F == QF_Q4_0) {
+      acc[r] = fmaf(f16_to_f32(h[r].s0), fmaf(-8.f, sx, qsum_value(s, scale)), acc[r]);
     } else if constexpr (F == QF_Q4_1) {
-      acc[r] += fmaf(half_lo(h[r].s0), s[r], half_hi(h[r].s0) * sx);
+      acc[r] += fmaf(half_lo(h[r].s0), qsum_value(s, scale), half_hi(h[r].s0) * sx);
     } else if constexpr (F == QF_Q4_K) {
       const float d = half_lo(h[r].s0) * (float)(h[r].s1 & 0xFF), m = half_hi(h[r].s0) * (float)(h[r].s1 >> 8);
-      acc[r] += fmaf(d, s[r], -m * sx);
+      acc[r] += fmaf(d, qsum_value(s, scale), -m * sx);
     } else {
       static_assert(F == QF_Q6_K, "unknown weight format");
+      const QSum s2{s.a - s1.a, s.b - s1.b, s.d - s1.d};
       const float d = f16_to_f32(h[r].s0);
       const float d_lo = d * (float)(signed char)(h[r].s1 & 0xFF), d_hi = d * (float)(signed char)(h[r].s1 >> 8);
-      acc[r] += fmaf(d_lo, s[r], d_hi * s_hi[r]);
+      const float v1 = fmaf(-32.f, x.t.z, qsum_value(s1, scale)), v2 = fmaf(-32.f, sx - x.t.z, qsum_value(s2, scale));
+      acc[r] += fmaf(d_lo, v1, d_hi * v2);
     }
   }
 }
 
-/// acc[r] = row r · xs for R rows of format F (`rowp`, K elements each). Every lane
-/// returns the full sums.
+/// acc[r] = row r · the prepared input `xq` for R rows of format F (K elements each).
+/// Every lane returns the full sums.
 template <u32 F, int K, int R>
-__device__ __forceinline__ void warp_rows_dot_q(const unsigned char* const (&rowp)[R], const float* xs, float (&acc)[R]) {
+__device__ __forceinline__ void warp_rows_dot_qx(const unsigned char* const (&rowp)[R], const unsigned char* xq, float (&acc)[R]) {
   static_assert(K % 32 == 0, "rows must be whole 32-element chunks");
   constexpr int C = K / 32;
   constexpr int ITERS = (C + WARP_SIZE - 1) / WARP_SIZE;
   const int lane = lane_id();
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.f;
-#pragma unroll Q_UNROLL
+#pragma unroll 1
   for (int it = 0; it < ITERS; ++it) {
     const int c = it * WARP_SIZE + lane;
-    if (C % WARP_SIZE == 0 || c < C) q_chunk_rows<F, K, R>(rowp, c, xs, lane, acc);
+    if (C % WARP_SIZE == 0 || c < C) {
+      QChunk h[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) h[r] = q_load<F, K>(rowp[r], c);
+      q_chunk_dot<F, R>(h, qx_load(xq, c), c, acc);
+    }
   }
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = warp_sum(acc[r]);
@@ -252,9 +221,11 @@ __device__ __forceinline__ QSeg q_segment(const QMat& m, int row0) {
 }
 
 /// Rows row0[g] .. row0[g] + NR - 1 for each of G groups of one segment (rows past the
-/// segment clamped; the caller ignores them), dotted with xs: acc[g·NR + r].
+/// segment clamped; the caller ignores them), dotted with the input: `xs` for bf16
+/// rows, its prepared chunks `xq` for quantized ones: acc[g·NR + r].
 template <int K, int NR, int G>
-__device__ __forceinline__ void q_groups_dot(const QSeg& sg, const int (&row0)[G], const float* xs, float (&acc)[G * NR]) {
+__device__ __forceinline__ void q_groups_dot(const QSeg& sg, const int (&row0)[G], const float* xs, const unsigned char* xq,
+                                             float (&acc)[G * NR]) {
   const unsigned char* rowp[G * NR];
   switch (sg.fmt) {
 #define QM_CASE(F)                                                                          \
@@ -262,7 +233,7 @@ __device__ __forceinline__ void q_groups_dot(const QSeg& sg, const int (&row0)[G
     if constexpr (q_enabled(F) && q_fits(F, K)) {                                           \
       _Pragma("unroll") for (int i = 0; i < G * NR; ++i) rowp[i] =                          \
           sg.base + (size_t)(min(row0[i / NR] + i % NR, sg.end - 1) - sg.begin) * q_row_bytes(F, K); \
-      warp_rows_dot_q<F, K, G * NR>(rowp, xs, acc);                                         \
+      warp_rows_dot_qx<F, K, G * NR>(rowp, xq, acc);                                         \
     } else {                                                                                \
       __trap(); /* the host planned a format this build lacks: fail loudly */              \
     }                                                                                       \
@@ -297,10 +268,13 @@ __host__ __device__ constexpr int q_group_batch(int nr) { return nr >= 4 ? 1 : 4
 /// grid_rows of a segmented (possibly quantized) matrix of `rows` rows: the same row
 /// groups to the same warps (so the blocks owning rows are grid_rows' and the phases'
 /// arrival counts hold), every group read from registers (no staging), a warp's groups
-/// taken q_group_batch at a time. Runs `epi(row, value)` on lane 0 for each row, in
-/// increasing order within a group.
+/// taken q_group_batch at a time. First prepares the input `xs` as integer chunks in
+/// `xq` (shared, xq_bytes(K)), so every thread of the block calls it. Runs
+/// `epi(row, value)` on lane 0 for each row, in increasing order within a group.
 template <int K, int NR, int WARPS, class Epi>
-__device__ __forceinline__ void qmat_grid_rows(const QMat& m, int rows, const float* xs, Epi epi, int grid = gridDim.x) {
+__device__ __forceinline__ void qmat_grid_rows(const QMat& m, int rows, const float* xs, unsigned char* xq, Epi epi, int grid = gridDim.x) {
+  q_prep_x<WARPS * WARP_SIZE, K>(xs, xq);
+  __syncthreads();
   constexpr int B = q_group_batch(NR);
   const int gw = warp_id() * grid + blockIdx.x;
   const int nw = WARPS * grid;
@@ -314,14 +288,14 @@ __device__ __forceinline__ void qmat_grid_rows(const QMat& m, int rows, const fl
 #pragma unroll
     for (int b = 0; b < B; ++b) row0[b] = (g + b * nw) * NR;
     if (B > 1 && last < groups && last * NR < sg.end) {
-      q_groups_dot<K, NR, B>(sg, row0, xs, acc);
+      q_groups_dot<K, NR, B>(sg, row0, xs, xq, acc);
     } else {
 #pragma unroll
       for (int b = 0; b < B; ++b) {
         if (g + b * nw < groups) {  // warp-uniform
           const int one[1] = {row0[b]};
           float a[NR];
-          q_groups_dot<K, NR, 1>(q_segment<K>(m, row0[b]), one, xs, a);
+          q_groups_dot<K, NR, 1>(q_segment<K>(m, row0[b]), one, xs, xq, a);
 #pragma unroll
           for (int r = 0; r < NR; ++r) acc[b * NR + r] = a[r];
         }

@@ -48,14 +48,14 @@ __device__ __forceinline__ void maybe_stage(const bf16_t* w, uint4* slot, bool q
 }
 
 /// grid_rows of a matrix phase, reading what maybe_stage copied; a quantized matrix
-/// (`q` has a non-bf16 segment) runs qmat_grid_rows instead.
+/// (`q` has a non-bf16 segment) runs qmat_grid_rows instead, preparing its input in `xq`.
 /// `ahead`: the next phase's stage (PENDING commit groups) was started after this one's.
 template <int K, int PENDING = 0, class Epi, class Wait = NoWait>
 __device__ __forceinline__ void phase_rows(const bf16_t* w, int rows, const float* xs, const uint4* slot, Epi epi, bool ahead = false,
-                                           Wait wait = {}, const QMat* q = nullptr) {
+                                           Wait wait = {}, const QMat* q = nullptr, unsigned char* xq = nullptr) {
   if (QUANT && q) {
     // (A pending copy of the next phase's rows completes in that phase's own wait.)
-    qmat_grid_rows<K, NR, WARPS>(*q, rows, xs, epi, row_grid());
+    qmat_grid_rows<K, NR, WARPS>(*q, rows, xs, xq, epi, row_grid());
     return;
   }
   grid_rows<K, NR, WARPS, STAGE_CAP, PENDING>(w, rows, xs, epi, stage_fits(rows) ? slot : nullptr, ahead, row_grid(), wait);

@@ -36,7 +36,7 @@ __device__ __forceinline__ void Decode::down_phase() {
       else st_tagged(tl + T_XD + r, (res_here ? resid_s[r] : wait_tagged(tl + T_XO + r, tag)) + v, tag);
     };
     if (!waves) {
-      phase_rows<F, N_QKV>(w, D, vec, slot_b, down_epi, qkv_ahead, NoWait{}, quant ? &wq : nullptr);
+      phase_rows<F, N_QKV>(w, D, vec, slot_b, down_epi, qkv_ahead, NoWait{}, quant ? &wq : nullptr, xq_smem());
     } else if (warp_id() < row_warps) {
       // Sync on each segment's barrier before its first iteration reads it.
       auto seg_wait = [&](int it) {

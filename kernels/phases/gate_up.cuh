@@ -28,7 +28,7 @@ __device__ __forceinline__ void Decode::gate_up_phase() {
     if (QUANT && quant) {
       float gate = 0.f;  // lane 0 gets each pair's gate row just before its up row
       qmat_grid_rows<D, NR, WARPS>(
-          wq, 2 * F, vec,
+          wq, 2 * F, vec, xq_smem(),
           [&](int r, float v) {
             if ((r & 1) == 0) gate = v;
             else if (ACT_TAGGED) st_tagged(tl + T_ACT + r / 2, swiglu(gate, v), tag);

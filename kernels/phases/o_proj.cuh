@@ -27,7 +27,7 @@ __device__ __forceinline__ void Decode::o_phase() {
         st_tagged(tl + T_XO + r, res + v, tag);
       }
         },
-        gu_ahead, NoWait{}, quant ? &wq : nullptr);
+        gu_ahead, NoWait{}, quant ? &wq : nullptr, xq_smem());
   }
   phase_end(layer_ctr(ctr, l, PH_O), trace_event(tr, l * PHASES + PH_O));
 }

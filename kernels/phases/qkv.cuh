@@ -39,7 +39,7 @@ __device__ __forceinline__ void Decode::qkv_phase() {
           if (TAGGED) st_tagged(tl + T_QKV + r, v, tag);
           else qkv[r] = v;
         },
-        o_ahead, NoWait{}, quant ? &wq : nullptr);
+        o_ahead, NoWait{}, quant ? &wq : nullptr, xq_smem());
     (void)bias;
   }
   phase_end(layer_ctr(ctr, l, PH_QKV), trace_event(tr, l * PHASES + PH_QKV));

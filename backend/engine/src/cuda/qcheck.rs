@@ -33,7 +33,13 @@ pub fn quant_matvec(
     let (cubin, _) = nvrtc::cubin_of(nvrtc::QCHECK_SOURCE, paths.cubin_cache.as_deref(), &arch, &layout::qcheck_defines(k))?;
     let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(cuda_err("cuModuleLoadData"))?;
     let func = module.load_function("pg_qcheck").map_err(cuda_err("cuModuleGetFunction"))?;
-    let smem = (4 * k) as u32;
+    let smem = {
+        let view = module.get_global("pg_qcheck_smem_bytes", &stream).map_err(cuda_err("cuModuleGetGlobal"))?;
+        let bytes = stream.clone_dtoh(&view).map_err(cuda_err("read kernel constant"))?;
+        u32::from_le_bytes(
+            bytes.get(..4).and_then(|b| b.try_into().ok()).ok_or_else(|| Error::Cuda("pg_qcheck_smem_bytes is not a u32".into()))?,
+        )
+    };
     func.set_attribute(cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
         .map_err(cuda_err("shared-memory limit"))?;
     let w = stream.clone_htod(packed).map_err(cuda_err("upload"))?;
