@@ -77,7 +77,15 @@ static_assert(!OWN_FAST || (OWN_CAP > 0 && OwnAttn<THREADS, HD>::SCRATCH <= attn
 /// Commit groups the next phase's stage leaves in flight while a phase reads its own (0 without stage_ahead).
 constexpr int N_QKV = AHEAD ? Stage<D>::N : 0, N_O = AHEAD ? Stage<QD>::N : 0, N_GU = AHEAD ? Stage<D>::N : 0,
               N_DOWN = AHEAD ? Stage<F>::N : 0;
-constexpr int SMEM_FLOATS = STAGE_OFF + STAGE_REGION_WORDS * 4;
+/// Models with Q8_0 matrices and no stage_ahead: the rest of the shared-memory budget
+/// extends the one stage set, so a Q8_0 phase stages longer rows and its ring has more
+/// room (ops/qmatvec.cuh, q_slot).
+constexpr int QSTAGE_EXTRA_WORDS =
+    q_enabled(QF_Q8_0) && STAGE && !AHEAD ? cmax(0, (PG_AHEAD_SMEM_BYTES - (STAGE_OFF + STAGE_REGION_WORDS * 4) * 4) / 16) : 0;
+/// Bytes of stage set A (q/k/v, gate/up; every phase without stage_ahead) and set B (o, down).
+constexpr int SET_A_BYTES = (AHEAD ? WARPS * A_WORDS : STAGE_REGION_WORDS + QSTAGE_EXTRA_WORDS) * 16;
+constexpr int SET_B_BYTES = AHEAD ? WARPS * B_WORDS * 16 : SET_A_BYTES;
+constexpr int SMEM_FLOATS = STAGE_OFF + (STAGE_REGION_WORDS + QSTAGE_EXTRA_WORDS) * 4;
 
 /// Read by the host (cuModuleGetGlobal) so the sizes exist only here.
 extern "C" __constant__ u32 pg_smem_bytes = SMEM_FLOATS * sizeof(float);

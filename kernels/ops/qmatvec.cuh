@@ -59,26 +59,49 @@ struct QChunk {
   u32 s1;    // Q4_K (sc, mn) bytes; Q6_K (sc_lo, sc_hi) bytes
 };
 
-template <u32 F, int K>
+/// Loads of a row's bytes: from global memory (read-only, the weights' L2 policy), or
+/// from the shared-memory copy a stage made (SM).
+template <bool SM>
+__device__ __forceinline__ uint4 q_ld16(const unsigned char* p) {
+  if constexpr (SM) return *reinterpret_cast<const uint4*>(p);
+  else return ld_weight16(p);
+}
+template <bool SM>
+__device__ __forceinline__ uint2 q_ld8(const unsigned char* p) {
+  if constexpr (SM) return *reinterpret_cast<const uint2*>(p);
+  else return ld_nc_u64(p);
+}
+template <bool SM>
+__device__ __forceinline__ u32 q_ld4(const unsigned char* p) {
+  if constexpr (SM) return *reinterpret_cast<const unsigned int*>(p);
+  else return ld_nc_u32(p);
+}
+template <bool SM>
+__device__ __forceinline__ u32 q_ld2(const unsigned char* p) {
+  if constexpr (SM) return *reinterpret_cast<const unsigned short*>(p);
+  else return ld_nc_u16(p);
+}
+
+template <u32 F, int K, bool SM = false>
 __device__ __forceinline__ QChunk q_load(const unsigned char* p, int c) {
   constexpr int C = K / 32, S = K / 256;
   QChunk h;
   if constexpr (F == QF_Q8_0) {
-    h.q = ld_weight16(p + 32 * c);
-    h.q2 = ld_weight16(p + 32 * c + 16);
-    h.s0 = ld_nc_u16(p + 32 * C + 2 * c);
+    h.q = q_ld16<SM>(p + 32 * c);
+    h.q2 = q_ld16<SM>(p + 32 * c + 16);
+    h.s0 = q_ld2<SM>(p + 32 * C + 2 * c);
   } else {
-    h.q = ld_weight16(p + 16 * c);
-    if constexpr (F == QF_Q4_0) h.s0 = ld_nc_u16(p + 16 * C + 2 * c);
-    if constexpr (F == QF_Q4_1) h.s0 = ld_nc_u32(p + 16 * C + 4 * c);
+    h.q = q_ld16<SM>(p + 16 * c);
+    if constexpr (F == QF_Q4_0) h.s0 = q_ld2<SM>(p + 16 * C + 2 * c);
+    if constexpr (F == QF_Q4_1) h.s0 = q_ld4<SM>(p + 16 * C + 4 * c);
     if constexpr (F == QF_Q4_K) {
-      h.s0 = ld_nc_u32(p + 16 * C + 4 * (c >> 3));
-      h.s1 = ld_nc_u16(p + 16 * C + 4 * S + 2 * c);
+      h.s0 = q_ld4<SM>(p + 16 * C + 4 * (c >> 3));
+      h.s1 = q_ld2<SM>(p + 16 * C + 4 * S + 2 * c);
     }
     if constexpr (F == QF_Q6_K) {
-      h.hi = ld_nc_u64(p + 16 * C + 8 * c);
-      h.s0 = ld_nc_u16(p + 24 * C + 2 * (c >> 3));
-      h.s1 = ld_nc_u16(p + 24 * C + 2 * S + 2 * c);
+      h.hi = q_ld8<SM>(p + 16 * C + 8 * c);
+      h.s0 = q_ld2<SM>(p + 24 * C + 2 * (c >> 3));
+      h.s1 = q_ld2<SM>(p + 24 * C + 2 * S + 2 * c);
     }
   }
   return h;
@@ -155,7 +178,8 @@ __device__ __forceinline__ void q_chunk_dot(const QChunk (&h)[R], const QX& x, i
 
 /// acc[r] = row r · the prepared input `xq` for R rows of format F (K elements each).
 /// Every lane returns the full sums.
-template <u32 F, int K, int R>
+/// With SM the rows are the shared-memory copy of a stage.
+template <u32 F, int K, int R, bool SM = false>
 __device__ __forceinline__ void warp_rows_dot_qx(const unsigned char* const (&rowp)[R], const unsigned char* xq, float (&acc)[R]) {
   static_assert(K % 32 == 0, "rows must be whole 32-element chunks");
   constexpr int C = K / 32;
@@ -169,7 +193,7 @@ __device__ __forceinline__ void warp_rows_dot_qx(const unsigned char* const (&ro
     if (C % WARP_SIZE == 0 || c < C) {
       QChunk h[R];
 #pragma unroll
-      for (int r = 0; r < R; ++r) h[r] = q_load<F, K>(rowp[r], c);
+      for (int r = 0; r < R; ++r) h[r] = q_load<F, K, SM>(rowp[r], c);
       q_chunk_dot<F, R>(h, qx_load(xq, c), c, acc);
     }
   }
@@ -261,24 +285,169 @@ __device__ __forceinline__ void q_groups_dot(const QSeg& sg, const int (&row0)[G
   (void)rowp;
 }
 
+// ---- staging Q8_0 rows --------------------------------------------------------------
+// As bf16 rows do (ops/matvec.cuh), a Q8_0 phase where every warp has at most one row
+// group copies that group into shared memory with cp.async before its block waits on
+// the phase's input, and reads it from there after the wait: the DRAM round trips of
+// the group's chunks (eight in a row for an 8,192-element row) overlap the wait instead
+// of following it. A group is NR whole rows, contiguous in the repacked matrix. The
+// stage set's bytes are shared by the warps that own a group (the low ones: groups go
+// out warp-major), so a group fits where a bf16 slot could not hold it. Lanes copy
+// 16-byte words in turn and read words other lanes copied (scales), so the reader waits
+// for its own copies, then syncs the warp. The 4-bit formats measured 1.6-2 % slower
+// staged (their groups are half the bytes, and the copies delay the phase's counter
+// polls), so only Q8_0 stages (docs/quantized.md).
+
+/// Shared memory where quantized row groups of a phase are staged: one stage set (a
+/// null base: none).
+struct QSet {
+  unsigned char* base = nullptr;
+  int bytes = 0;
+};
+
+/// This warp's part of `set` for a `rows`-row matrix whose groups go to `grid` blocks,
+/// and its size in bytes (`cap`).
+template <int NR, int WARPS>
+__device__ __forceinline__ unsigned char* q_slot(const QSet& set, int rows, int grid, int& cap) {
+  const int groups = (rows + NR - 1) / NR;
+  const int owners = max(1, min(WARPS, (groups + grid - 1) / grid));
+  cap = set.bytes / owners / 16 * 16;
+  return set.base + warp_id() * cap;
+}
+
+/// Where this warp's group of `m` is staged, or null when it is not: no group, more
+/// than one, not Q8_0, or NR rows larger than the warp's part of the set. The
+/// stager and the reader both ask this, so they agree. `sg`: the group's segment.
+template <int K, int NR, int WARPS>
+__device__ __forceinline__ unsigned char* q_staged_at(const QMat& m, int rows, const QSet& set, int grid, QSeg& sg) {
+  if constexpr (!q_enabled(QF_Q8_0) || !q_fits(QF_Q8_0, K)) return nullptr;
+  const int g = warp_id() * grid + (int)blockIdx.x;
+  if (g * NR >= rows || (g + WARPS * grid) * NR < rows) return nullptr;
+  sg = q_segment<K>(m, g * NR);
+  int cap;
+  unsigned char* dst = q_slot<NR, WARPS>(set, rows, grid, cap);
+  if (sg.fmt != QF_Q8_0 || NR * q_row_bytes(QF_Q8_0, K) > cap) return nullptr;
+  return dst;
+}
+
+/// Copies rows row0 .. row0 + NR - 1 of segment `sg` (those before its end) to `dst`.
+template <int K, int NR>
+__device__ __forceinline__ void q_copy_group(const QSeg& sg, int row0, unsigned char* dst) {
+  const int rb = q_row_bytes(sg.fmt, K);
+  const int words = (min(row0 + NR, sg.end) - row0) * rb / 16;
+  const unsigned char* src = sg.base + (size_t)(row0 - sg.begin) * rb;
+  for (int i = lane_id(); i < words; i += WARP_SIZE) cp_async16_weight(dst + 16 * i, src + 16 * i);
+}
+
+/// Starts copying this warp's first row group of `m` into its part of `set` (no
+/// commit: the caller commits). Returns whether it copied.
+template <int K, int NR, int WARPS>
+__device__ __forceinline__ bool q_stage_group(const QMat& m, int rows, const QSet& set, int grid) {
+  QSeg sg;
+  unsigned char* dst = q_staged_at<K, NR, WARPS>(m, rows, set, grid, sg);
+  if (!dst) return false;
+  q_copy_group<K, NR>(sg, (warp_id() * grid + (int)blockIdx.x) * NR, dst);
+  return true;
+}
+
+/// Q8_0 rows row0 .. row0 + NR - 1 (those at or past `end` clamped to end - 1), read
+/// from their staged copy at `at`, dotted with the prepared input `xq`.
+template <int K, int NR>
+__device__ __forceinline__ void q8_rows_staged(int row0, int end, const unsigned char* at, const unsigned char* xq, float (&acc)[NR]) {
+  const unsigned char* rowp[NR];
+#pragma unroll
+  for (int r = 0; r < NR; ++r) rowp[r] = at + (size_t)(min(row0 + r, end - 1) - row0) * q_row_bytes(QF_Q8_0, K);
+  warp_rows_dot_qx<QF_Q8_0, K, NR, true>(rowp, xq, acc);
+}
+
+/// Ring slots a warp streams its row groups through, at most.
+constexpr int Q_RING_MAX = 2;
+
+/// The ring of a warp with several row groups of a Q8_0 matrix `m`: its part of `set`
+/// cut into slots of NR rows; 0 slots when fewer than two fit or `m` has another format
+/// (the register path then streams the rows). Only Q8_0 rings: its 32-byte chunks hold
+/// twice the registers of the 4-bit formats' in the register path, and the ring (its
+/// input chunk read from shared memory once per NR rows instead of once per batch)
+/// measured slower than that path on Q4_K and Q6_K (docs/quantized.md).
+template <int K, int NR, int WARPS>
+__device__ __forceinline__ int q_ring_slots(const QMat& m, int rows, const QSet& set, int grid, unsigned char*& base, int& slot_bytes) {
+  if (m.fmt[0] != QF_Q8_0 || m.fmt[1] != QF_Q8_0 || m.fmt[2] != QF_Q8_0) return 0;
+  int cap;
+  base = q_slot<NR, WARPS>(set, rows, grid, cap);
+  slot_bytes = NR * q_row_bytes(QF_Q8_0, K);
+  const int n = min(Q_RING_MAX, cap / slot_bytes);
+  return n >= 2 ? n : 0;
+}
+
+/// A warp's row groups gw, gw + nw, … (`count` of them) streamed through a ring of
+/// `slots` shared-memory slots: every slot's copy is in flight while the warp does the
+/// arithmetic of another, with no registers held, so a warp keeps `slots` groups of
+/// bytes in flight where the register path keeps one batch. Each copy is one commit
+/// group (empty ones keep the count per iteration fixed), so waiting until slots - 1
+/// are pending completes the oldest. Nothing else of this thread may be in flight
+/// into `base` (callers run it where the set is free).
+template <int K, int NR, class Epi>
+__device__ __forceinline__ void q_ring_rows(const QMat& m, int rows, int gw, int nw, int count, unsigned char* base, int slot_bytes,
+                                            int slots, const unsigned char* xq, Epi epi) {
+  for (int k = 0; k < slots; ++k) {
+    if (k < count) q_copy_group<K, NR>(q_segment<K>(m, (gw + k * nw) * NR), (gw + k * nw) * NR, base + k * slot_bytes);
+    cp_async_commit();
+  }
+  for (int k = 0; k < count; ++k) {
+    const int row0 = (gw + k * nw) * NR;
+    unsigned char* at = base + (k % slots) * slot_bytes;
+    cp_async_wait_pending(slots - 1);
+    __syncwarp();
+    float acc[NR];
+    q8_rows_staged<K, NR>(row0, rows, at, xq, acc);
+    // Every lane has read the slot (warp_sum's shuffles follow the reads) before it is refilled.
+    __syncwarp();
+    const int next = k + slots;
+    if (next < count) q_copy_group<K, NR>(q_segment<K>(m, (gw + next * nw) * NR), (gw + next * nw) * NR, at);
+    cp_async_commit();
+    if (lane_id() == 0) {
+#pragma unroll
+      for (int r = 0; r < NR; ++r)
+        if (row0 + r < rows) epi(row0 + r, acc[r]);
+    }
+  }
+}
+
 /// Row groups a warp streams together in a quantized matrix: enough rows that each
 /// lane has several chunk loads in flight while it does the arithmetic of the last.
 __host__ __device__ constexpr int q_group_batch(int nr) { return nr >= 4 ? 1 : 4 / nr; }
 
 /// grid_rows of a segmented (possibly quantized) matrix of `rows` rows: the same row
 /// groups to the same warps (so the blocks owning rows are grid_rows' and the phases'
-/// arrival counts hold), every group read from registers (no staging), a warp's groups
-/// taken q_group_batch at a time. First prepares the input `xs` as integer chunks in
-/// `xq` (shared, xq_bytes(K)), so every thread of the block calls it. Runs
-/// `epi(row, value)` on lane 0 for each row, in increasing order within a group.
-template <int K, int NR, int WARPS, class Epi>
-__device__ __forceinline__ void qmat_grid_rows(const QMat& m, int rows, const float* xs, unsigned char* xq, Epi epi, int grid = gridDim.x) {
+/// arrival counts hold), a warp's groups taken q_group_batch at a time from global
+/// memory, except its first when q_stage_group copied it into `set` (if set.base). First
+/// prepares the input `xs` as integer chunks in `xq` (shared, xq_bytes(K)), so every
+/// thread of the block calls it. Runs `epi(row, value)` on lane 0 for each row, in
+/// increasing order within a group. `ahead`, PENDING: the next phase's stage (PENDING
+/// commit groups) was started after this one's and may stay in flight. `ring`: a free
+/// region through which a warp with several groups streams them (q_ring_rows).
+template <int K, int NR, int WARPS, int PENDING = 0, class Epi>
+__device__ __forceinline__ void qmat_grid_rows(const QMat& m, int rows, const float* xs, unsigned char* xq, Epi epi, int grid = gridDim.x,
+                                               QSet set = {}, bool ahead = false, QSet ring = {}) {
   q_prep_x<WARPS * WARP_SIZE, K>(xs, xq);
   __syncthreads();
   constexpr int B = q_group_batch(NR);
   const int gw = warp_id() * grid + blockIdx.x;
   const int nw = WARPS * grid;
   const int groups = (rows + NR - 1) / NR;
+  // Q8_0 only (q_ring_slots); rows of another width never are.
+  constexpr bool Q8 = q_enabled(QF_Q8_0) && q_fits(QF_Q8_0, K);
+  if constexpr (Q8) {
+    if (ring.base && gw < groups) {
+      unsigned char* rbase;
+      int slot_bytes;
+      const int slots = q_ring_slots<K, NR, WARPS>(m, rows, ring, grid, rbase, slot_bytes);
+      if (slots > 0) {
+        q_ring_rows<K, NR>(m, rows, gw, nw, (groups - gw + nw - 1) / nw, rbase, slot_bytes, slots, xq, epi);
+        return;
+      }
+    }
+  }
   for (int g = gw; g < groups; g += B * nw) {
     // This batch's groups g, g + nw, …: together when all exist and share a segment.
     const QSeg sg = q_segment<K>(m, g * NR);
@@ -287,6 +456,24 @@ __device__ __forceinline__ void qmat_grid_rows(const QMat& m, int rows, const fl
     int row0[B];
 #pragma unroll
     for (int b = 0; b < B; ++b) row0[b] = (g + b * nw) * NR;
+    QSeg ssg;
+    const unsigned char* at = Q8 && set.base && g == gw ? q_staged_at<K, NR, WARPS>(m, rows, set, grid, ssg) : nullptr;
+    if constexpr (Q8) {
+      if (at) {
+        // The stage's callers give every set a phase where a warp has one group at most.
+        if (PENDING > 0 && ahead) cp_async_wait_group<PENDING>();
+        else cp_async_wait_all();
+        __syncwarp();
+        float a[NR];
+        q8_rows_staged<K, NR>(row0[0], ssg.end, at, xq, a);
+        if (lane_id() == 0) {
+#pragma unroll
+          for (int r = 0; r < NR; ++r)
+            if (row0[0] + r < rows) epi(row0[0] + r, a[r]);
+        }
+        continue;
+      }
+    }
     if (B > 1 && last < groups && last * NR < sg.end) {
       q_groups_dot<K, NR, B>(sg, row0, xs, xq, acc);
     } else {

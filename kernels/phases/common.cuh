@@ -31,31 +31,48 @@ __device__ __forceinline__ u64 layer_fmts(const u64* lw) {
   else return 0;
 }
 __device__ __forceinline__ u32 fmt_of(u64 fmts, int role) { return (u32)(fmts >> (8 * role)) & 0xFFu; }
-/// Whether layer `lw`'s q/k/v matrix has a quantized segment (it then runs from registers).
+/// Whether layer `lw`'s q/k/v matrix has a quantized segment (it then runs qmat_grid_rows).
 __device__ __forceinline__ bool qkv_quant(u64 fmts) { return (fmts & 0xFFFFFFu) != 0; }
 /// The fused q/k/v matrix's three segments.
 __device__ __forceinline__ QMat qkv_mat(const void* w, u64 fmts) {
   return QMat{reinterpret_cast<const unsigned char*>(w), {fmt_of(fmts, QR_Q), fmt_of(fmts, QR_K), fmt_of(fmts, QR_V)}, {QD, QD + KVD, QKV}};
 }
 
-/// Before waiting for a phase's inputs, start copying this warp's first row group into
-/// its slot (stage_fits). Quantized matrices (`quant`) are not staged.
+/// This warp's first row group of a `ROWS`-row phase into its slot (bf16) or into its
+/// part of `set` (`q`: a quantized matrix), always as the N commit groups of a bf16
+/// stage, so a later phase counts the groups it leaves pending alike for both.
 template <int K, int ROWS>
-__device__ __forceinline__ void maybe_stage(const bf16_t* w, uint4* slot, bool quant = false) {
+__device__ __forceinline__ void stage_phase(const bf16_t* w, uint4* slot, const QMat* q, const QSet& set) {
+  if (QUANT && q) {
+    (void)q_stage_group<K, NR, WARPS>(*q, ROWS, set, row_grid());
+#pragma unroll
+    for (int i = 0; i < RowStage<K, NR, STAGE_CAP>::N; ++i) cp_async_commit();
+  } else {
+    stage_rows<K, NR, WARPS, STAGE_CAP>(w, ROWS, slot, row_grid());
+  }
+}
+
+/// Before waiting for a phase's inputs, start copying this warp's first row group into
+/// its slot or set (stage_fits).
+template <int K, int ROWS>
+__device__ __forceinline__ void maybe_stage(const bf16_t* w, uint4* slot, const QMat* q, const QSet& set) {
   if constexpr (STAGE) {
-    if (!quant && stage_fits(ROWS)) stage_rows<K, NR, WARPS, STAGE_CAP>(w, ROWS, slot, row_grid());
+    if (stage_fits(ROWS)) stage_phase<K, ROWS>(w, slot, q, set);
   }
 }
 
 /// grid_rows of a matrix phase, reading what maybe_stage copied; a quantized matrix
-/// (`q` has a non-bf16 segment) runs qmat_grid_rows instead, preparing its input in `xq`.
+/// (`q` has a non-bf16 segment) runs qmat_grid_rows instead, preparing its input in `xq`
+/// and reading its staged group from `set`, or streaming several through it.
 /// `ahead`: the next phase's stage (PENDING commit groups) was started after this one's.
 template <int K, int PENDING = 0, class Epi, class Wait = NoWait>
 __device__ __forceinline__ void phase_rows(const bf16_t* w, int rows, const float* xs, const uint4* slot, Epi epi, bool ahead = false,
-                                           Wait wait = {}, const QMat* q = nullptr, unsigned char* xq = nullptr) {
+                                           Wait wait = {}, const QMat* q = nullptr, unsigned char* xq = nullptr,
+                                           QSet set = {}) {
   if (QUANT && q) {
-    // (A pending copy of the next phase's rows completes in that phase's own wait.)
-    qmat_grid_rows<K, NR, WARPS>(*q, rows, xs, xq, epi, row_grid());
+    // A phase that stages reads its group from `set`; one with several groups per warp streams them through it.
+    const bool one = stage_fits(rows);
+    qmat_grid_rows<K, NR, WARPS, PENDING>(*q, rows, xs, xq, epi, row_grid(), STAGE && one ? set : QSet{}, ahead, one ? QSet{} : set);
     return;
   }
   grid_rows<K, NR, WARPS, STAGE_CAP, PENDING>(w, rows, xs, epi, stage_fits(rows) ? slot : nullptr, ahead, row_grid(), wait);
@@ -64,13 +81,13 @@ __device__ __forceinline__ void phase_rows(const bf16_t* w, int rows, const floa
 /// stage_ahead: whether this block stages a `rows`-row phase (it owns rows and the phase stages).
 __device__ __forceinline__ bool stages_ahead(int rows) { return AHEAD && has_rows(rows) && stage_fits(rows); }
 
-/// stage_ahead: starts this warp's copy of a phase's first row group into `slot`, ahead
-/// of the phase before it; returns whether it did (the earlier phase then leaves the
-/// copy's groups pending). Quantized matrices (`quant`) are not staged.
+/// stage_ahead: starts this warp's copy of a phase's first row group into `slot` (or
+/// `set`, quantized), ahead of the phase before it; returns whether it did (the earlier
+/// phase then leaves the copy's groups pending).
 template <int K, int ROWS>
-__device__ __forceinline__ bool stage_ahead(const bf16_t* w, uint4* slot, bool quant = false) {
-  if (quant || !stages_ahead(ROWS)) return false;
-  stage_rows<K, NR, WARPS, STAGE_CAP>(w, ROWS, slot, row_grid());
+__device__ __forceinline__ bool stage_ahead(const bf16_t* w, uint4* slot, const QMat* q, const QSet& set) {
+  if (!stages_ahead(ROWS)) return false;
+  stage_phase<K, ROWS>(w, slot, q, set);
   return true;
 }
 

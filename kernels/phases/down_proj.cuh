@@ -10,11 +10,15 @@ __device__ __forceinline__ void Decode::down_phase() {
   const bool quant = fmt_of(fmts, QR_DOWN) != 0;
   // stage_ahead: the next layer's q/k/v rows into set A (gate/up is done with it).
   auto start_qkv = [&] {
-    return AHEAD && l + 1 < L && stage_ahead<D, QKV>(LAYER_PTR(const bf16_t*, lw + PG_LW_SLOTS, WQKV), slot, qkv_quant(layer_fmts(lw + PG_LW_SLOTS)));
+    if (!AHEAD || l + 1 >= L) return false;
+    const bf16_t* wn = LAYER_PTR(const bf16_t*, lw + PG_LW_SLOTS, WQKV);
+    const u64 fn = layer_fmts(lw + PG_LW_SLOTS);
+    const QMat qn = qkv_mat(wn, fn);
+    return stage_ahead<D, QKV>(wn, slot, qkv_quant(fn) ? &qn : nullptr, set_a());
   };
   bool qkv_ahead = start_qkv();
   if (has_rows(D)) {
-    if (!AHEAD) maybe_stage<F, D>(w, slot, quant);
+    if (!AHEAD) maybe_stage<F, D>(w, slot, quant ? &wq : nullptr, set_a());
     u64* ev = trace_event(tr, l * PHASES + PH_DOWN);
     // down_waves' segments are counted in bf16 iterations: a quantized down waits for all of its input.
     const bool waves = !(QUANT && quant) && down_waves_here();
@@ -36,7 +40,7 @@ __device__ __forceinline__ void Decode::down_phase() {
       else st_tagged(tl + T_XD + r, (res_here ? resid_s[r] : wait_tagged(tl + T_XO + r, tag)) + v, tag);
     };
     if (!waves) {
-      phase_rows<F, N_QKV>(w, D, vec, slot_b, down_epi, qkv_ahead, NoWait{}, quant ? &wq : nullptr, xq_smem());
+      phase_rows<F, N_QKV>(w, D, vec, slot_b, down_epi, qkv_ahead, NoWait{}, quant ? &wq : nullptr, xq_smem(), set_b());
     } else if (warp_id() < row_warps) {
       // Sync on each segment's barrier before its first iteration reads it.
       auto seg_wait = [&](int it) {

@@ -40,7 +40,10 @@ __device__ __forceinline__ u32 Decode::lm_head_phase() {
       if (dbg_row) dbg_row[r] = v;
       lm_stats_push(st, gr, v, a);
     };
-    if constexpr (LM_FMT != QF_BF16) qmat_grid_rows<D, LM_NR, WARPS>(qmat1(lm_head, LM_FMT, V), V, vec, xq_smem(), lm_epi);
+    // Q8_0: groups of two rows streamed through a ring in the free stage region (qmatvec.cuh q_ring_rows).
+    if constexpr (LM_FMT == QF_Q8_0)
+      qmat_grid_rows<D, 2, WARPS>(qmat1(lm_head, LM_FMT, V), V, vec, xq_smem(), lm_epi, gridDim.x, QSet{}, false, set_all());
+    else if constexpr (LM_FMT != QF_BF16) qmat_grid_rows<D, LM_NR, WARPS>(qmat1(lm_head, LM_FMT, V), V, vec, xq_smem(), lm_epi);
     else grid_rows<D, LM_NR, WARPS>(lm_head, V, vec, lm_epi);
     // Lane 0 of each warp holds its warp's statistics; merge them in warp order.
     LmStats* wst = reinterpret_cast<LmStats*>(red);

@@ -8,10 +8,15 @@ __device__ __forceinline__ void Decode::o_phase() {
   const QMat wq = qmat1(w, fmt_of(fmts, QR_O), D);
   const bool quant = fmt_of(fmts, QR_O) != 0;
   // stage_ahead: the gate/up rows into set A (attention is done with it).
-  auto start_gu = [&] { return AHEAD && stage_ahead<D, 2 * F>(LAYER_PTR(const bf16_t*, lw, WGATE_UP), slot, fmt_of(fmts, QR_GU) != 0); };
+  auto start_gu = [&] {
+    if (!AHEAD) return false;
+    const bf16_t* wgu = LAYER_PTR(const bf16_t*, lw, WGATE_UP);
+    const QMat qgu = qmat1(wgu, fmt_of(fmts, QR_GU), 2 * F);
+    return stage_ahead<D, 2 * F>(wgu, slot, fmt_of(fmts, QR_GU) != 0 ? &qgu : nullptr, set_a());
+  };
   bool gu_ahead = start_gu();
   if (has_rows(D)) {
-    if (!AHEAD) maybe_stage<QD, D>(w, slot, quant);
+    if (!AHEAD) maybe_stage<QD, D>(w, slot, quant ? &wq : nullptr, set_a());
     load_phase_input<QD>(vec, tl + T_ATTN, tag, layer_ctr(ctr, l, PH_ATTN), done, attn, trace_event(tr, l * PHASES + PH_O));
     float* po[TP];
     const bool send = slots_of(po, s, l, 0);
@@ -27,7 +32,7 @@ __device__ __forceinline__ void Decode::o_phase() {
         st_tagged(tl + T_XO + r, res + v, tag);
       }
         },
-        gu_ahead, NoWait{}, quant ? &wq : nullptr, xq_smem());
+        gu_ahead, NoWait{}, quant ? &wq : nullptr, xq_smem(), set_b());
   }
   phase_end(layer_ctr(ctr, l, PH_O), trace_event(tr, l * PHASES + PH_O));
 }
