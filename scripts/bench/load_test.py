@@ -4,7 +4,8 @@
 Each client thread sends non-streamed ``POST /v1/completions`` one after another
 (``{"prompt": P, "max_tokens": N, "temperature": 0}``, a distinct short prompt per
 request) until the shared count of R requests is used up; a refused request (429) is
-counted and the client moves on at once, as an impatient user would. Prints one
+counted, and the client waits as its ``Retry-After`` says (1 s without one) before its
+next request, as a well-behaved client would. Prints one
 markdown row: completed (200), refused (429, by reason from the server's
 ``peregrine_requests_rejected_total``), other answers, transport errors or timeouts
 (a hung request shows here), completed tokens per second over the wall time,
@@ -43,7 +44,7 @@ def rejected_by_reason(host, port):
     text = conn.getresponse().read().decode()
     conn.close()
     out = {}
-    for m in re.finditer(r'^peregrine_requests_rejected_total\{reason="([^"]+)"\} (\S+)$', text, re.M):
+    for m in re.finditer(r'^peregrine_requests_rejected_total\{[^}]*reason="([^"]+)"[^}]*\} (\S+)$', text, re.M):
         out[m.group(1)] = int(float(m.group(2)))
     return out
 
@@ -85,10 +86,12 @@ def main():
                 conn.close()
                 tokens = json.loads(data)["usage"]["completion_tokens"] if resp.status == 200 else 0
                 outcome = resp.status
+                retry = float(resp.getheader("Retry-After") or 1) if resp.status == 429 else 0.0
             except Exception as e:  # noqa: BLE001 - every transport failure is one outcome to count
-                outcome, tokens = type(e).__name__, 0
+                outcome, tokens, retry = type(e).__name__, 0, 0.0
             with lock:
                 results.append((outcome, time.perf_counter() - t0, tokens))
+            time.sleep(retry)
 
     before_rss = peak_rss_mib(args.pid)
     before_rej = rejected_by_reason(host, port)
