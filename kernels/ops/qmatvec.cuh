@@ -294,9 +294,9 @@ __device__ __forceinline__ void q_groups_dot(const QSeg& sg, const int (&row0)[G
 // stage set's bytes are shared by the warps that own a group (the low ones: groups go
 // out warp-major), so a group fits where a bf16 slot could not hold it. Lanes copy
 // 16-byte words in turn and read words other lanes copied (scales), so the reader waits
-// for its own copies, then syncs the warp. The 4-bit formats measured 1.6-2 % slower
-// staged (their groups are half the bytes, and the copies delay the phase's counter
-// polls), so only Q8_0 stages (docs/quantized.md).
+// for its own copies, then syncs the warp. Only Q8_0 stages: the 4-bit formats' groups
+// are half the bytes, and their copies delayed the phase's counter polls by what they
+// saved (docs/quantized.md).
 
 /// Shared memory where quantized row groups of a phase are staged: one stage set (a
 /// null base: none).
@@ -360,7 +360,7 @@ __device__ __forceinline__ void q8_rows_staged(int row0, int end, const unsigned
   warp_rows_dot_qx<QF_Q8_0, K, NR, true>(rowp, xq, acc);
 }
 
-/// Ring slots a warp streams its row groups through, at most.
+/// Ring slots a warp streams its row groups through, at most (more were no faster).
 constexpr int Q_RING_MAX = 2;
 
 /// The ring of a warp with several row groups of a Q8_0 matrix `m`: its part of `set`

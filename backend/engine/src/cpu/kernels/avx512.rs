@@ -36,9 +36,10 @@ pub unsafe fn quant_matmul<K: QKind, const DUAL: bool>(w: &PackedMatrix, groups:
     }
 }
 
-/// Tokens per quantized tile. Two, not [`MAX_TILE`]: a batched decode step (3–4
-/// sequences, weights streamed from memory) ran 20–30 % faster in tiles of two on a
-/// Zen 4 EPYC (docs/cpu.md); each token's sums are the same either way.
+/// Tokens per quantized tile. Two, not [`MAX_TILE`]: a batched decode step (weights
+/// streamed from memory) is faster in tiles of two, likely because a larger tile's
+/// accumulators leave fewer registers for loads in flight (docs/cpu.md); each token's
+/// sums are the same either way.
 const QUANT_TILE: usize = 2;
 
 /// One sub-block's code vectors as unsigned bytes; vector `k` pairs with
