@@ -159,21 +159,6 @@ __device__ __forceinline__ void cp_async_wait_group() {
 /// Waits for every cp.async this thread issued.
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
-/// cp_async_wait_group with a run-time count (0..7; more waits for all).
-__device__ __forceinline__ void cp_async_wait_pending(int n) {
-  switch (n) {
-    case 0: cp_async_wait_group<0>(); break;
-    case 1: cp_async_wait_group<1>(); break;
-    case 2: cp_async_wait_group<2>(); break;
-    case 3: cp_async_wait_group<3>(); break;
-    case 4: cp_async_wait_group<4>(); break;
-    case 5: cp_async_wait_group<5>(); break;
-    case 6: cp_async_wait_group<6>(); break;
-    case 7: cp_async_wait_group<7>(); break;
-    default: cp_async_wait_all();
-  }
-}
-
 // Data written by other blocks of this launch: L1 is not coherent across SMs, so
 // these read at L2 ("cache global"). Never use __ldg / const __restrict__ on them.
 __device__ __forceinline__ float ld_shared_f32(const float* p) { return __ldcg(p); }

@@ -12,21 +12,14 @@ extern __shared__ float4 smem_f4[];
 /// The quantized phases' prepared input (a fixed address: no register to keep).
 __device__ __forceinline__ unsigned char* xq_smem() { return reinterpret_cast<unsigned char*>(reinterpret_cast<float*>(smem_f4) + XQ_OFF); }
 
-/// Stage sets A and B as whole regions, for Q8_0 row groups (ops/qmatvec.cuh QSet; none
-/// in a build without Q8_0; functions, not members: fixed addresses need no registers).
-__device__ __forceinline__ QSet set_a() {
-  if constexpr (!q_enabled(QF_Q8_0)) return QSet{};
-  return QSet{reinterpret_cast<unsigned char*>(reinterpret_cast<float*>(smem_f4) + STAGE_OFF), SET_A_BYTES};
-}
-__device__ __forceinline__ QSet set_b() {
-  if constexpr (!q_enabled(QF_Q8_0)) return QSet{};
-  return QSet{reinterpret_cast<unsigned char*>(reinterpret_cast<float*>(smem_f4) + STAGE_OFF) + (AHEAD ? SET_A_BYTES : 0), SET_B_BYTES};
-}
-
-/// The whole stage region (both sets, quantized models' extra), free in the LM head.
-__device__ __forceinline__ QSet set_all() {
-  return QSet{reinterpret_cast<unsigned char*>(reinterpret_cast<float*>(smem_f4) + STAGE_OFF), (STAGE_REGION_WORDS + QSTAGE_EXTRA_WORDS) * 16};
-}
+/// The stage region's first byte.
+__device__ __forceinline__ unsigned char* stage_region() { return reinterpret_cast<unsigned char*>(reinterpret_cast<float*>(smem_f4) + STAGE_OFF); }
+/// Stage sets A and B as whole regions, for Q8_0 row groups (ops/qmatvec.cuh QSet;
+/// functions, not members: fixed addresses need no registers).
+__device__ __forceinline__ QSet set_a() { return QSet{stage_region(), SET_A_BYTES}; }
+__device__ __forceinline__ QSet set_b() { return QSet{stage_region() + (AHEAD ? SET_A_BYTES : 0), SET_B_BYTES}; }
+/// The whole stage region (both sets, the Q8_0 extra), free in the LM head.
+__device__ __forceinline__ QSet set_all() { return QSet{stage_region(), (STAGE_REGION_WORDS + QSTAGE_EXTRA_WORDS) * 16}; }
 
 struct Decode {
   const Args& args;

@@ -59,49 +59,35 @@ struct QChunk {
   u32 s1;    // Q4_K (sc, mn) bytes; Q6_K (sc_lo, sc_hi) bytes
 };
 
-/// Loads of a row's bytes: from global memory (read-only, the weights' L2 policy), or
-/// from the shared-memory copy a stage made (SM).
-template <bool SM>
-__device__ __forceinline__ uint4 q_ld16(const unsigned char* p) {
-  if constexpr (SM) return *reinterpret_cast<const uint4*>(p);
-  else return ld_weight16(p);
-}
-template <bool SM>
-__device__ __forceinline__ uint2 q_ld8(const unsigned char* p) {
-  if constexpr (SM) return *reinterpret_cast<const uint2*>(p);
-  else return ld_nc_u64(p);
-}
-template <bool SM>
-__device__ __forceinline__ u32 q_ld4(const unsigned char* p) {
-  if constexpr (SM) return *reinterpret_cast<const unsigned int*>(p);
-  else return ld_nc_u32(p);
-}
-template <bool SM>
-__device__ __forceinline__ u32 q_ld2(const unsigned char* p) {
-  if constexpr (SM) return *reinterpret_cast<const unsigned short*>(p);
-  else return ld_nc_u16(p);
-}
-
+/// One chunk of row `p`'s bytes from global memory (read-only, the weights' L2 policy),
+/// or with SM from the shared-memory copy a stage made (only Q8_0 rows are staged).
 template <u32 F, int K, bool SM = false>
 __device__ __forceinline__ QChunk q_load(const unsigned char* p, int c) {
   constexpr int C = K / 32, S = K / 256;
   QChunk h;
   if constexpr (F == QF_Q8_0) {
-    h.q = q_ld16<SM>(p + 32 * c);
-    h.q2 = q_ld16<SM>(p + 32 * c + 16);
-    h.s0 = q_ld2<SM>(p + 32 * C + 2 * c);
+    if constexpr (SM) {
+      h.q = *reinterpret_cast<const uint4*>(p + 32 * c);
+      h.q2 = *reinterpret_cast<const uint4*>(p + 32 * c + 16);
+      h.s0 = *reinterpret_cast<const unsigned short*>(p + 32 * C + 2 * c);
+    } else {
+      h.q = ld_weight16(p + 32 * c);
+      h.q2 = ld_weight16(p + 32 * c + 16);
+      h.s0 = ld_nc_u16(p + 32 * C + 2 * c);
+    }
   } else {
-    h.q = q_ld16<SM>(p + 16 * c);
-    if constexpr (F == QF_Q4_0) h.s0 = q_ld2<SM>(p + 16 * C + 2 * c);
-    if constexpr (F == QF_Q4_1) h.s0 = q_ld4<SM>(p + 16 * C + 4 * c);
+    static_assert(!SM, "only Q8_0 rows are staged");
+    h.q = ld_weight16(p + 16 * c);
+    if constexpr (F == QF_Q4_0) h.s0 = ld_nc_u16(p + 16 * C + 2 * c);
+    if constexpr (F == QF_Q4_1) h.s0 = ld_nc_u32(p + 16 * C + 4 * c);
     if constexpr (F == QF_Q4_K) {
-      h.s0 = q_ld4<SM>(p + 16 * C + 4 * (c >> 3));
-      h.s1 = q_ld2<SM>(p + 16 * C + 4 * S + 2 * c);
+      h.s0 = ld_nc_u32(p + 16 * C + 4 * (c >> 3));
+      h.s1 = ld_nc_u16(p + 16 * C + 4 * S + 2 * c);
     }
     if constexpr (F == QF_Q6_K) {
-      h.hi = q_ld8<SM>(p + 16 * C + 8 * c);
-      h.s0 = q_ld2<SM>(p + 24 * C + 2 * (c >> 3));
-      h.s1 = q_ld2<SM>(p + 24 * C + 2 * S + 2 * c);
+      h.hi = ld_nc_u64(p + 16 * C + 8 * c);
+      h.s0 = ld_nc_u16(p + 24 * C + 2 * (c >> 3));
+      h.s1 = ld_nc_u16(p + 24 * C + 2 * S + 2 * c);
     }
   }
   return h;
@@ -210,6 +196,9 @@ struct QMat {
   int ends[3];
 };
 
+/// Whether some segment of `m` is quantized.
+__device__ __forceinline__ bool q_any(const QMat& m) { return (m.fmt[0] | m.fmt[1] | m.fmt[2]) != QF_BF16; }
+
 /// A one-segment matrix.
 __device__ __forceinline__ QMat qmat1(const void* base, u32 fmt, int rows) {
   return QMat{reinterpret_cast<const unsigned char*>(base), {fmt, fmt, fmt}, {rows, rows, rows}};
@@ -315,18 +304,21 @@ __device__ __forceinline__ unsigned char* q_slot(const QSet& set, int rows, int 
   return set.base + warp_id() * cap;
 }
 
+/// Whether a K-wide row can be Q8_0 in this build (the staging code exists only then).
+template <int K>
+__host__ __device__ constexpr bool q8_rows() { return q_enabled(QF_Q8_0) && q_fits(QF_Q8_0, K); }
+
 /// Where this warp's group of `m` is staged, or null when it is not: no group, more
 /// than one, not Q8_0, or NR rows larger than the warp's part of the set. The
-/// stager and the reader both ask this, so they agree. `sg`: the group's segment.
+/// stager and the reader both ask this, so they agree.
 template <int K, int NR, int WARPS>
-__device__ __forceinline__ unsigned char* q_staged_at(const QMat& m, int rows, const QSet& set, int grid, QSeg& sg) {
-  if constexpr (!q_enabled(QF_Q8_0) || !q_fits(QF_Q8_0, K)) return nullptr;
+__device__ __forceinline__ unsigned char* q_staged_at(const QMat& m, int rows, const QSet& set, int grid) {
+  if constexpr (!q8_rows<K>()) return nullptr;
   const int g = warp_id() * grid + (int)blockIdx.x;
   if (g * NR >= rows || (g + WARPS * grid) * NR < rows) return nullptr;
-  sg = q_segment<K>(m, g * NR);
   int cap;
   unsigned char* dst = q_slot<NR, WARPS>(set, rows, grid, cap);
-  if (sg.fmt != QF_Q8_0 || NR * q_row_bytes(QF_Q8_0, K) > cap) return nullptr;
+  if (q_segment<K>(m, g * NR).fmt != QF_Q8_0 || NR * q_row_bytes(QF_Q8_0, K) > cap) return nullptr;
   return dst;
 }
 
@@ -343,10 +335,10 @@ __device__ __forceinline__ void q_copy_group(const QSeg& sg, int row0, unsigned 
 /// commit: the caller commits). Returns whether it copied.
 template <int K, int NR, int WARPS>
 __device__ __forceinline__ bool q_stage_group(const QMat& m, int rows, const QSet& set, int grid) {
-  QSeg sg;
-  unsigned char* dst = q_staged_at<K, NR, WARPS>(m, rows, set, grid, sg);
+  unsigned char* dst = q_staged_at<K, NR, WARPS>(m, rows, set, grid);
   if (!dst) return false;
-  q_copy_group<K, NR>(sg, (warp_id() * grid + (int)blockIdx.x) * NR, dst);
+  const int row0 = (warp_id() * grid + (int)blockIdx.x) * NR;
+  q_copy_group<K, NR>(q_segment<K>(m, row0), row0, dst);
   return true;
 }
 
@@ -360,49 +352,47 @@ __device__ __forceinline__ void q8_rows_staged(int row0, int end, const unsigned
   warp_rows_dot_qx<QF_Q8_0, K, NR, true>(rowp, xq, acc);
 }
 
-/// Ring slots a warp streams its row groups through, at most (more were no faster).
-constexpr int Q_RING_MAX = 2;
+/// Slots of a warp's ring (more were no faster).
+constexpr int Q_RING_SLOTS = 2;
 
-/// The ring of a warp with several row groups of a Q8_0 matrix `m`: its part of `set`
-/// cut into slots of NR rows; 0 slots when fewer than two fit or `m` has another format
+/// Where the ring of a warp with several row groups of a Q8_0 matrix `m` lies (its part
+/// of `set`), or null when `m` has another format or two slots of NR rows do not fit
 /// (the register path then streams the rows). Only Q8_0 rings: its 32-byte chunks hold
 /// twice the registers of the 4-bit formats' in the register path, and the ring (its
 /// input chunk read from shared memory once per NR rows instead of once per batch)
 /// measured slower than that path on Q4_K and Q6_K (docs/quantized.md).
 template <int K, int NR, int WARPS>
-__device__ __forceinline__ int q_ring_slots(const QMat& m, int rows, const QSet& set, int grid, unsigned char*& base, int& slot_bytes) {
-  if (m.fmt[0] != QF_Q8_0 || m.fmt[1] != QF_Q8_0 || m.fmt[2] != QF_Q8_0) return 0;
+__device__ __forceinline__ unsigned char* q_ring_at(const QMat& m, int rows, const QSet& set, int grid) {
+  if (m.fmt[0] != QF_Q8_0 || m.fmt[1] != QF_Q8_0 || m.fmt[2] != QF_Q8_0) return nullptr;
   int cap;
-  base = q_slot<NR, WARPS>(set, rows, grid, cap);
-  slot_bytes = NR * q_row_bytes(QF_Q8_0, K);
-  const int n = min(Q_RING_MAX, cap / slot_bytes);
-  return n >= 2 ? n : 0;
+  unsigned char* base = q_slot<NR, WARPS>(set, rows, grid, cap);
+  return Q_RING_SLOTS * NR * q_row_bytes(QF_Q8_0, K) <= cap ? base : nullptr;
 }
 
-/// A warp's row groups gw, gw + nw, … (`count` of them) streamed through a ring of
-/// `slots` shared-memory slots: every slot's copy is in flight while the warp does the
-/// arithmetic of another, with no registers held, so a warp keeps `slots` groups of
-/// bytes in flight where the register path keeps one batch. Each copy is one commit
-/// group (empty ones keep the count per iteration fixed), so waiting until slots - 1
-/// are pending completes the oldest. Nothing else of this thread may be in flight
-/// into `base` (callers run it where the set is free).
+/// A warp's row groups gw, gw + nw, … (`count` of them) streamed through its ring at
+/// `base`: one slot's copy is in flight while the warp does the arithmetic of the
+/// other, with no registers held. Each copy is one commit group (empty ones keep the
+/// count per iteration fixed), so waiting until one is pending completes the oldest.
+/// Nothing else of this thread may be in flight into `base` (callers run it where the
+/// set is free).
 template <int K, int NR, class Epi>
-__device__ __forceinline__ void q_ring_rows(const QMat& m, int rows, int gw, int nw, int count, unsigned char* base, int slot_bytes,
-                                            int slots, const unsigned char* xq, Epi epi) {
-  for (int k = 0; k < slots; ++k) {
+__device__ __forceinline__ void q_ring_rows(const QMat& m, int rows, int gw, int nw, int count, unsigned char* base,
+                                            const unsigned char* xq, Epi epi) {
+  constexpr int slot_bytes = NR * q_row_bytes(QF_Q8_0, K);
+  for (int k = 0; k < Q_RING_SLOTS; ++k) {
     if (k < count) q_copy_group<K, NR>(q_segment<K>(m, (gw + k * nw) * NR), (gw + k * nw) * NR, base + k * slot_bytes);
     cp_async_commit();
   }
   for (int k = 0; k < count; ++k) {
     const int row0 = (gw + k * nw) * NR;
-    unsigned char* at = base + (k % slots) * slot_bytes;
-    cp_async_wait_pending(slots - 1);
+    unsigned char* at = base + (k % Q_RING_SLOTS) * slot_bytes;
+    cp_async_wait_group<Q_RING_SLOTS - 1>();
     __syncwarp();
     float acc[NR];
     q8_rows_staged<K, NR>(row0, rows, at, xq, acc);
     // Every lane has read the slot (warp_sum's shuffles follow the reads) before it is refilled.
     __syncwarp();
-    const int next = k + slots;
+    const int next = k + Q_RING_SLOTS;
     if (next < count) q_copy_group<K, NR>(q_segment<K>(m, (gw + next * nw) * NR), (gw + next * nw) * NR, at);
     cp_async_commit();
     if (lane_id() == 0) {
@@ -420,12 +410,12 @@ __host__ __device__ constexpr int q_group_batch(int nr) { return nr >= 4 ? 1 : 4
 /// grid_rows of a segmented (possibly quantized) matrix of `rows` rows: the same row
 /// groups to the same warps (so the blocks owning rows are grid_rows' and the phases'
 /// arrival counts hold), a warp's groups taken q_group_batch at a time from global
-/// memory, except its first when q_stage_group copied it into `set` (if set.base). First
-/// prepares the input `xs` as integer chunks in `xq` (shared, xq_bytes(K)), so every
-/// thread of the block calls it. Runs `epi(row, value)` on lane 0 for each row, in
-/// increasing order within a group. `ahead`, PENDING: the next phase's stage (PENDING
-/// commit groups) was started after this one's and may stay in flight. `ring`: a free
-/// region through which a warp with several groups streams them (q_ring_rows).
+/// memory; a Q8_0 warp reads its one group from `set` where q_stage_group copied it
+/// (if set.base), or streams several through `ring` (q_ring_rows). First prepares the
+/// input `xs` as integer chunks in `xq` (shared, xq_bytes(K)), so every thread of the
+/// block calls it. Runs `epi(row, value)` on lane 0 for each row, in increasing order
+/// within a group. `ahead`, PENDING: the next phase's stage (PENDING commit groups) was
+/// started after this one's and may stay in flight.
 template <int K, int NR, int WARPS, int PENDING = 0, class Epi>
 __device__ __forceinline__ void qmat_grid_rows(const QMat& m, int rows, const float* xs, unsigned char* xq, Epi epi, int grid = gridDim.x,
                                                QSet set = {}, bool ahead = false, QSet ring = {}) {
@@ -435,17 +425,23 @@ __device__ __forceinline__ void qmat_grid_rows(const QMat& m, int rows, const fl
   const int gw = warp_id() * grid + blockIdx.x;
   const int nw = WARPS * grid;
   const int groups = (rows + NR - 1) / NR;
-  // Q8_0 only (q_ring_slots); rows of another width never are.
-  constexpr bool Q8 = q_enabled(QF_Q8_0) && q_fits(QF_Q8_0, K);
-  if constexpr (Q8) {
-    if (ring.base && gw < groups) {
-      unsigned char* rbase;
-      int slot_bytes;
-      const int slots = q_ring_slots<K, NR, WARPS>(m, rows, ring, grid, rbase, slot_bytes);
-      if (slots > 0) {
-        q_ring_rows<K, NR>(m, rows, gw, nw, (groups - gw + nw - 1) / nw, rbase, slot_bytes, slots, xq, epi);
-        return;
+  if constexpr (q8_rows<K>()) {
+    if (const unsigned char* at = set.base ? q_staged_at<K, NR, WARPS>(m, rows, set, grid) : nullptr) {
+      if (PENDING > 0 && ahead) cp_async_wait_group<PENDING>();
+      else cp_async_wait_all();
+      __syncwarp();
+      float acc[NR];
+      q8_rows_staged<K, NR>(gw * NR, q_segment<K>(m, gw * NR).end, at, xq, acc);
+      if (lane_id() == 0) {
+#pragma unroll
+        for (int r = 0; r < NR; ++r)
+          if (gw * NR + r < rows) epi(gw * NR + r, acc[r]);
       }
+      return;  // (q_staged_at: the warp's only group)
+    }
+    if (unsigned char* base = ring.base && gw < groups ? q_ring_at<K, NR, WARPS>(m, rows, ring, grid) : nullptr) {
+      q_ring_rows<K, NR>(m, rows, gw, nw, (groups - gw + nw - 1) / nw, base, xq, epi);
+      return;
     }
   }
   for (int g = gw; g < groups; g += B * nw) {
@@ -456,24 +452,6 @@ __device__ __forceinline__ void qmat_grid_rows(const QMat& m, int rows, const fl
     int row0[B];
 #pragma unroll
     for (int b = 0; b < B; ++b) row0[b] = (g + b * nw) * NR;
-    QSeg ssg;
-    const unsigned char* at = Q8 && set.base && g == gw ? q_staged_at<K, NR, WARPS>(m, rows, set, grid, ssg) : nullptr;
-    if constexpr (Q8) {
-      if (at) {
-        // The stage's callers give every set a phase where a warp has one group at most.
-        if (PENDING > 0 && ahead) cp_async_wait_group<PENDING>();
-        else cp_async_wait_all();
-        __syncwarp();
-        float a[NR];
-        q8_rows_staged<K, NR>(row0[0], ssg.end, at, xq, a);
-        if (lane_id() == 0) {
-#pragma unroll
-          for (int r = 0; r < NR; ++r)
-            if (row0[0] + r < rows) epi(row0[0] + r, a[r]);
-        }
-        continue;
-      }
-    }
     if (B > 1 && last < groups && last * NR < sg.end) {
       q_groups_dot<K, NR, B>(sg, row0, xs, xq, acc);
     } else {

@@ -38,13 +38,13 @@ __device__ __forceinline__ QMat qkv_mat(const void* w, u64 fmts) {
   return QMat{reinterpret_cast<const unsigned char*>(w), {fmt_of(fmts, QR_Q), fmt_of(fmts, QR_K), fmt_of(fmts, QR_V)}, {QD, QD + KVD, QKV}};
 }
 
-/// This warp's first row group of a `ROWS`-row phase into its slot (bf16) or into its
-/// part of `set` (`q`: a quantized matrix), always as the N commit groups of a bf16
+/// This warp's first row group of a `ROWS`-row phase (`w`, segments `q`) into its slot
+/// (bf16) or into its part of `set` (quantized), always as the N commit groups of a bf16
 /// stage, so a later phase counts the groups it leaves pending alike for both.
 template <int K, int ROWS>
-__device__ __forceinline__ void stage_phase(const bf16_t* w, uint4* slot, const QMat* q, const QSet& set) {
-  if (QUANT && q) {
-    (void)q_stage_group<K, NR, WARPS>(*q, ROWS, set, row_grid());
+__device__ __forceinline__ void stage_phase(const bf16_t* w, uint4* slot, const QMat& q, const QSet& set) {
+  if (QUANT && q_any(q)) {
+    (void)q_stage_group<K, NR, WARPS>(q, ROWS, set, row_grid());
 #pragma unroll
     for (int i = 0; i < RowStage<K, NR, STAGE_CAP>::N; ++i) cp_async_commit();
   } else {
@@ -55,7 +55,7 @@ __device__ __forceinline__ void stage_phase(const bf16_t* w, uint4* slot, const 
 /// Before waiting for a phase's inputs, start copying this warp's first row group into
 /// its slot or set (stage_fits).
 template <int K, int ROWS>
-__device__ __forceinline__ void maybe_stage(const bf16_t* w, uint4* slot, const QMat* q, const QSet& set) {
+__device__ __forceinline__ void maybe_stage(const bf16_t* w, uint4* slot, const QMat& q, const QSet& set) {
   if constexpr (STAGE) {
     if (stage_fits(ROWS)) stage_phase<K, ROWS>(w, slot, q, set);
   }
@@ -85,7 +85,7 @@ __device__ __forceinline__ bool stages_ahead(int rows) { return AHEAD && has_row
 /// `set`, quantized), ahead of the phase before it; returns whether it did (the earlier
 /// phase then leaves the copy's groups pending).
 template <int K, int ROWS>
-__device__ __forceinline__ bool stage_ahead(const bf16_t* w, uint4* slot, const QMat* q, const QSet& set) {
+__device__ __forceinline__ bool stage_ahead(const bf16_t* w, uint4* slot, const QMat& q, const QSet& set) {
   if (!stages_ahead(ROWS)) return false;
   stage_phase<K, ROWS>(w, slot, q, set);
   return true;

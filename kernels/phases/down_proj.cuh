@@ -12,13 +12,11 @@ __device__ __forceinline__ void Decode::down_phase() {
   auto start_qkv = [&] {
     if (!AHEAD || l + 1 >= L) return false;
     const bf16_t* wn = LAYER_PTR(const bf16_t*, lw + PG_LW_SLOTS, WQKV);
-    const u64 fn = layer_fmts(lw + PG_LW_SLOTS);
-    const QMat qn = qkv_mat(wn, fn);
-    return stage_ahead<D, QKV>(wn, slot, qkv_quant(fn) ? &qn : nullptr, set_a());
+    return stage_ahead<D, QKV>(wn, slot, qkv_mat(wn, layer_fmts(lw + PG_LW_SLOTS)), set_a());
   };
   bool qkv_ahead = start_qkv();
   if (has_rows(D)) {
-    if (!AHEAD) maybe_stage<F, D>(w, slot, quant ? &wq : nullptr, set_a());
+    if (!AHEAD) maybe_stage<F, D>(w, slot, wq, set_a());
     u64* ev = trace_event(tr, l * PHASES + PH_DOWN);
     // down_waves' segments are counted in bf16 iterations: a quantized down waits for all of its input.
     const bool waves = !(QUANT && quant) && down_waves_here();

@@ -11,13 +11,12 @@ __device__ __forceinline__ void Decode::gate_up_phase() {
   auto start_down = [&] {
     if (!AHEAD) return false;
     const bf16_t* wd = LAYER_PTR(const bf16_t*, lw, WDOWN);
-    const QMat qd = qmat1(wd, fmt_of(fmts, QR_DOWN), D);
-    return stage_ahead<F, D>(wd, slot_b, fmt_of(fmts, QR_DOWN) != 0 ? &qd : nullptr, set_b());
+    return stage_ahead<F, D>(wd, slot_b, qmat1(wd, fmt_of(fmts, QR_DOWN), D), set_b());
   };
   bool down_ahead = !LATE_GU && start_down();
   if (LATE_GU && !has_rows(2 * F)) (void)start_down();
   if (has_rows(2 * F)) {
-    if (!AHEAD) maybe_stage<D, 2 * F>(w, slot, quant ? &wq : nullptr, set_a());
+    if (!AHEAD) maybe_stage<D, 2 * F>(w, slot, wq, set_a());
     const float* norm_w = LAYER_PTR(const float*, lw, FFN_NORM);
     const auto norm_regs = early_norm(norm_w);
     u64* ev = trace_event(tr, l * PHASES + PH_GATE_UP);
@@ -32,14 +31,14 @@ __device__ __forceinline__ void Decode::gate_up_phase() {
     // Rows interleave (gate_j, up_j); a group of NR rows holds NR/2 whole pairs.
     if (QUANT && quant) {
       float gate = 0.f;  // lane 0 gets each pair's gate row just before its up row
-      qmat_grid_rows<D, NR, WARPS, N_DOWN>(
-          wq, 2 * F, vec, xq_smem(),
+      phase_rows<D, N_DOWN>(
+          w, 2 * F, vec, slot,
           [&](int r, float v) {
             if ((r & 1) == 0) gate = v;
             else if (ACT_TAGGED) st_tagged(tl + T_ACT + r / 2, swiglu(gate, v), tag);
             else act[r / 2] = swiglu(gate, v);
           },
-          row_grid(), STAGE && stage_fits(2 * F) ? set_a() : QSet{}, down_ahead, stage_fits(2 * F) ? QSet{} : set_a());
+          down_ahead, NoWait{}, &wq, xq_smem(), set_a());
     } else {
       const int gw = warp_id() * row_grid() + blockIdx.x;
       const int nw = WARPS * row_grid();

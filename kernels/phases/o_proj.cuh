@@ -11,12 +11,11 @@ __device__ __forceinline__ void Decode::o_phase() {
   auto start_gu = [&] {
     if (!AHEAD) return false;
     const bf16_t* wgu = LAYER_PTR(const bf16_t*, lw, WGATE_UP);
-    const QMat qgu = qmat1(wgu, fmt_of(fmts, QR_GU), 2 * F);
-    return stage_ahead<D, 2 * F>(wgu, slot, fmt_of(fmts, QR_GU) != 0 ? &qgu : nullptr, set_a());
+    return stage_ahead<D, 2 * F>(wgu, slot, qmat1(wgu, fmt_of(fmts, QR_GU), 2 * F), set_a());
   };
   bool gu_ahead = start_gu();
   if (has_rows(D)) {
-    if (!AHEAD) maybe_stage<QD, D>(w, slot, quant ? &wq : nullptr, set_a());
+    if (!AHEAD) maybe_stage<QD, D>(w, slot, wq, set_a());
     load_phase_input<QD>(vec, tl + T_ATTN, tag, layer_ctr(ctr, l, PH_ATTN), done, attn, trace_event(tr, l * PHASES + PH_O));
     float* po[TP];
     const bool send = slots_of(po, s, l, 0);

@@ -9,17 +9,16 @@ __device__ __forceinline__ void Decode::qkv_phase() {
   const QMat wq = qkv_mat(w, fmts);
   const bool quant = qkv_quant(fmts);
   // stage_ahead: layer 0's q/k/v now (layer l > 0's came with layer l-1's down), then the o rows.
-  if (AHEAD && l == 0) (void)stage_ahead<D, QKV>(w, slot, quant ? &wq : nullptr, set_a());
+  if (AHEAD && l == 0) (void)stage_ahead<D, QKV>(w, slot, wq, set_a());
   auto start_o = [&] {
     if (!AHEAD) return false;
     const bf16_t* wo = LAYER_PTR(const bf16_t*, lw, WO);
-    const QMat qo = qmat1(wo, fmt_of(fmts, QR_O), D);
-    return stage_ahead<QD, D>(wo, slot_b, fmt_of(fmts, QR_O) != 0 ? &qo : nullptr, set_b());
+    return stage_ahead<QD, D>(wo, slot_b, qmat1(wo, fmt_of(fmts, QR_O), D), set_b());
   };
   bool o_ahead = !LATE_QKV && start_o();
   if (LATE_QKV && !has_rows(QKV)) (void)start_o();
   if (has_rows(QKV)) {
-    if (!AHEAD) maybe_stage<D, QKV>(w, slot, quant ? &wq : nullptr, set_a());
+    if (!AHEAD) maybe_stage<D, QKV>(w, slot, wq, set_a());
     const float* norm_w = LAYER_PTR(const float*, lw, ATTN_NORM);
     const auto norm_regs = early_norm(norm_w);
     u64* ev = trace_event(tr, l * PHASES + PH_QKV);
