@@ -31,9 +31,12 @@ __constant__ int x_mode[L] = PG_X_MODE;  // XMode
 __constant__ int x_recv[L] = PG_X_RECV;  // layer whose other-lane partials this layer adds, or -1
 __constant__ int x_send[L] = PG_X_SEND;  // this layer's partials go to the other lanes
 /// Laneformer's LM head: each lane's own h reads its vocabulary rows (`vocab_parallel`,
-/// no mean of the lanes), and the lanes' residuals summed before the final norm
-/// (`pre_norm_lane_agg`).
+/// no mean of the lanes), every lane's h side by side reads a [V, TP·D] head (`lane`),
+/// and the lanes' residuals summed before the final norm (`pre_norm_lane_agg`).
 constexpr bool HEAD_OWN_H = PG_HEAD_OWN != 0;
+constexpr bool HEAD_LANE = PG_HEAD_LANE != 0;
+/// Columns of the LM head.
+constexpr int LM_K = HEAD_LANE ? TP * D : D;
 constexpr bool SUM_BEFORE_NORM = PG_SUM_BEFORE_NORM != 0;
 // ---- sliding-window attention (ModelConfig::sliding_window) --------------------------
 /// Positions a windowed layer attends to, the current one included; 0: none.

@@ -12,8 +12,8 @@
 // ---- shared memory -------------------------------------------------------------
 
 __host__ __device__ constexpr int cmax(int a, int b) { return a > b ? a : b; }
-/// The normalised input vector of a matrix phase.
-constexpr int VEC_FLOATS = cmax(cmax(D, QD), F);
+/// The normalised input vector of a matrix phase (the LM head's: every lane's h under a `lane` head).
+constexpr int VEC_FLOATS = cmax(cmax(LM_K, QD), F);
 /// Attention: q, k, v of the current position plus the lane groups' partial states.
 constexpr int ATTN_BASE_FLOATS = 3 * HD + attn_scratch_floats<THREADS, HD>();
 /// tagged: the head's output, 16-byte aligned after the attention scratch.

@@ -1,6 +1,7 @@
 //! Tensor parallelism's exchanges outside the matrix phases: the receive slots between
 //! steps, refilled with the sentinel the peers' values are told apart by (sync.cuh),
-//! once every sent value has landed; DTP's mean of the lanes' final hidden states; and
+//! once every sent value has landed; DTP's mean (or concatenation) of the lanes' final
+//! hidden states; and
 //! the samplers' exchange of their statistics.
 #pragma once
 #include "schedule.cuh"
@@ -26,15 +27,13 @@ __device__ __forceinline__ void refill_receive_slots(float* rx, int rank, int wr
   __threadfence_system();
 }
 
-/// DTP: the LM head reads the mean of every lane's h (`scale` 1/TP; 1: their sum, for
-/// the residuals a `pre_norm_lane_agg` head normalises after summing). Each block holds this lane's h in
-/// `vec` (the same bits in every block); the first `writers` blocks push their share to
-/// the other lanes' exchange regions (`peer_xc`) and arrive on each lane's XC_HMEAN
-/// counter, then every block sums all lanes' h in lane order into `vec` (`my_xc`,
-/// `my_xch`: this lane's exchange region as counters and floats). `runs`: LM-head
-/// runs before this one (the counter's target grows by one round per run).
-__device__ __forceinline__ void dtp_mean_h(float* vec, u32* const (&peer_xc)[TP], const u32* my_xc, const float* my_xch, int rank, int writers,
-                                           u32 runs, float scale = 1.0f / TP) {
+/// DTP: sends this lane's final h (`vec`, the same bits in every block) to every other
+/// lane and waits for theirs. The first `writers` blocks push their share into the other
+/// lanes' exchange regions (`peer_xc`) and arrive on each lane's XC_HMEAN counter; then
+/// every block may read the lanes' h in `my_xch` (this lane's exchange region as floats;
+/// `my_xc` as counters). `runs`: LM-head runs before this one (the counter's target
+/// grows by one round per run).
+__device__ __forceinline__ void dtp_swap_h(const float* vec, u32* const (&peer_xc)[TP], const u32* my_xc, int rank, int writers, u32 runs) {
   if ((int)blockIdx.x < writers) {
     for (int i = threadIdx.x * 4; i < D; i += THREADS * 4) {
       if ((i / 4) % writers != (int)blockIdx.x) continue;
@@ -52,10 +51,32 @@ __device__ __forceinline__ void dtp_mean_h(float* vec, u32* const (&peer_xc)[TP]
   }
   if (threadIdx.x == 0) wait_peers(my_xc + XC_HMEAN, (runs + 1) * writers * (TP - 1));
   __syncthreads();
+}
+
+/// DTP: the LM head reads the mean of every lane's h (`scale` 1/TP; 1: their sum, for
+/// the residuals a `pre_norm_lane_agg` head normalises after summing), summed in lane
+/// order into `vec`.
+__device__ __forceinline__ void dtp_mean_h(float* vec, u32* const (&peer_xc)[TP], const u32* my_xc, const float* my_xch, int rank, int writers,
+                                           u32 runs, float scale = 1.0f / TP) {
+  dtp_swap_h(vec, peer_xc, my_xc, rank, writers, runs);
   for (int i = threadIdx.x; i < D; i += THREADS) {
     float h = 0.f;
     for (int r = 0; r < TP; ++r) h += r == rank ? vec[i] : ld_shared_f32(my_xch + X_HMEAN + r * D + i);
     vec[i] = h * scale;
+  }
+  __syncthreads();
+}
+
+/// DTP, a `lane` LM head: `vec` (LM_K = TP·D floats) becomes every lane's h side by side
+/// in lane order, the input of this lane's vocabulary rows of the [V, TP·D] head. Each
+/// thread moves its own index of every lane, so lane 0's h overwrites this lane's only
+/// after it was copied out.
+__device__ __forceinline__ void dtp_concat_h(float* vec, u32* const (&peer_xc)[TP], const u32* my_xc, const float* my_xch, int rank, int writers,
+                                             u32 runs) {
+  dtp_swap_h(vec, peer_xc, my_xc, rank, writers, runs);
+  for (int i = threadIdx.x; i < D; i += THREADS) {
+    const float own = vec[i];
+    for (int r = 0; r < TP; ++r) vec[r * D + i] = r == rank ? own : ld_shared_f32(my_xch + X_HMEAN + r * D + i);
   }
   __syncthreads();
 }

@@ -3,6 +3,8 @@
 #pragma once
 #include "decode_state.cuh"
 
+static_assert(!HEAD_LANE || (IS_DTP && LM_FMT == QF_BF16), "a `lane` LM head is a DTP run's bf16 [V, TP·D] matrix");
+
 /// The final norm and LM head of step `s`; returns the host's stop flag (read early, block 0 of rank 0).
 __device__ __forceinline__ u32 Decode::lm_head_phase() {
   // Read the host's stop flag early: the PCIe round trip overlaps the LM head.
@@ -17,7 +19,8 @@ __device__ __forceinline__ u32 Decode::lm_head_phase() {
   }
   if (IS_DTP && SUM_BEFORE_NORM) dtp_mean_h(vec, peer_xc, my_xc, my_xch, rank, w_d, lm_runs, 1.0f);
   norm_vec(vec, final_nw, final_norm, red);
-  if (IS_DTP && !SUM_BEFORE_NORM && !HEAD_OWN_H) dtp_mean_h(vec, peer_xc, my_xc, my_xch, rank, w_d, lm_runs);
+  if (IS_DTP && HEAD_LANE) dtp_concat_h(vec, peer_xc, my_xc, my_xch, rank, w_d, lm_runs);
+  else if (IS_DTP && !SUM_BEFORE_NORM && !HEAD_OWN_H) dtp_mean_h(vec, peer_xc, my_xc, my_xch, rank, w_d, lm_runs);
   {
     LmStats st = lm_stats_empty();
     float* dbg_row = dbg ? dbg + (size_t)lm_runs * V : nullptr;
@@ -44,7 +47,7 @@ __device__ __forceinline__ u32 Decode::lm_head_phase() {
     if constexpr (LM_FMT == QF_Q8_0)
       qmat_grid_rows<D, 2, WARPS>(qmat1(lm_head, LM_FMT, V), V, vec, xq_smem(), lm_epi, gridDim.x, QSet{}, false, set_all());
     else if constexpr (LM_FMT != QF_BF16) qmat_grid_rows<D, LM_NR, WARPS>(qmat1(lm_head, LM_FMT, V), V, vec, xq_smem(), lm_epi);
-    else grid_rows<D, LM_NR, WARPS>(lm_head, V, vec, lm_epi);
+    else grid_rows<LM_K, LM_NR, WARPS>(lm_head, V, vec, lm_epi);
     // Lane 0 of each warp holds its warp's statistics; merge them in warp order.
     LmStats* wst = reinterpret_cast<LmStats*>(red);
     if (lane_id() == 0) wst[warp_id()] = st;

@@ -114,20 +114,8 @@ pub fn build_generator(files: ModelFiles, options: &EngineOptions) -> Result<Gen
     if gpus.len() > 1 && options.device == Device::Cpu {
         return Err(Error::InvalidRequest("--tp above 1 needs --device cuda (or auto with GPUs)".into()));
     }
-    let cpu_only = cpu_only_reason(&files.config);
     let runtime: Box<dyn crate::runtime::Runtime> = match options.device {
-        Device::Cuda => match &cpu_only {
-            Some(why) => return Err(Error::InvalidRequest(format!("{why}; run it with --device cpu"))),
-            None => Box::new(cuda_runtime(&files, options)?),
-        },
-        Device::Auto if cpu_only.is_some() => {
-            let why = cpu_only.unwrap_or_default();
-            if gpus.len() > 1 {
-                return Err(Error::InvalidRequest(format!("{why}; --tp {} needs the GPU kernel", gpus.len())));
-            }
-            eprintln!("{why}; using CPU");
-            build_cpu_runtime(&options.cpu, &files.config, &files.weights)?
-        }
+        Device::Cuda => Box::new(cuda_runtime(&files, options)?),
         Device::Cpu => build_cpu_runtime(&options.cpu, &files.config, &files.weights)?,
         // No device ⇒ CPU, said in the log. A device that is present but fails is an
         // error, never a silent fall-back that would hide a broken GPU path.
@@ -141,14 +129,6 @@ pub fn build_generator(files: ModelFiles, options: &EngineOptions) -> Result<Gen
         },
     };
     Ok(Generator { runtime, tokenizer: Some(files.tokenizer), template: files.template })
-}
-
-/// Why a model runs on the CPU only (the GPU kernel lacks a feature it uses), if it does.
-fn cpu_only_reason(config: &ModelConfig) -> Option<String> {
-    let lanes = &config.lanes;
-    (lanes.count > 1 && lanes.head == crate::config::LaneHead::Lane).then(|| {
-        format!("{} has a `lane` LM head ({} lanes concatenated), which the GPU kernel does not run yet", config.name, lanes.count)
-    })
 }
 
 /// The ranks of a run on `gpus`: one per GPU, except a Laneformer's lanes, folded onto

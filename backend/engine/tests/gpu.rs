@@ -414,9 +414,9 @@ fn dtp_check() -> Check {
     Ok(())
 }
 
-/// Laneformer shapes the kernel runs (every head kind but `lane`), all of a tiny model
-/// with 8 heads and 8 KV heads of 64: windowed early or late layers, per-lane norm
-/// scales, both early modes, no communication, pre-norm aggregation; L = 8, 4, 2.
+/// Laneformer shapes, all of a tiny model with 8 heads and 8 KV heads of 64: every head
+/// kind, windowed early or late layers, per-lane norm scales, both early modes, no
+/// communication, pre-norm aggregation; L = 8, 4, 2.
 fn laneformer_shapes() -> Vec<(&'static str, ModelConfig)> {
     use peregrine_engine::config::{LaneConfig, LaneHead, RopeLayout, RopeScaling, SlidingWindow};
     let base = ModelConfig {
@@ -442,6 +442,14 @@ fn laneformer_shapes() -> Vec<(&'static str, ModelConfig)> {
             "4 lanes, vocab_parallel, early lane-local, lane norms, late window",
             ModelConfig {
                 lanes: LaneConfig { early_comm: false, head: LaneHead::VocabParallel, lane_norms: true, ..lanes(4, 2) },
+                sliding_window: window(false),
+                ..base.clone()
+            },
+        ),
+        (
+            "8 lanes, lane head, delay 2, lane norms, late window",
+            ModelConfig {
+                lanes: LaneConfig { head: LaneHead::Lane, lane_norms: true, ..lanes(8, 2) },
                 sliding_window: window(false),
                 ..base.clone()
             },

@@ -97,7 +97,12 @@ impl WeightPlan {
             };
             layers.push(LayerFormats { q: own(&l.q), k: own(&l.k), v: own(&l.v), o, gate_up, down });
         }
-        let lm_head = own(w.lm_head());
+        let mut lm_head = own(w.lm_head());
+        // A `lane` head's rows span every lane's h: the kernel reads it as bf16 only.
+        if lm_head != GpuFormat::Bf16 && c.lanes.count > 1 && c.lanes.head == crate::config::LaneHead::Lane {
+            notes.push(format!("{}: a `lane` LM head runs as bf16", w.lm_head().name));
+            lm_head = GpuFormat::Bf16;
+        }
         Ok(WeightPlan { layers, lm_head, quantize_floats, notes })
     }
 

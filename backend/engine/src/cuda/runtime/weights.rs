@@ -203,8 +203,10 @@ impl CudaRuntime {
         let embed_f32 = w.embed.to_f32()?;
         let lm_head = match &w.lm_head {
             Some(t) => {
-                expect_shape(t, &[c.vocab_size, d])?;
-                Some(put_bf16(rows_of(&t.to_f32()?, d, v0, v1), true, &mut bf16s, &mut streamed)?)
+                // A `lane` head's rows read every lane's h side by side.
+                let cols = c.lanes.head_cols(d);
+                expect_shape(t, &[c.vocab_size, cols])?;
+                Some(put_bf16(rows_of(&t.to_f32()?, cols, v0, v1), true, &mut bf16s, &mut streamed)?)
             }
             // Tied and split: this rank's rows of the embedding as its own matrix.
             None if tp > 1 => Some(put_bf16(rows_of(&embed_f32, d, v0, v1), true, &mut bf16s, &mut streamed)?),
