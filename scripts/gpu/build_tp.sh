@@ -17,5 +17,5 @@ nvrtc_dir=$(ls -d "$PEREGRINE_CUDA_VENV"/lib/python3*/site-packages/nvidia/cu13/
 # tp_check.sh's `trace` step. The default holds the block sizes the runtime times at
 # load (cuda/tune.rs).
 variants=${VARIANTS-default+threads448,default+threads384}
-PEREGRINE_NVRTC_DIR=$nvrtc_dir PEREGRINE_CUBIN_CACHE=$dest/cubins "$dest/gpu_check" precompile-tp --shapes "${SHAPES:-qwen2.5-coder-1.5b,smollm2-1.7b,dtp-2b}" ${variants:+--variants "$variants"}
+PEREGRINE_NVRTC_DIR=$nvrtc_dir PEREGRINE_CUBIN_CACHE=$dest/cubins "$dest/gpu_check" precompile-tp --shapes "${SHAPES:-qwen2.5-coder-1.5b,smollm2-1.7b,laneformer-2b}" ${variants:+--variants "$variants"}
 du -sh "$dest"

@@ -3,8 +3,8 @@
 # engine gives NVRTC (the kernel_defines example). A refactor of kernels/ that keeps these
 # hashes cannot change what runs on the GPU.
 # usage: scripts/gpu/cubin_hashes.sh ["PRESET [FORMATS-MASK LM-FORMAT [TP [dtp]]]" ...]
-#   (default: the benchmark shapes at tp 1, Qwen2.5-Coder-1.5B at tp 2, dtp-2b under DTP
-#   at tp 2, and Llama-3.2-1B with Q4_K_M's weight formats)
+#   (default: the benchmark shapes at tp 1, Qwen2.5-Coder-1.5B at tp 2, laneformer-2b's
+#   own 8 lanes, and Llama-3.2-1B with Q4_K_M's weight formats)
 set -euo pipefail
 source "$(dirname "$0")/../env.sh"
 cd "$(dirname "$0")/../.."
@@ -14,7 +14,7 @@ cargo build -q -p peregrine-bench --example kernel_defines
 kernel_defines="$CARGO_TARGET_DIR/debug/examples/kernel_defines"
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 runs=("$@")
-[ ${#runs[@]} -gt 0 ] || runs=(smollm2-135m llama-3.2-1b qwen2.5-coder-1.5b smollm2-1.7b "qwen2.5-coder-1.5b 0 0 2" "dtp-2b 0 0 2 dtp" "llama-3.2-1b 48 5")
+[ ${#runs[@]} -gt 0 ] || runs=(smollm2-135m llama-3.2-1b qwen2.5-coder-1.5b smollm2-1.7b "qwen2.5-coder-1.5b 0 0 2" "laneformer-2b 0 0 8 dtp" "llama-3.2-1b 48 5")
 for run in "${runs[@]}"; do
   # shellcheck disable=SC2086  # the run's words are kernel_defines' arguments
   mapfile -t defs < <("$kernel_defines" $run)

@@ -6,8 +6,9 @@
 # transformers float32 / bf16). Build here first (BIN holds peregrine, gpu_check and
 # hf_score; scripts/gpu/build_tp.sh fills .carry/tp). Every step runs under
 # `timeout -s KILL`; logs go to $OUT.
-# A CHECK_SHAPES entry with a DTP preset (dtp-2b) also runs the DTP kernel's checks in
-# `tp_check` (scored logits vs the CPU DTP reference, chaos race check on each rank).
+# A CHECK_SHAPES Laneformer preset (laneformer-2b) also runs its own lanes, folded onto
+# the GPUs, in `tp_check` (scored logits vs the CPU lane reference, chaos race check on
+# each rank); the transformers step takes ordinary presets only.
 # On a one-GPU machine, PEREGRINE_TP_GPUS=0,0 PEREGRINE_TP_SHARE_GPU=1 runs both ranks
 # there (`tp_check` only: a share of the SMs each, for the exchange logic, not speed).
 #   env: BIN (default .carry/tp), SHAPES (bench), CHECK_SHAPES (gpu_check / transformers),
@@ -25,7 +26,7 @@ bin=${BIN:-.carry/tp}
 out=${OUT:-gpu-logs}; mkdir -p "$out"
 case $bin in /*) cubins=$bin/cubins ;; *) cubins=$PWD/$bin/cubins ;; esac
 export PEREGRINE_CUBIN_CACHE=${PEREGRINE_CUBIN_CACHE:-$cubins} NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-shapes=${SHAPES:-qwen2.5-coder-1.5b,smollm2-1.7b,dtp-2b}
+shapes=${SHAPES:-qwen2.5-coder-1.5b,smollm2-1.7b,laneformer-2b}
 steps=${STEPS:-tp_check bench transformers}
 check_shapes=${CHECK_SHAPES:-qwen2.5-coder-1.5b}
 for f in "$bin/peregrine" "$bin/gpu_check" "$bin/hf_score"; do [ -x "$f" ] || { echo "missing $f: run scripts/gpu/build_tp.sh first"; exit 1; }; done
@@ -45,7 +46,7 @@ quick=(); [ "${RACE_TOKENS:-2000}" -lt 1000 ] && quick=(--quick)
 for s in $steps; do
   case $s in
     tp_check) step tp_check "${TP_CHECK_TIMEOUT:-200}" "$bin/gpu_check" tp --shapes "$check_shapes" --kernel "${CHECK_KERNEL:-default}" "${quick[@]}" ;;
-    # Standard TP at 1 and 2; dtp-2b also as DTP at 2 (its preset, checked against the DTP CPU reference).
+    # Standard TP at 1 and 2; laneformer-2b also its own lanes folded onto 1 and 2 GPUs.
     bench) step bench "${BENCH_TIMEOUT:-300}" "$bin/peregrine-bench" --device cuda --shape "$shapes" --tp 1,2 --runs "${RUNS:-5}" ;;
     trace) step trace "${TRACE_TIMEOUT:-150}" "$bin/gpu_check" trace --tp 2 --shapes "${TRACE_SHAPES:-qwen2.5-coder-1.5b}" --variants "${TRACE_VARIANTS:-default,default+tp-evict,default+tp-waves}" --runs 3 ;;
     variants) step variants "${BENCH_TIMEOUT:-300}" "$bin/gpu_check" bench --tp 2 --shapes "${VARIANT_SHAPES:-qwen2.5-coder-1.5b}" --variants "${BENCH_VARIANTS:-default,default+tp-evict,default+tp-waves,default+tp-evict+tp-waves,default+threads448,default+threads384}" --runs "${RUNS:-5}" ;;

@@ -9,8 +9,10 @@
 //!                 [--mode unsharded|standard|dtp] [--lanes L] [--dtp SPEC]
 //! Shape flags override the preset: --layers --hidden --ffn --heads --kv-heads --head-dim --vocab --context.
 //! SPEC: delay=D[,early=present|none][,lanes=N]; `score --mode dtp` defaults to the model's own
-//! `dtp` block (or the preset's). FILE (tokens): JSON list of token-id lists; --out gets
-//! little-endian f32 logits [sequences × positions × vocab]; one JSON summary line on stdout.
+//! `dtp` block. NAME: an ordinary preset (a Laneformer's checkpoints come from
+//! scripts/fixtures/make_laneformer_fixtures.py). FILE (tokens): JSON list of token-id
+//! lists; --out gets little-endian f32 logits [sequences × positions × vocab]; one JSON
+//! summary line on stdout.
 
 use std::collections::HashMap;
 use std::io::{BufWriter, Write};
@@ -21,7 +23,7 @@ use peregrine_engine::config::ModelConfig;
 use peregrine_engine::cpu::reference::{KvCache, ReferenceModel};
 use peregrine_engine::dtp::reference::{Execution, ShardedModel};
 use peregrine_engine::dtp::{read_model_dtp, DtpConfig, DtpSchedule};
-use peregrine_engine::synthetic::{dtp_preset, preset, synthetic_weights};
+use peregrine_engine::synthetic::{preset, synthetic_weights, PRESET_NAMES};
 use peregrine_engine::weights::{LayerRole, WeightRole, Weights};
 use peregrine_engine::{Error, Result};
 
@@ -61,7 +63,13 @@ fn number(f: &HashMap<String, String>, key: &str) -> Result<Option<usize>> {
 /// The preset named by --shape with the shape flags applied.
 fn shape(f: &HashMap<String, String>) -> Result<ModelConfig> {
     let name = f.get("shape").ok_or_else(usage)?;
-    let mut c = preset(name).ok_or_else(|| Error::InvalidRequest(format!("unknown shape `{name}`")))?;
+    let mut c = match preset(name) {
+        Some(c) if !c.lanes.is_laneformer() => c,
+        found => {
+            let what = if found.is_some() { "a Laneformer preset" } else { "unknown" };
+            return Err(Error::InvalidRequest(format!("shape `{name}`: {what} (one of {})", PRESET_NAMES.join(", "))));
+        }
+    };
     let fields: [(&str, &mut usize); 8] = [
         ("layers", &mut c.num_layers),
         ("hidden", &mut c.hidden_size),
@@ -130,9 +138,8 @@ fn export(args: &[String]) -> Result<()> {
         Some(other) => return Err(Error::InvalidRequest(format!("--dtype `{other}` (f32 or bf16)"))),
     };
     let dtp = match f.get("dtp").map(String::as_str) {
-        Some("none") => None,
+        None | Some("none") => None,
         Some(spec) => Some(spec.parse::<DtpConfig>()?),
-        None => dtp_preset(f.get("shape").map_or("", String::as_str)),
     };
     let t0 = Instant::now();
     let weights = synthetic_weights(&config, seed(&f)?);
@@ -193,7 +200,7 @@ fn score(args: &[String]) -> Result<()> {
         None => {
             let config = shape(&f)?;
             let weights = synthetic_weights(&config, seed(&f)?);
-            (config, weights, dtp_preset(f.get("shape").map_or("", String::as_str)))
+            (config, weights, None)
         }
     };
     let mode = f.get("mode").map_or("dtp", String::as_str);

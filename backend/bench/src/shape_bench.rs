@@ -12,10 +12,9 @@ use crate::cuda_shape::{
     DEFAULT_PROMPT_TOKENS, DEFAULT_TTFT_PROMPT_TOKENS, TURN_TOKENS,
 };
 use crate::torch_baseline::{self, BaselineFigures, BaselinePlan};
-use peregrine_engine::config::ModelConfig;
 use peregrine_engine::cuda::{self, measure_copy_bandwidth};
 use peregrine_engine::dtp::DtpSchedule;
-use peregrine_engine::synthetic::{dtp_preset, preset, synthetic_mix_weights, QuantMix, LANEFORMER_PRESETS, PRESET_NAMES};
+use peregrine_engine::synthetic::{ordinary, preset, synthetic_mix_weights, QuantMix, LANEFORMER_PRESETS, PRESET_NAMES};
 use peregrine_engine::{CudaOptions, GpuWeights};
 use serde_json::json;
 
@@ -27,7 +26,7 @@ pub const WEIGHT_SEED: u64 = 1234;
 /// The CUDA-only arguments of `peregrine-bench`.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct CudaBenchArgs {
-    /// Synthetic shapes to benchmark on the GPU (comma-separated): smollm2-135m, llama-3.2-1b, qwen2.5-coder-1.5b, smollm2-1.7b, dtp-2b, laneformer-2b.
+    /// Synthetic shapes to benchmark on the GPU (comma-separated): smollm2-135m, llama-3.2-1b, qwen2.5-coder-1.5b, smollm2-1.7b, laneformer-2b.
     #[arg(long, value_delimiter = ',')]
     pub shape: Vec<String>,
     /// With --shape: prompt tokens before the decode measurement.
@@ -39,8 +38,9 @@ pub struct CudaBenchArgs {
     /// With --shape: KV-cache positions to allocate (default: the kernel's default, capped by the model's context).
     #[arg(long)]
     pub context: Option<usize>,
-    /// With --shape and a --tp above 1: also run each shape as Delayed Tensor Parallelism
-    /// with this config (`delay=D[,early=present|none]`), or `none`; default: the shape's own DTP preset (dtp-2b).
+    /// With --shape and a --tp above 1: also run each ordinary shape as Delayed Tensor
+    /// Parallelism with this config (`delay=D[,early=present|none]`); default `none`
+    /// (a Laneformer shape always runs its own lanes).
     #[arg(long)]
     pub dtp: Option<String>,
     /// With --shape: the weights each shape runs with, side by side (comma-separated):
@@ -121,9 +121,9 @@ pub fn run(args: &CudaBenchArgs, cuda: &CudaOptions, tps: &[usize], gpus: Option
                 config.parameter_count() as f64 / 1e6,
                 t0.elapsed().as_secs_f64()
             ));
-            // Each degree runs standard TP; a shape with a DTP preset also runs as DTP on 2+ GPUs.
-            // A Laneformer runs its lanes folded onto each degree's GPUs, beside standard TP
-            // of the same matrices as an ordinary model (no lanes, no window).
+            // Each degree runs standard TP, with --dtp also as DTP on 2+ GPUs. A Laneformer
+            // runs its lanes folded onto each degree's GPUs, beside standard TP of the same
+            // matrices as an ordinary model.
             let mut runs: Vec<(usize, Option<DtpSchedule>)> = Vec::new();
             if config.lanes.count > 1 {
                 for &tp in tps.iter().filter(|&&tp| config.lanes.count.is_multiple_of(tp)) {
@@ -134,9 +134,8 @@ pub fn run(args: &CudaBenchArgs, cuda: &CudaOptions, tps: &[usize], gpus: Option
             for &tp in tps.iter().filter(|_| config.lanes.count == 1) {
                 runs.push((tp, None));
                 let dtp_config = match args.dtp.as_deref() {
-                    Some("none") => None,
+                    None | Some("none") => None,
                     Some(spec) => Some(spec.parse::<peregrine_engine::dtp::DtpConfig>()?),
-                    None => dtp_preset(&config.name),
                 };
                 if let (true, Some(d)) = (tp > 1, dtp_config) {
                     runs.push((tp, Some(DtpSchedule::new(&d, config, tp)?)));
@@ -148,7 +147,7 @@ pub fn run(args: &CudaBenchArgs, cuda: &CudaOptions, tps: &[usize], gpus: Option
                 // Quantized synthetic weights are streamed as they are.
                 let native = CudaOptions { weights: GpuWeights::Native, ..cuda.clone() };
                 let cuda = if mix.is_some() { &native } else { cuda };
-                let plain = ModelConfig { lanes: Default::default(), sliding_window: Default::default(), ..config.clone() };
+                let plain = ordinary(config);
                 let (shape, ordinals, shared) = match (&dtp, config.lanes.count) {
                     (None, l) if l > 1 => (&plain, pool[..tp].to_vec(), None),
                     (Some(_), l) if l > 1 => {

@@ -133,7 +133,7 @@ pub fn build_generator(files: ModelFiles, options: &EngineOptions) -> Result<Gen
 
 /// The ranks of a run on `gpus`: one per GPU, except a Laneformer's lanes, folded onto
 /// the GPUs (each GPU hosts `lanes / gpus` consecutive lanes, one persistent kernel each).
-fn rank_devices(config: &ModelConfig, gpus: &[usize]) -> Result<Vec<usize>> {
+pub fn rank_devices(config: &ModelConfig, gpus: &[usize]) -> Result<Vec<usize>> {
     let lanes = config.lanes.count;
     if lanes == 1 {
         return Ok(gpus.to_vec());

@@ -23,11 +23,11 @@ use peregrine_engine::config::ModelConfig;
 use peregrine_engine::cpu::reference::{KvCache, ReferenceModel};
 use peregrine_engine::cuda::{self, CudaRuntime, KernelOptions};
 use peregrine_engine::dtp::reference::{Execution, ShardedModel};
-use peregrine_engine::dtp::{DtpConfig, DtpSchedule, EarlyLayers};
+use peregrine_engine::dtp::{DtpConfig, DtpSchedule, EarlyLayers, Lanes};
 use peregrine_engine::rng::SplitMix64;
 use peregrine_engine::runtime::{Cancel, DecodeJob, Flow, RunEnd, Runtime};
 use peregrine_engine::sampling::{log_softmax, sample, top_k_indices, Sampled, SamplingParams};
-use peregrine_engine::synthetic::{check_shapes, dtp_preset, synthetic_weights};
+use peregrine_engine::synthetic::{check_shapes, preset, synthetic_weights};
 use peregrine_engine::weights::Weights;
 use peregrine_engine::{CudaOptions, CudaPaths, Diagnostics};
 
@@ -381,7 +381,7 @@ fn tp_agrees(mut rt: CudaRuntime, one: &[Vec<f32>], tokens: &[u32], gen: usize) 
     Ok(())
 }
 
-/// dtp-2b's delay on a tiny shape, 2 lanes on [`tp_gpus`], with early layers all-reduced
+/// laneformer-2b's delay on a tiny shape, 2 lanes on [`tp_gpus`], with early layers all-reduced
 /// and lane-local (both sent again `delay` layers later, as published): the kernel's
 /// scored logits against the CPU float32 lane reference, and its greedy tokens
 /// against the reference's.
@@ -390,8 +390,9 @@ fn dtp_check() -> Check {
     let weights = synthetic_weights(&config, WEIGHT_SEED);
     let tokens = SplitMix64(55).tokens(8, config.vocab_size);
     let lanes = ShardedModel::new(&config, &weights, 2).map_err(|e| e.to_string())?;
+    let delay = preset("laneformer-2b").expect("preset").lanes.delay;
     for early in [EarlyLayers::Present, EarlyLayers::None] {
-        let dtp = DtpConfig { early_layers: early, ..dtp_preset("dtp-2b").expect("dtp preset") };
+        let dtp = DtpConfig { lanes: Lanes::RunTime, delay, early_layers: early };
         let sched = DtpSchedule::new(&dtp, &config, 2).map_err(|e| e.to_string())?;
         let mut rt = runtime(&config, &weights, &tp_gpus(), KernelOptions::default(), Some(sched.clone()))?;
         let gpu = rt.score(&tokens).map_err(|e| e.to_string())?;

@@ -7,10 +7,10 @@
 
 use std::path::PathBuf;
 
-use peregrine_engine::config::ModelConfig;
+use peregrine_engine::config::{LaneConfig, ModelConfig};
 use peregrine_engine::cuda::{compile_only, layout, nvrtc, KernelOptions};
-use peregrine_engine::dtp::{DtpSchedule, EarlyLayers};
-use peregrine_engine::synthetic::{check_shapes, dtp_preset, preset, PRESET_NAMES};
+use peregrine_engine::dtp::DtpSchedule;
+use peregrine_engine::synthetic::{check_shapes, ordinary, preset, PRESET_NAMES};
 use peregrine_engine::Diagnostics;
 
 const ARCH: &str = "sm_90a";
@@ -62,24 +62,25 @@ fn decode_kernel_compiles_for_every_preset_one_gpu_tp_and_dtp() {
     }
     let cache = cache();
     let base = KernelOptions::default();
-    for name in PRESET_NAMES {
-        let config = preset(name).expect("preset");
+    // laneformer-2b's matrices run as an ordinary model too (standard TP of them).
+    let laneformer = preset("laneformer-2b").expect("preset");
+    let plain = ordinary(&laneformer);
+    for config in PRESET_NAMES.iter().map(|n| preset(n).expect("preset")).chain([plain.clone()]) {
+        let name = &config.name;
         let bytes = compile_only(&config, &base, 1, None, ARCH, cache.as_deref()).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(bytes > 0, "{name}: empty cubin");
     }
     // Tensor parallelism: every rank's kernel at TP 2 for the shapes whose heads split.
-    for name in ["qwen2.5-coder-1.5b", "smollm2-1.7b", "llama-3.2-1b", "dtp-2b"] {
-        let config = preset(name).expect("preset");
+    for config in ["qwen2.5-coder-1.5b", "smollm2-1.7b", "llama-3.2-1b"].map(|n| preset(n).expect("preset")).into_iter().chain([plain]) {
+        let name = &config.name;
         let bytes = compile_only(&config, &base, 2, None, ARCH, cache.as_deref()).unwrap_or_else(|e| panic!("{name} tp 2: {e}"));
         assert!(bytes > 0, "{name}: empty cubin");
     }
-    // DTP (dtp-2b's schedule) at 2 lanes, and its `none` early-layer variant.
-    let shape = preset("dtp-2b").expect("preset");
-    let mut dtp = dtp_preset("dtp-2b").expect("dtp preset");
-    for early in [EarlyLayers::Present, EarlyLayers::None] {
-        dtp.early_layers = early;
-        let sched = DtpSchedule::new(&dtp, &shape, 2).expect("schedule");
-        let bytes = compile_only(&shape, &base, 2, Some(&sched), ARCH, cache.as_deref()).unwrap_or_else(|e| panic!("dtp: {e}"));
+    // DTP: the kernel each of laneformer-2b's own lanes runs, also with its early layer lane-local.
+    for early_comm in [true, false] {
+        let shape = ModelConfig { lanes: LaneConfig { early_comm, ..laneformer.lanes }, ..laneformer.clone() };
+        let sched = DtpSchedule::of_laneformer(&shape).expect("schedule");
+        let bytes = compile_only(&shape, &base, sched.lanes, Some(&sched), ARCH, cache.as_deref()).unwrap_or_else(|e| panic!("dtp: {e}"));
         assert!(bytes > 0, "dtp: empty cubin");
     }
     let odd = preset("smollm2-135m").expect("preset");

@@ -69,8 +69,8 @@ struct TpParts {
     lane_scale: f32,
 }
 
-/// Prompt positions per chunk under DTP (its per-layer receive slots: dtp-2b at 2 lanes
-/// holds 15 layers × 2 × 2 × 256 × 3,072 floats = 189 MB per GPU).
+/// Prompt positions per chunk under DTP, whose receive slots are per layer
+/// (layers × 2 × lanes × chunk × hidden floats per rank), so the chunk bounds their size.
 const DTP_CHUNK: usize = 256;
 
 /// Where the profiled events of a prefill go (None: not profiled).

@@ -4,9 +4,9 @@
 
 use super::reference::{Execution, ShardedModel};
 use super::*;
-use crate::config::{Architecture, ModelConfig};
+use crate::config::{Architecture, LaneConfig, ModelConfig, RopeLayout, SlidingWindow};
 use crate::cpu::reference::{KvCache, ReferenceModel};
-use crate::synthetic::{dtp_preset, preset, synthetic_weights};
+use crate::synthetic::{ordinary, preset, synthetic_weights};
 use crate::weights::Weights;
 
 /// Relative logits bound of sharded vs unsharded runs (the issue's 1e-5).
@@ -151,48 +151,58 @@ fn dtp_with_a_delay_is_a_different_function_on_several_lanes() {
 }
 
 #[test]
-fn schedule_follows_the_published_rule_for_dtp_2b() {
-    let c = preset("dtp-2b").expect("dtp-2b");
-    let s = DtpSchedule::new(&dtp_preset("dtp-2b").expect("dtp preset"), &c, 8).expect("schedule");
-    assert_eq!((s.lanes, s.delay, s.num_layers), (8, 2, 15));
+fn schedule_follows_the_published_rule_for_laneformer_2b() {
+    let c = preset("laneformer-2b").expect("laneformer-2b");
+    let s = DtpSchedule::of_laneformer(&c).expect("schedule");
+    assert_eq!((s.lanes, s.delay, s.num_layers), (8, 1, 15));
     assert_eq!(s.combine(0), Combine::AllReduce);
-    assert_eq!(s.combine(1), Combine::AllReduce);
-    // Every layer from d on adds layer n − d's partials, the early layers' included.
-    assert_eq!(s.combine(2), Combine::Delayed { received: 0, send: true });
-    assert_eq!(s.combine(3), Combine::Delayed { received: 1, send: true });
-    assert_eq!(s.combine(4), Combine::Delayed { received: 2, send: true });
-    assert_eq!(s.combine(12), Combine::Delayed { received: 10, send: true });
-    assert_eq!(s.combine(13), Combine::Delayed { received: 11, send: false });
-    assert_eq!(s.combine(14), Combine::Delayed { received: 12, send: false });
-    assert_eq!(s.sent_layers(), 0..13);
-    let none = DtpSchedule::new(&DtpConfig { early_layers: EarlyLayers::None, ..dtp_preset("dtp-2b").unwrap() }, &c, 4).unwrap();
-    assert_eq!(none.combine(1), Combine::LaneLocal { scale: 2.0, send: true });
+    // Every layer from d on adds layer n − d's partials, the early layer's included.
+    assert_eq!(s.combine(1), Combine::Delayed { received: 0, send: true });
+    assert_eq!(s.combine(2), Combine::Delayed { received: 1, send: true });
+    assert_eq!(s.combine(13), Combine::Delayed { received: 12, send: true });
+    assert_eq!(s.combine(14), Combine::Delayed { received: 13, send: false });
+    assert_eq!(s.sent_layers(), 0..14);
+    let scale = 8f32.sqrt();
+    let early_none = LaneConfig { early_comm: false, ..c.lanes };
+    let none = DtpSchedule::of_laneformer(&ModelConfig { lanes: early_none, ..c.clone() }).unwrap();
+    assert_eq!(none.combine(0), Combine::LaneLocal { scale, send: true });
     let defines: Vec<(&str, String)> = none.kernel_defines();
-    let want = [("DTP_LANES", "4"), ("DTP_DELAY", "2"), ("DTP_EARLY_NONE", "1"), ("DTP_LANE_SCALE", "2.0f")];
-    assert_eq!(defines, want.map(|(k, v)| (k, v.to_string())));
+    let want = [
+        ("DTP_LANES", "8".to_string()),
+        ("DTP_DELAY", "1".into()),
+        ("DTP_EARLY_NONE", "1".into()),
+        ("DTP_LANE_SCALE", format!("{scale:?}f")),
+    ];
+    assert_eq!(defines, want);
     // Without communication every layer from d on is lane-local, and nothing is sent.
-    let silent = DtpSchedule { comm: false, ..none.clone() };
-    assert_eq!(silent.combine(1), Combine::LaneLocal { scale: 2.0, send: false });
-    assert_eq!(silent.combine(7), Combine::LaneLocal { scale: 2.0, send: false });
+    let silent = DtpSchedule::of_laneformer(&ModelConfig { lanes: LaneConfig { comm: false, ..early_none }, ..c.clone() }).unwrap();
+    assert_eq!(silent.combine(0), Combine::LaneLocal { scale, send: false });
+    assert_eq!(silent.combine(7), Combine::LaneLocal { scale, send: false });
     assert_eq!(silent.sent_layers(), 0..0);
-    let standard = DtpSchedule::standard(&c, 2).unwrap();
+    let standard = DtpSchedule::standard(&ordinary(&c), 2).unwrap();
     assert!((0..15).all(|n| standard.combine(n) == Combine::Delayed { received: n, send: true }));
 }
 
 #[test]
-fn dtp_2b_preset_matches_gpu_md() {
-    let c = preset("DTP-2B").expect("dtp-2b");
+fn laneformer_2b_preset_matches_the_released_shape() {
+    let c = preset("Laneformer-2B").expect("laneformer-2b");
     c.validate().expect("valid");
     let got = (c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.vocab_size);
-    assert_eq!(got, (3072, 12_288, 15, 32, 16, 96, 32_768));
-    assert_eq!((c.architecture, c.rope_theta, c.tie_embeddings), (Architecture::Llama, 10_000.0, true));
-    assert_eq!(c.parameter_count(), 2_224_124_928);
+    assert_eq!(got, (3072, 12_288, 15, 32, 16, 96, 32_000));
+    assert_eq!(
+        (c.architecture, c.rope_theta, c.rope_layout, c.tie_embeddings),
+        (Architecture::Llama, 10_000.0, RopeLayout::Interleaved, false)
+    );
+    assert_eq!((c.lanes.count, c.sliding_window.size, c.sliding_window.layers.iter().filter(|&&w| w).count()), (8, 512, 10));
+    assert_eq!(c.parameter_count(), 2_320_069_632);
+    // Its ordinary form keeps every matrix and drops only the lanes and the window.
+    let plain = ordinary(&c);
+    assert!(!plain.lanes.is_laneformer() && plain.sliding_window == SlidingWindow::default());
+    assert_eq!(plain.parameter_count(), c.parameter_count());
     for degree in [1, 2, 4, 8] {
-        let plan = ShardPlan::new(&c, degree).expect("divides");
-        assert_eq!(plan.lanes[degree - 1].vocab.end, 32_768);
+        let plan = ShardPlan::new(&plain, degree).expect("divides");
+        assert_eq!(plan.lanes[degree - 1].vocab.end, 32_000);
     }
-    assert_eq!(dtp_preset("dtp-2b"), Some(DtpConfig { lanes: Lanes::RunTime, delay: 2, early_layers: EarlyLayers::Present }));
-    assert_eq!(dtp_preset("llama-3.2-1b"), None);
 }
 
 #[test]
@@ -312,8 +322,8 @@ fn read_model_dtp_reads_a_hf_directory() {
 #[test]
 fn benchmark_shapes_of_issue_9_shard_over_8_gpus() {
     // Issue 9 runs these at TP 1, 2, 4, 8; qwen2.5-coder-1.5b's 12 heads stop at 4.
-    for name in ["llama-3.2-1b", "smollm2-1.7b", "dtp-2b"] {
-        let c = preset(name).unwrap();
+    for name in ["llama-3.2-1b", "smollm2-1.7b", "laneformer-2b"] {
+        let c = ordinary(&preset(name).unwrap());
         for degree in [1, 2, 4, 8] {
             let p = ShardPlan::new(&c, degree).unwrap_or_else(|e| panic!("{name} at {degree}: {e}"));
             assert_eq!(p.lanes.iter().map(|l| l.q_heads.len()).sum::<usize>(), c.num_heads);
@@ -323,7 +333,7 @@ fn benchmark_shapes_of_issue_9_shard_over_8_gpus() {
     let q = preset("qwen2.5-coder-1.5b").unwrap();
     assert!(ShardPlan::new(&q, 4).is_ok());
     assert!(ShardPlan::new(&q, 8).unwrap_err().to_string().contains("12 query heads"));
-    // llama-3.2-1b at 8: one KV head per lane; dtp-2b at 8: two.
+    // llama-3.2-1b at 8: one KV head per lane; laneformer-2b's 8 lanes: two.
     assert!(ShardPlan::new(&preset("llama-3.2-1b").unwrap(), 8).unwrap().lanes.iter().all(|l| l.kv_heads.len() == 1));
-    assert!(ShardPlan::new(&preset("dtp-2b").unwrap(), 8).unwrap().lanes.iter().all(|l| l.kv_heads.len() == 2));
+    assert!(ShardPlan::new(&preset("laneformer-2b").unwrap(), 8).unwrap().lanes.iter().all(|l| l.kv_heads.len() == 2));
 }

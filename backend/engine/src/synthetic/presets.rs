@@ -2,25 +2,19 @@
 //! Hugging Face `config.json`, for synthetic weights without a download.
 
 use crate::config::{Architecture, LaneConfig, ModelConfig, RopeLayout, RopeScaling, SlidingWindow};
-use crate::dtp::{DtpConfig, EarlyLayers, Lanes};
 
-/// Every name [`preset`] accepts.
-pub const PRESET_NAMES: &[&str] = &["smollm2-135m", "llama-3.2-1b", "qwen2.5-coder-1.5b", "smollm2-1.7b", "dtp-2b"];
+/// The ordinary models' presets: every name [`preset`] accepts besides [`LANEFORMER_PRESETS`].
+pub const PRESET_NAMES: &[&str] = &["smollm2-135m", "llama-3.2-1b", "qwen2.5-coder-1.5b", "smollm2-1.7b"];
 
 /// Laneformer presets (their lanes and windows are part of the shape; outside
 /// [`PRESET_NAMES`], whose shapes every runtime and exporter takes as ordinary models).
 pub const LANEFORMER_PRESETS: &[&str] = &["laneformer-2b"];
 
-/// Delay of the `dtp-2b` shape (docs/dtp.md: Kog's Laneformer uses 2).
-pub const DTP_2B_DELAY: usize = 2;
-
-/// The DTP settings a preset was designed for (`None`: an ordinary model). The same
-/// weights also run as an ordinary model under standard tensor parallelism.
-pub fn dtp_preset(name: &str) -> Option<DtpConfig> {
-    match name.to_ascii_lowercase().as_str() {
-        "dtp-2b" => Some(DtpConfig { lanes: Lanes::RunTime, delay: DTP_2B_DELAY, early_layers: EarlyLayers::Present }),
-        _ => None,
-    }
+/// The same matrices as an ordinary model (one lane, no window): how standard tensor
+/// parallelism and the single-lane kernels run a Laneformer preset's weights (the
+/// identity on [`PRESET_NAMES`]).
+pub fn ordinary(config: &ModelConfig) -> ModelConfig {
+    ModelConfig { lanes: LaneConfig::default(), sliding_window: SlidingWindow::default(), ..config.clone() }
 }
 
 /// The shape of a known model by name (case-insensitive), with HF's RoPE layout.
@@ -82,18 +76,6 @@ pub fn preset(name: &str) -> Option<ModelConfig> {
             num_kv_heads: 32,
             rope_theta: 130_000.0,
             ..llama("SmolLM2-1.7B")
-        },
-        // docs/dtp.md's DTP benchmark shape (Laneformer-like, ~2.2B parameters, tied).
-        "dtp-2b" => ModelConfig {
-            vocab_size: 32_768,
-            hidden_size: 3072,
-            intermediate_size: 12_288,
-            num_layers: 15,
-            num_heads: 32,
-            num_kv_heads: 16,
-            head_dim: 96,
-            rope_theta: 10_000.0,
-            ..llama("DTP-2B")
         },
         // Kog's released Laneformer-2B-it shape (2,320,069,632 parameters): 8 lanes, the
         // first 10 layers windowed to 512 positions. Its delay and head kind are this

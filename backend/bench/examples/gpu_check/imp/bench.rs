@@ -12,26 +12,28 @@ pub(super) fn trace_mode(args: &Args, v: &mut Verdict) -> Result<()> {
     let gen = TRACE_AFTER_PROMPT + 8;
     let greedy = SamplingParams::default();
     for shape in &args.shapes {
-        let config = preset(shape).unwrap_or_else(|| panic!("unknown shape {shape}"));
+        let config = shape_config(shape);
         let mix = peregrine_engine::synthetic::QuantMix::from_name(&args.weights)
             .unwrap_or_else(|| panic!("unknown --weights {} (one of {})", args.weights, peregrine_engine::synthetic::MIX_NAMES.join(", ")));
         let w = peregrine_engine::synthetic::synthetic_mix_weights(&config, WEIGHT_SEED, mix);
         let prompt = Rng(7).tokens(args.prompt, config.vocab_size);
         // --tp N: rank 0's blocks of a tensor-parallel run over GPUs 0..N, standard TP, and
-        // for a shape with a DTP preset (dtp-2b) also as DTP; one runtime at a time.
+        // for a Laneformer preset also its own lanes folded onto them; one runtime at a time.
         let tp = args.tp.unwrap_or(1);
-        let mut kinds: Vec<(String, Option<peregrine_engine::dtp::DtpSchedule>)> = vec![(String::new(), None)];
+        let mut kinds: Vec<(String, ModelConfig, Option<DtpSchedule>)> = vec![(String::new(), config.clone(), None)];
         if tp > 1 {
-            kinds = vec![(format!(" tp {tp}"), None)];
-            if let Some(d) = peregrine_engine::synthetic::dtp_preset(shape) {
-                kinds.push((format!(" dtp {tp}"), Some(peregrine_engine::dtp::DtpSchedule::new(&d, &config, tp)?)));
+            kinds = vec![(format!(" tp {tp}"), config.clone(), None)];
+            if let Some((lanes, sched)) = own_lanes(shape)? {
+                kinds.push((format!(" {} lanes on {tp}", sched.lanes), lanes, Some(sched)));
             }
         }
-        for (label, sched) in kinds {
-            let gpus: Vec<usize> = (0..tp).collect();
+        for (label, config, sched) in kinds {
+            let gpus = peregrine_engine::model::rank_devices(&config, &(0..tp).collect::<Vec<_>>())?;
+            let base = cuda_options();
             let cuda = peregrine_engine::CudaOptions {
                 weights: if mix.is_some() { peregrine_engine::GpuWeights::Native } else { peregrine_engine::GpuWeights::Bf16 },
-                ..cuda_options()
+                share_gpu: base.share_gpu || gpus.len() > tp,
+                ..base
             };
             let mut rt = CudaRuntime::with_kernel(&config, &w, &gpus, &cuda, variant(&names[0]), sched)?;
             let shape = format!("{shape}{label} {}", args.weights);
@@ -102,7 +104,7 @@ pub(super) struct BenchRow {
 pub(super) fn bench(args: &Args, bw: f64, v: &mut Verdict) -> Result<Vec<BenchRow>> {
     let mut rows = Vec::new();
     for shape in &args.shapes {
-        let config = preset(shape).unwrap_or_else(|| panic!("unknown shape {shape}"));
+        let config = shape_config(shape);
         let t0 = Instant::now();
         let w = synthetic_weights(&config, WEIGHT_SEED);
         println!("== bench {shape}: {} params, weights built in {:.1}s", config.parameter_count(), t0.elapsed().as_secs_f64());
@@ -217,7 +219,7 @@ pub(super) fn precompile(args: &Args) -> Result<()> {
     let mut configs: Vec<ModelConfig> = if args.no_tiny { Vec::new() } else { check_shapes() };
     let all = ["smollm2-135m", "llama-3.2-1b", "qwen2.5-coder-1.5b", "smollm2-1.7b"].map(String::from);
     for s in if args.shapes_given { &args.shapes[..] } else { &all[..] } {
-        configs.push(preset(s).unwrap_or_else(|| panic!("unknown shape {s}")));
+        configs.push(shape_config(s));
     }
     for c in &configs {
         for (n, o) in &options {

@@ -231,7 +231,7 @@ pub(super) fn prefill_check(quick: bool, presets: &[String]) -> Result<Verdict> 
     let mut v = Verdict::default();
     let mut configs = check_shapes();
     for s in presets {
-        configs.push(preset(s).unwrap_or_else(|| panic!("unknown shape {s}")));
+        configs.push(shape_config(s));
     }
     for config in configs {
         println!("== prefill: {}", config.name);

@@ -6,9 +6,10 @@ use peregrine_engine::config::ModelConfig;
 use peregrine_engine::cpu::reference::{KvCache, ReferenceModel};
 use peregrine_engine::cpu::reference_runtime::ReferenceRuntime;
 use peregrine_engine::cuda::{self, CudaRuntime, KernelOptions};
+use peregrine_engine::dtp::{DtpConfig, DtpSchedule};
 use peregrine_engine::runtime::{Cancel, DecodeJob, Flow, RunEnd, Runtime};
 use peregrine_engine::sampling::{log_softmax, sample, top_k_indices, Sampled, SamplingParams};
-use peregrine_engine::synthetic::{check_shapes, preset, synthetic_weights};
+use peregrine_engine::synthetic::{check_shapes, ordinary, preset, synthetic_weights};
 use peregrine_engine::weights::Weights;
 use peregrine_engine::{CudaOptions, CudaPaths, Result};
 
@@ -40,14 +41,35 @@ fn cache() -> Option<std::path::PathBuf> {
 }
 
 /// A runtime with `options` on `gpus` (several: tensor parallelism; `dtp`: its schedule).
+/// A Laneformer's ranks are its lanes, folded onto the GPUs, so they may share one.
 fn rt_with(
     config: &ModelConfig,
     weights: &Weights,
     gpus: &[usize],
     options: KernelOptions,
-    dtp: Option<peregrine_engine::dtp::DtpSchedule>,
+    dtp: Option<DtpSchedule>,
 ) -> Result<CudaRuntime> {
-    CudaRuntime::with_kernel(config, weights, gpus, &cuda_options(), options, dtp)
+    let base = cuda_options();
+    let cuda = CudaOptions { share_gpu: base.share_gpu || config.lanes.count > 1, ..base };
+    CudaRuntime::with_kernel(config, weights, gpus, &cuda, options, dtp)
+}
+
+/// A `--shapes` name as every mode's standard kernels run it: the preset, a Laneformer
+/// preset's matrices as an ordinary model ([`own_lanes`] is the Laneformer itself).
+fn shape_config(name: &str) -> ModelConfig {
+    ordinary(&preset(name).unwrap_or_else(|| panic!("unknown shape {name}")))
+}
+
+/// A Laneformer preset and its own schedule (None for an ordinary preset): what `tp`,
+/// `trace --tp N` and `precompile-tp` run besides standard TP of its matrices.
+fn own_lanes(name: &str) -> Result<Option<(ModelConfig, DtpSchedule)>> {
+    match preset(name) {
+        Some(c) if c.lanes.count > 1 => {
+            let sched = DtpSchedule::of_laneformer(&c)?;
+            Ok(Some((c, sched)))
+        }
+        _ => Ok(None),
+    }
 }
 
 struct Args {
@@ -72,8 +94,8 @@ struct Args {
     no_chaos: bool,
     /// `--dtp SPEC` (`precompile-tp`, `tp`, `bench --tp N`): also the DTP kernels of these
     /// configs (`;`-separated `delay=D[,early=…]` specs, as `peregrine bench --dtp` takes
-    /// them); without it `tp` checks the shape's own DTP preset, if it has one, and
-    /// `bench --tp N` runs standard TP (with it: DTP of the first config).
+    /// them); without it `tp` checks a Laneformer preset's own lanes, and `bench --tp N`
+    /// runs standard TP (with it: DTP of the first config).
     dtp: Vec<String>,
     /// `--weights MIX` (`trace`): random quantized blocks of this mix streamed natively
     /// (peregrine_engine::synthetic::MIX_NAMES), default bf16.
@@ -236,7 +258,7 @@ pub fn main() -> Result<()> {
     if args.mode == "defines" {
         // The -D options NVRTC gets for the first --shapes shape, --kernel and --tp (to compile
         // kernels/decode.cu by hand, e.g. nvcc -ptx, when comparing variants).
-        let c = preset(&args.shapes[0]).unwrap_or_else(|| panic!("unknown shape {}", args.shapes[0]));
+        let c = shape_config(&args.shapes[0]);
         let tp = args.tp.unwrap_or(1);
         let shard = cuda::layout::shard(&c, tp).map_err(peregrine_engine::Error::Cuda)?;
         for (k, v) in
@@ -248,34 +270,35 @@ pub fn main() -> Result<()> {
     }
     if args.mode == "precompile-tp" {
         // The kernels `tp` and `bench --tp 1,2` load for --shapes: one GPU, TP 2 with
-        // and without chaos delays (`--no-chaos`: without only), and DTP for shapes with a DTP preset.
+        // and without chaos delays (`--no-chaos`: without only), and DTP.
         for shape in &args.shapes {
-            let c = preset(shape).unwrap_or_else(|| panic!("unknown shape {shape}"));
+            let c = shape_config(shape);
             let t = Instant::now();
             cuda::compile_only(&c, &KernelOptions::default(), 1, None, "sm_90a", cache().as_deref())?;
             cuda::compile_only(&c, &KernelOptions::default(), 2, None, "sm_90a", cache().as_deref())?;
             if !args.no_chaos {
                 cuda::compile_only(&c, &variant("default+chaos"), 2, None, "sm_90a", cache().as_deref())?;
             }
-            // DTP: the shape's preset and the --dtp configs (those a `peregrine bench --dtp SPEC`
-            // or `gpu_check tp --dtp SPEC` run on this shape loads), with chaos too.
-            let mut dtps: Vec<peregrine_engine::dtp::DtpConfig> = peregrine_engine::synthetic::dtp_preset(shape).into_iter().collect();
+            // DTP: the --dtp configs at 2 lanes (those a `peregrine-bench --dtp SPEC` or
+            // `gpu_check tp --dtp SPEC` run on this shape loads) and a Laneformer preset's
+            // own lanes, with chaos too.
+            let mut dtps = Vec::new();
             for spec in &args.dtp {
-                dtps.push(spec.parse()?);
+                let d: DtpConfig = spec.parse()?;
+                dtps.push((c.clone(), DtpSchedule::new(&d, &c, 2)?));
             }
-            for d in &dtps {
-                let sched = peregrine_engine::dtp::DtpSchedule::new(d, &c, 2)?;
-                cuda::compile_only(&c, &KernelOptions::default(), 2, Some(&sched), "sm_90a", cache().as_deref())?;
+            dtps.extend(own_lanes(shape)?);
+            for (model, sched) in &dtps {
+                cuda::compile_only(model, &KernelOptions::default(), sched.lanes, Some(sched), "sm_90a", cache().as_deref())?;
                 if !args.no_chaos {
-                    cuda::compile_only(&c, &variant("default+chaos"), 2, Some(&sched), "sm_90a", cache().as_deref())?;
+                    cuda::compile_only(model, &variant("default+chaos"), sched.lanes, Some(sched), "sm_90a", cache().as_deref())?;
                 }
             }
             // --variants: those too, standard TP and DTP (e.g. the traced kernels of `trace --tp 2`).
             for name in args.variants.iter().filter(|_| args.variants_given) {
                 cuda::compile_only(&c, &variant(name), 2, None, "sm_90a", cache().as_deref())?;
-                for d in &dtps {
-                    let sched = peregrine_engine::dtp::DtpSchedule::new(d, &c, 2)?;
-                    cuda::compile_only(&c, &variant(name), 2, Some(&sched), "sm_90a", cache().as_deref())?;
+                for (model, sched) in &dtps {
+                    cuda::compile_only(model, &variant(name), sched.lanes, Some(sched), "sm_90a", cache().as_deref())?;
                 }
             }
             println!("{shape}: TP kernels compiled in {:.1}s", t.elapsed().as_secs_f64());
@@ -338,7 +361,7 @@ pub fn main() -> Result<()> {
         } else {
             let base = variant(&args.kernel);
             let mut configs = if args.no_tiny { Vec::new() } else { check_shapes() };
-            configs.extend(args.shapes.iter().map(|s| preset(s).unwrap_or_else(|| panic!("unknown shape {s}"))));
+            configs.extend(args.shapes.iter().map(|s| shape_config(s)));
             for c in &configs {
                 kernel_check(c, &base, args.gen, &mut v)?;
             }
@@ -350,7 +373,7 @@ pub fn main() -> Result<()> {
         // The load-time threads-per-block measurement (cuda/tune.rs) on --shapes (--tp N:
         // tensor parallel), twice: the second load must find the first one's choice.
         for shape in &args.shapes {
-            let c = preset(shape).unwrap_or_else(|| panic!("unknown shape {shape}"));
+            let c = shape_config(shape);
             let w = synthetic_weights(&c, WEIGHT_SEED);
             let mut choices = Vec::new();
             for _ in 0..2 {
@@ -377,7 +400,7 @@ pub fn main() -> Result<()> {
         // against one GPU's default kernel (batched), for prompts of 200, 300 and 600 tokens.
         let tp = args.tp.unwrap_or(2);
         for shape in &args.shapes {
-            let config = preset(shape).unwrap_or_else(|| panic!("unknown shape {shape}"));
+            let config = shape_config(shape);
             let w = synthetic_weights(&config, WEIGHT_SEED);
             let greedy = SamplingParams::default();
             let first_logits = |rt: &mut CudaRuntime, prompt: &[u32]| -> Result<Vec<f32>> {
@@ -416,18 +439,20 @@ pub fn main() -> Result<()> {
     if args.mode == "tp" {
         let tp = args.tp.unwrap_or_else(|| cuda::devices().map_or(1, |d| d.len().clamp(1, 2)));
         for shape in &args.shapes {
-            let config = preset(shape).unwrap_or_else(|| panic!("unknown shape {shape}"));
+            let config = shape_config(shape);
             let w = synthetic_weights(&config, WEIGHT_SEED);
             let n = if args.quick { 256 } else { 2000 };
             tp_check(&config, &w, tp, n, &variant(&args.kernel), &mut v)?;
-            // DTP too: the --dtp configs, or the shape's own preset (dtp-2b).
-            let specs: Vec<peregrine_engine::dtp::DtpConfig> = if args.dtp.is_empty() {
-                peregrine_engine::synthetic::dtp_preset(shape).into_iter().collect()
-            } else {
-                args.dtp.iter().map(|s| s.parse()).collect::<Result<_>>()?
-            };
-            for d in specs {
-                let sched = peregrine_engine::dtp::DtpSchedule::new(&d, &config, tp_gpus(tp).len())?;
+            // DTP too: the --dtp configs on these matrices, or a Laneformer preset's own
+            // lanes (whose weights are these: its lanes add no tensor).
+            if args.dtp.is_empty() {
+                if let Some((lanes, sched)) = own_lanes(shape)? {
+                    dtp_check(&lanes, &w, tp, n, &variant(&args.kernel), &sched, &mut v)?;
+                }
+            }
+            for spec in &args.dtp {
+                let d: DtpConfig = spec.parse()?;
+                let sched = DtpSchedule::new(&d, &config, tp_gpus(tp).len())?;
                 dtp_check(&config, &w, tp, n, &variant(&args.kernel), &sched, &mut v)?;
             }
         }

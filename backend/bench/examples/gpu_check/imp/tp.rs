@@ -154,9 +154,10 @@ pub(super) fn dtp_reference_logits(
 /// Positions of the DTP kernel's scored logits checked against the CPU float32 DTP reference.
 pub(super) const DTP_REFERENCE_POSITIONS: usize = 8;
 
-/// The DTP kernel of `sched` over `tp` ranks: scored logits against the CPU float32
-/// DTP reference of the same lanes, greedy tokens reproducible, then the race check
-/// with chaos delays on one rank at a time (`n` greedy + 64 sampled tokens identical).
+/// The DTP kernel of `sched` over `tp` GPUs (a Laneformer's lanes folded onto them):
+/// scored logits against the CPU float32 DTP reference of the same lanes, greedy tokens
+/// reproducible, then the race check with chaos delays on one rank at a time (`n`
+/// greedy + 64 sampled tokens identical).
 pub(super) fn dtp_check(
     config: &ModelConfig,
     weights: &Weights,
@@ -167,13 +168,14 @@ pub(super) fn dtp_check(
     v: &mut Verdict,
 ) -> Result<()> {
     let name = format!("{} DTP d={} early={}", config.name, sched.delay, sched.early_layers.name());
-    let gpus = tp_gpus(tp);
-    println!("== {name}: tp {} vs the CPU DTP reference ({n} tokens for the race check)", gpus.len());
+    let devices = tp_gpus(tp);
+    let ranks = peregrine_engine::model::rank_devices(config, &devices)?;
+    println!("== {name}: {} ranks on {} GPUs vs the CPU DTP reference ({n} tokens for the race check)", ranks.len(), devices.len());
     let t0 = Instant::now();
     let seq = Rng(77).tokens(DTP_REFERENCE_POSITIONS, config.vocab_size);
     let prompt = Rng(99).tokens(16, config.vocab_size);
     let sp = SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, repetition_penalty: 1.1, seed: 5, ..Default::default() };
-    let mut rt = rt_with(config, weights, &gpus, opts.clone(), Some(sched.clone()))?;
+    let mut rt = rt_with(config, weights, &ranks, opts.clone(), Some(sched.clone()))?;
     println!("  {} (loaded in {:.1}s)", rt.describe(), t0.elapsed().as_secs_f64());
     let gpu = rt.score(&seq)?;
     let cpu = dtp_reference_logits(config, weights, sched, &seq)?;
@@ -188,7 +190,7 @@ pub(super) fn dtp_check(
         ),
     );
     let (s1, _) = collect(&mut rt, &prompt, 64, &sp, &[], 5)?;
-    race_each_rank(&mut rt, gpus.len(), &prompt, n, &sp, &s1, opts, &name, v)?;
+    race_each_rank(&mut rt, ranks.len(), &prompt, n, &sp, &s1, opts, &name, v)?;
     println!("  DTP check done in {:.1}s", t0.elapsed().as_secs_f64());
     Ok(())
 }

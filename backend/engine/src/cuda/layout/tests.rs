@@ -48,9 +48,10 @@ fn shards_split_heads_ffn_and_vocab_or_say_why_not() {
 fn every_rank_gets_the_shard_shape_the_kernel_is_compiled_for() {
     // One kernel serves every rank, so ShardPlan's ranges must all have the sizes
     // `shard` reports, for every preset and degree the kernel accepts.
+    // Laneformer presets by their matrices: their lanes shard them as tensor parallelism does.
     let mut checked = 0;
-    for name in crate::synthetic::PRESET_NAMES {
-        let c = crate::synthetic::preset(name).expect("preset");
+    for name in crate::synthetic::PRESET_NAMES.iter().chain(crate::synthetic::LANEFORMER_PRESETS) {
+        let c = crate::synthetic::ordinary(&crate::synthetic::preset(name).expect("preset"));
         for tp in [1, 2, 4, 8] {
             let Ok(sh) = shard(&c, tp) else { continue };
             let plan = ShardPlan::new(&c, tp).expect("shard accepted it");
@@ -66,24 +67,21 @@ fn every_rank_gets_the_shard_shape_the_kernel_is_compiled_for() {
 
 #[test]
 fn exchange_table_follows_the_dtp_schedule() {
-    let shape = crate::synthetic::preset("dtp-2b").expect("preset");
-    let dtp = crate::synthetic::dtp_preset("dtp-2b").expect("dtp preset");
-    let sched = DtpSchedule::new(&dtp, &shape, 2).expect("schedule");
+    let shape = crate::synthetic::preset("laneformer-2b").expect("preset");
+    let sched = DtpSchedule::of_laneformer(&shape).expect("schedule");
     let t = exchange_table(shape.num_layers, Some(&sched));
-    // delay 2, 15 layers, early layers present: 0-1 all-reduce, 2..12 add layer n-2
-    // (the early layers' partials a second time at 2-3) and are sent, 13-14 are not sent.
+    // delay 1, 15 layers, early layer all-reduced: 0 all-reduces, 1..13 add layer n-1
+    // (the early layer's partials a second time at 1) and are sent, 14 is not sent.
     assert_eq!(t[0], (XMode::All, -1, true));
-    assert_eq!(t[2], (XMode::Delayed, 0, true));
-    assert_eq!(t[3], (XMode::Delayed, 1, true));
-    assert_eq!(t[4], (XMode::Delayed, 2, true));
-    assert_eq!(t[12], (XMode::Delayed, 10, true));
-    assert_eq!(t[13], (XMode::Delayed, 11, false));
-    assert_eq!(t[14], (XMode::Delayed, 12, false));
-    // Early layers without communication are lane-local but still sent, for layer n+2.
-    let none = crate::dtp::DtpConfig { early_layers: crate::dtp::EarlyLayers::None, ..dtp };
-    let t = exchange_table(shape.num_layers, Some(&DtpSchedule::new(&none, &shape, 2).expect("schedule")));
-    assert_eq!(&t[..3], &[(XMode::Local, -1, true), (XMode::Local, -1, true), (XMode::Delayed, 0, true)]);
-    let standard = DtpSchedule::standard(&shape, 2).expect("standard");
+    assert_eq!(t[1], (XMode::Delayed, 0, true));
+    assert_eq!(t[2], (XMode::Delayed, 1, true));
+    assert_eq!(t[13], (XMode::Delayed, 12, true));
+    assert_eq!(t[14], (XMode::Delayed, 13, false));
+    // An early layer without communication is lane-local but still sent, for layer n+1.
+    let none = ModelConfig { lanes: crate::config::LaneConfig { early_comm: false, ..shape.lanes }, ..shape.clone() };
+    let t = exchange_table(shape.num_layers, Some(&DtpSchedule::of_laneformer(&none).expect("schedule")));
+    assert_eq!(&t[..2], &[(XMode::Local, -1, true), (XMode::Delayed, 0, true)]);
+    let standard = DtpSchedule::standard(&crate::synthetic::ordinary(&shape), 2).expect("standard");
     assert!(exchange_table(shape.num_layers, Some(&standard)).iter().all(|&e| e == (XMode::All, -1, true)));
     assert_eq!(exchange_table(3, None), vec![(XMode::All, -1, true); 3]);
 }
@@ -100,7 +98,7 @@ fn defines_cover_every_slot_once() {
 
 #[test]
 fn prefill_shape_covers_every_benchmark_head_dim() {
-    for name in crate::synthetic::PRESET_NAMES {
+    for name in crate::synthetic::PRESET_NAMES.iter().chain(crate::synthetic::LANEFORMER_PRESETS) {
         let config = crate::synthetic::preset(name).expect("preset");
         let pf = prefill_shape(&config).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(pf.queries_per_block * pf.dim_lanes * pf.key_lanes, PREFILL_ATTN_THREADS, "{name}");
