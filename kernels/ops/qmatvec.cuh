@@ -403,6 +403,26 @@ __device__ __forceinline__ void q_ring_rows(const QMat& m, int rows, int gw, int
   }
 }
 
+// ---- prefetching quantized rows into L2 -------------------------------------------
+// The 4-bit formats' register path has only its batch's chunk loads in flight per lane,
+// and a long row (down's 8,192 elements) takes several DRAM round trips one after the
+// other. In a phase where a warp has one row group (the phases that stage), one lane
+// asks L2 for that whole group in one bulk prefetch before the phase's wait: no
+// registers, no shared memory, no data returned to the SM, so the counter polls do not
+// queue behind it as they did behind staged copies. Phases with several groups per
+// warp do not prefetch: their prefetches, from every SM at once, delayed the wake as
+// staging did (docs/quantized.md).
+
+/// Asks L2 for row group `g` of `m` (lane 0; nothing past the matrix).
+template <int K, int NR>
+__device__ __forceinline__ void q_prefetch_group(const QMat& m, int rows, int g) {
+  if (lane_id() != 0 || g * NR >= rows) return;
+  const QSeg sg = q_segment<K>(m, g * NR);
+  const int rb = q_row_bytes(sg.fmt, K);
+  const unsigned char* src = sg.base + (size_t)(g * NR - sg.begin) * rb;
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"((min(g * NR + NR, sg.end) - g * NR) * rb) : "memory");
+}
+
 /// Row groups a warp streams together in a quantized matrix: enough rows that each
 /// lane has several chunk loads in flight while it does the arithmetic of the last.
 __host__ __device__ constexpr int q_group_batch(int nr) { return nr >= 4 ? 1 : 4 / nr; }

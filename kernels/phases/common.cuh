@@ -44,7 +44,8 @@ __device__ __forceinline__ QMat qkv_mat(const void* w, u64 fmts) {
 template <int K, int ROWS>
 __device__ __forceinline__ void stage_phase(const bf16_t* w, uint4* slot, const QMat& q, const QSet& set) {
   if (QUANT && q_any(q)) {
-    (void)q_stage_group<K, NR, WARPS>(q, ROWS, set, row_grid());
+    // Rows it does not copy (4-bit formats) it asks L2 for.
+    if (!q_stage_group<K, NR, WARPS>(q, ROWS, set, row_grid())) q_prefetch_group<K, NR>(q, ROWS, warp_id() * row_grid() + (int)blockIdx.x);
 #pragma unroll
     for (int i = 0; i < RowStage<K, NR, STAGE_CAP>::N; ++i) cp_async_commit();
   } else {
