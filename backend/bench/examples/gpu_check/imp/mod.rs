@@ -252,6 +252,11 @@ impl Verdict {
 
 pub fn main() -> Result<()> {
     let args = parse();
+    // The compile-only modes load NVRTC before any runtime would, so the folder
+    // PEREGRINE_NVRTC_DIR names must be searched here too (the runtimes search it when they build).
+    if let Some(dir) = std::env::var_os("PEREGRINE_NVRTC_DIR").filter(|d| !d.is_empty()) {
+        cuda::nvrtc::preload(&[std::path::PathBuf::from(dir)])?;
+    }
     if args.mode == "precompile" {
         return precompile(&args);
     }
