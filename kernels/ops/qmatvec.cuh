@@ -287,6 +287,19 @@ __device__ __forceinline__ void q_groups_dot(const QSeg& sg, const int (&row0)[G
 // are half the bytes, and their copies delayed the phase's counter polls by what they
 // saved (docs/quantized.md).
 
+/// This warp's first row group of a matrix whose groups go to `grid` blocks, warp-major
+/// (grid_rows' order; callers are blocks of that grid).
+__device__ __forceinline__ int q_first_group(int grid) { return warp_id() * grid + (int)blockIdx.x; }
+
+/// Lane 0 hands the sums of rows row0 .. row0 + NR - 1 that lie before `rows` to `epi`.
+template <int NR, class Epi>
+__device__ __forceinline__ void q_group_epi(int row0, int rows, const float (&acc)[NR], Epi& epi) {
+  if (lane_id() != 0) return;
+#pragma unroll
+  for (int r = 0; r < NR; ++r)
+    if (row0 + r < rows) epi(row0 + r, acc[r]);
+}
+
 /// Shared memory where quantized row groups of a phase are staged: one stage set (a
 /// null base: none).
 struct QSet {
@@ -314,7 +327,7 @@ __host__ __device__ constexpr bool q8_rows() { return q_enabled(QF_Q8_0) && q_fi
 template <int K, int NR, int WARPS>
 __device__ __forceinline__ unsigned char* q_staged_at(const QMat& m, int rows, const QSet& set, int grid) {
   if constexpr (!q8_rows<K>()) return nullptr;
-  const int g = warp_id() * grid + (int)blockIdx.x;
+  const int g = q_first_group(grid);
   if (g * NR >= rows || (g + WARPS * grid) * NR < rows) return nullptr;
   int cap;
   unsigned char* dst = q_slot<NR, WARPS>(set, rows, grid, cap);
@@ -322,13 +335,24 @@ __device__ __forceinline__ unsigned char* q_staged_at(const QMat& m, int rows, c
   return dst;
 }
 
-/// Copies rows row0 .. row0 + NR - 1 of segment `sg` (those before its end) to `dst`.
+/// The bytes of rows row0 .. row0 + NR - 1 of `m` (those before their segment's end):
+/// contiguous in the repacked matrix, a multiple of 16.
+struct QSpan {
+  const unsigned char* src;
+  int bytes;
+};
 template <int K, int NR>
-__device__ __forceinline__ void q_copy_group(const QSeg& sg, int row0, unsigned char* dst) {
+__device__ __forceinline__ QSpan q_group_span(const QMat& m, int row0) {
+  const QSeg sg = q_segment<K>(m, row0);
   const int rb = q_row_bytes(sg.fmt, K);
-  const int words = (min(row0 + NR, sg.end) - row0) * rb / 16;
-  const unsigned char* src = sg.base + (size_t)(row0 - sg.begin) * rb;
-  for (int i = lane_id(); i < words; i += WARP_SIZE) cp_async16_weight(dst + 16 * i, src + 16 * i);
+  return QSpan{sg.base + (size_t)(row0 - sg.begin) * rb, (min(row0 + NR, sg.end) - row0) * rb};
+}
+
+/// Copies row group `row0` of `m` to `dst` (q_group_span).
+template <int K, int NR>
+__device__ __forceinline__ void q_copy_group(const QMat& m, int row0, unsigned char* dst) {
+  const QSpan sp = q_group_span<K, NR>(m, row0);
+  for (int i = lane_id(); i < sp.bytes / 16; i += WARP_SIZE) cp_async16_weight(dst + 16 * i, sp.src + 16 * i);
 }
 
 /// Starts copying this warp's first row group of `m` into its part of `set` (no
@@ -337,8 +361,7 @@ template <int K, int NR, int WARPS>
 __device__ __forceinline__ bool q_stage_group(const QMat& m, int rows, const QSet& set, int grid) {
   unsigned char* dst = q_staged_at<K, NR, WARPS>(m, rows, set, grid);
   if (!dst) return false;
-  const int row0 = (warp_id() * grid + (int)blockIdx.x) * NR;
-  q_copy_group<K, NR>(q_segment<K>(m, row0), row0, dst);
+  q_copy_group<K, NR>(m, q_first_group(grid) * NR, dst);
   return true;
 }
 
@@ -380,7 +403,7 @@ __device__ __forceinline__ void q_ring_rows(const QMat& m, int rows, int gw, int
                                             const unsigned char* xq, Epi epi) {
   constexpr int slot_bytes = NR * q_row_bytes(QF_Q8_0, K);
   for (int k = 0; k < Q_RING_SLOTS; ++k) {
-    if (k < count) q_copy_group<K, NR>(q_segment<K>(m, (gw + k * nw) * NR), (gw + k * nw) * NR, base + k * slot_bytes);
+    if (k < count) q_copy_group<K, NR>(m, (gw + k * nw) * NR, base + k * slot_bytes);
     cp_async_commit();
   }
   for (int k = 0; k < count; ++k) {
@@ -393,13 +416,9 @@ __device__ __forceinline__ void q_ring_rows(const QMat& m, int rows, int gw, int
     // Every lane has read the slot (warp_sum's shuffles follow the reads) before it is refilled.
     __syncwarp();
     const int next = k + Q_RING_SLOTS;
-    if (next < count) q_copy_group<K, NR>(q_segment<K>(m, (gw + next * nw) * NR), (gw + next * nw) * NR, at);
+    if (next < count) q_copy_group<K, NR>(m, (gw + next * nw) * NR, at);
     cp_async_commit();
-    if (lane_id() == 0) {
-#pragma unroll
-      for (int r = 0; r < NR; ++r)
-        if (row0 + r < rows) epi(row0 + r, acc[r]);
-    }
+    q_group_epi<NR>(row0, rows, acc, epi);
   }
 }
 
@@ -417,10 +436,8 @@ __device__ __forceinline__ void q_ring_rows(const QMat& m, int rows, int gw, int
 template <int K, int NR>
 __device__ __forceinline__ void q_prefetch_group(const QMat& m, int rows, int g) {
   if (lane_id() != 0 || g * NR >= rows) return;
-  const QSeg sg = q_segment<K>(m, g * NR);
-  const int rb = q_row_bytes(sg.fmt, K);
-  const unsigned char* src = sg.base + (size_t)(g * NR - sg.begin) * rb;
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"((min(g * NR + NR, sg.end) - g * NR) * rb) : "memory");
+  const QSpan sp = q_group_span<K, NR>(m, g * NR);
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(sp.src), "r"(sp.bytes) : "memory");
 }
 
 /// Row groups a warp streams together in a quantized matrix: enough rows that each
@@ -442,7 +459,7 @@ __device__ __forceinline__ void qmat_grid_rows(const QMat& m, int rows, const fl
   q_prep_x<WARPS * WARP_SIZE, K>(xs, xq);
   __syncthreads();
   constexpr int B = q_group_batch(NR);
-  const int gw = warp_id() * grid + blockIdx.x;
+  const int gw = q_first_group(grid);
   const int nw = WARPS * grid;
   const int groups = (rows + NR - 1) / NR;
   if constexpr (q8_rows<K>()) {
@@ -452,11 +469,7 @@ __device__ __forceinline__ void qmat_grid_rows(const QMat& m, int rows, const fl
       __syncwarp();
       float acc[NR];
       q8_rows_staged<K, NR>(gw * NR, q_segment<K>(m, gw * NR).end, at, xq, acc);
-      if (lane_id() == 0) {
-#pragma unroll
-        for (int r = 0; r < NR; ++r)
-          if (gw * NR + r < rows) epi(gw * NR + r, acc[r]);
-      }
+      q_group_epi<NR>(gw * NR, rows, acc, epi);
       return;  // (q_staged_at: the warp's only group)
     }
     if (unsigned char* base = ring.base && gw < groups ? q_ring_at<K, NR, WARPS>(m, rows, ring, grid) : nullptr) {

@@ -45,7 +45,7 @@ template <int K, int ROWS>
 __device__ __forceinline__ void stage_phase(const bf16_t* w, uint4* slot, const QMat& q, const QSet& set) {
   if (QUANT && q_any(q)) {
     // Rows it does not copy (4-bit formats) it asks L2 for.
-    if (!q_stage_group<K, NR, WARPS>(q, ROWS, set, row_grid())) q_prefetch_group<K, NR>(q, ROWS, warp_id() * row_grid() + (int)blockIdx.x);
+    if (!q_stage_group<K, NR, WARPS>(q, ROWS, set, row_grid())) q_prefetch_group<K, NR>(q, ROWS, q_first_group(row_grid()));
 #pragma unroll
     for (int i = 0; i < RowStage<K, NR, STAGE_CAP>::N; ++i) cp_async_commit();
   } else {

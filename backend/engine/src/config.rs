@@ -144,11 +144,18 @@ impl LaneConfig {
         }
     }
 
+    /// Whether the LM head reads every lane's normalised state side by side (a `Lane`
+    /// head of several lanes).
+    pub fn concat_head(&self) -> bool {
+        self.count > 1 && self.head == LaneHead::Lane
+    }
+
     /// Columns of the LM head: `lanes · hidden` for a `Lane` head, else `hidden`.
     pub fn head_cols(&self, hidden: usize) -> usize {
-        match self.head {
-            LaneHead::Lane => self.count * hidden,
-            LaneHead::Replicate | LaneHead::VocabParallel => hidden,
+        if self.concat_head() {
+            self.count * hidden
+        } else {
+            hidden
         }
     }
 }

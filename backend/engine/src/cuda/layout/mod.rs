@@ -480,7 +480,7 @@ pub fn defines_tp(
     put("X_SEND", list(&|t| u8::from(t.2).to_string()));
     let lanes = &config.lanes;
     put("HEAD_OWN", u8::from(lanes.head == crate::config::LaneHead::VocabParallel).to_string());
-    put("HEAD_LANE", u8::from(dtp.is_some() && lanes.head == crate::config::LaneHead::Lane).to_string());
+    put("HEAD_LANE", u8::from(lanes.concat_head()).to_string());
     put("SUM_BEFORE_NORM", u8::from(lanes.sum_before_norm).to_string());
     let w = &config.sliding_window;
     put("WINDOW", w.size.to_string());

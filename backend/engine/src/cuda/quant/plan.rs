@@ -99,7 +99,7 @@ impl WeightPlan {
         }
         let mut lm_head = own(w.lm_head());
         // A `lane` head's rows span every lane's h: the kernel reads it as bf16 only.
-        if lm_head != GpuFormat::Bf16 && c.lanes.count > 1 && c.lanes.head == crate::config::LaneHead::Lane {
+        if lm_head != GpuFormat::Bf16 && c.lanes.concat_head() {
             notes.push(format!("{}: a `lane` LM head runs as bf16", w.lm_head().name));
             lm_head = GpuFormat::Bf16;
         }
