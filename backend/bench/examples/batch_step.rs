@@ -1,7 +1,8 @@
 //! Time of one batched decode step of the fast CPU runtime, per number of sequences:
 //! what continuous batching costs the engine alone (no server, no sampling).
 //!
-//! usage: batch_step MODEL.gguf [THREADS] [int8]   (`int8`: 8-bit activations)
+//! usage: batch_step MODEL.gguf [THREADS] [int8|int16] [SIZES]   (`int8`: 8-bit
+//! activations; SIZES: comma-separated sequence counts, default 1,2,3,4,6,8)
 use std::time::Instant;
 
 use peregrine_engine::cpu::act_quant::ActPrecision;
@@ -16,7 +17,7 @@ const STEPS: usize = 60;
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let Some(path) = args.get(1) else {
-        eprintln!("usage: batch_step MODEL.gguf [THREADS] [int8]");
+        eprintln!("usage: batch_step MODEL.gguf [THREADS] [int8|int16] [SIZES]");
         std::process::exit(2);
     };
     let threads = args.get(2).and_then(|t| t.parse().ok()).unwrap_or(2);
@@ -29,7 +30,11 @@ fn main() {
     let mut rt = FastRuntime::new(&config, &weights, options).expect("the runtime starts");
     let prompt: Vec<u32> = (0..PROMPT as u32).map(|i| 100 + i * 7).collect();
     println!("{threads} threads, {:?} activations, {PROMPT}-token prompts", options.act_precision);
-    for b in [1usize, 2, 3, 4, 6, 8] {
+    let sizes: Vec<usize> = match args.get(4) {
+        Some(list) => list.split(',').map(|b| b.parse().expect("SIZES: comma-separated counts")).collect(),
+        None => vec![1, 2, 3, 4, 6, 8],
+    };
+    for b in sizes {
         for s in 0..b {
             rt.open(s, PROMPT + 5 + STEPS, &prompt, false).expect("open");
             rt.step(&[SlotTokens { slot: s, tokens: &prompt }]).expect("prompt");

@@ -474,8 +474,8 @@ impl Pass<'_> {
         (layer * self.kv_heads + kv_head) * self.caches[seq].head_stride
     }
 
-    /// Causal attention of every (head, token), dealt round-robin so long and short
-    /// rows of the causal triangle mix; each head's output quantized by its owner.
+    /// Causal attention of every (head, token), dealt by [`attention_units`]; each
+    /// head's output quantized by its owner.
     fn attention(&self, team: &Team<'_>, li: usize, quantize: bool) {
         let c = &self.m.config;
         let (hd, nh, s) = (c.head_dim, c.num_heads, self.s);
@@ -484,7 +484,7 @@ impl Pass<'_> {
         let per_head_quant = quantize && hd.is_multiple_of(QBLOCK);
         // SAFETY: each member has its own scores row.
         let scores = unsafe { self.scores.part_mut(team.id * self.score_stride..(team.id + 1) * self.score_stride) };
-        for u in (team.id..nh * self.n()).step_by(team.threads) {
+        for u in attention_units(team, self.n(), nh, group) {
             let (t, h) = (u / nh, u % nh);
             let (pos, seq) = (self.rows.pos[t], self.rows.seq[t]);
             let len = pos + 1;
@@ -564,6 +564,20 @@ impl Pass<'_> {
             }
         }
     }
+}
+
+/// The (token, head) units `t·heads + h` a member attends. The query heads that share
+/// a KV head go to one member together, so that head's cached keys and values come
+/// from memory once per token and then from its own cache; blocks of them are dealt
+/// round-robin so long and short rows of the causal triangle mix. With fewer blocks
+/// than two per member (one decoding token) that would leave members idle, so the
+/// units are split evenly in order instead.
+fn attention_units(team: &Team<'_>, tokens: usize, heads: usize, group: usize) -> Vec<usize> {
+    let blocks = tokens * heads / group;
+    if blocks < 2 * team.threads {
+        return team.split(tokens * heads).collect();
+    }
+    (team.id..blocks).step_by(team.threads).flat_map(|b| b * group..(b + 1) * group).collect()
 }
 
 /// Rotates one head by the position's table (same arithmetic as `rope::apply`).
