@@ -3,6 +3,11 @@
 //! log-probabilities of the chosen token. The random draw is
 //! counter-based (seed, step) so the GPU kernel can reproduce it exactly.
 
+use std::borrow::Cow;
+
+use crate::cpu::isa::Isa;
+use crate::cpu::vecops;
+
 /// Default number of candidate tokens kept by top-k (0 = all).
 pub const DEFAULT_TOP_K: usize = 0;
 /// Largest `top_logprobs` a request may ask for.
@@ -115,11 +120,18 @@ pub fn uniform(seed: u64, step: u64) -> f32 {
     (z >> 40) as f32 / (1u64 << 24) as f32
 }
 
+/// log Σ e^l over the logits (stable: shifted by their maximum), so that a logit's
+/// log-softmax value is `l − log_z`. Vectorised: it runs for every sampled token on the
+/// engine thread while the CPU runtime's workers wait, over 50k–150k logits.
+pub fn log_normalizer(logits: &[f32]) -> f32 {
+    let isa = Isa::detect(None);
+    let max = vecops::max_value(isa, logits);
+    max + vecops::sum_exp(isa, logits, max).ln() as f32
+}
+
 /// log-softmax value of every entry (stable).
 pub fn log_softmax(logits: &[f32]) -> Vec<f32> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
-    let log_z = max + sum.ln() as f32;
+    let log_z = log_normalizer(logits);
     logits.iter().map(|&l| l - log_z).collect()
 }
 
@@ -158,20 +170,29 @@ pub fn top_k_indices(values: &[f32], k: usize) -> Vec<(u32, f32)> {
 /// Picks the next token from `logits`, given the tokens seen so far (for the
 /// repetition penalty) and the index of this draw (for the RNG).
 pub fn sample(logits: &[f32], params: &SamplingParams, seen: &[u32], step: u64, top_logprobs: usize) -> Sampled {
-    let raw_logprobs = log_softmax(logits);
-    let top = top_k_indices(&raw_logprobs, top_logprobs.min(MAX_TOP_LOGPROBS))
+    let log_z = log_normalizer(logits);
+    // log-softmax is the logits shifted by one constant: the same order.
+    let top = top_k_indices(logits, top_logprobs.min(MAX_TOP_LOGPROBS))
         .into_iter()
-        .map(|(id, logprob)| TokenLogprob { id, logprob })
+        .map(|(id, l)| TokenLogprob { id, logprob: l - log_z })
         .collect();
     let id = choose(logits, params, seen, step);
-    Sampled { id, logprob: raw_logprobs[id as usize], top }
+    Sampled { id, logprob: logits[id as usize] - log_z, top }
 }
 
 /// The logits sampling draws from: `logits` with the logit bias added, then the
 /// repetition penalty over every seen token (prompt included, as llama.cpp), then
 /// OpenAI's presence and frequency penalties over the `step` tokens generated so far
 /// (the last `step` of `seen`): `l − count·frequency − (count > 0)·presence`.
-pub fn adjusted_logits(logits: &[f32], params: &SamplingParams, seen: &[u32], step: u64) -> Vec<f32> {
+/// Borrowed when no adjustment applies (greedy decoding copies nothing).
+pub fn adjusted_logits<'a>(logits: &'a [f32], params: &SamplingParams, seen: &[u32], step: u64) -> Cow<'a, [f32]> {
+    let neutral = params.logit_bias.is_empty()
+        && params.repetition_penalty == 1.0
+        && params.presence_penalty == 0.0
+        && params.frequency_penalty == 0.0;
+    if neutral {
+        return Cow::Borrowed(logits);
+    }
     let mut adjusted = logits.to_vec();
     for &(id, bias) in &params.logit_bias {
         if let Some(l) = adjusted.get_mut(id as usize) {
@@ -202,7 +223,7 @@ pub fn adjusted_logits(logits: &[f32], params: &SamplingParams, seen: &[u32], st
             }
         }
     }
-    adjusted
+    Cow::Owned(adjusted)
 }
 
 fn choose(logits: &[f32], params: &SamplingParams, seen: &[u32], step: u64) -> u32 {

@@ -35,7 +35,8 @@ fn adjusted_logits_equal_openais_formula() {
             ..SamplingParams::default()
         };
         params.validate().expect("valid");
-        let got = adjusted_logits(&floats(&c["logits"]), &params, &seen, generated.len() as u64);
+        let logits = floats(&c["logits"]);
+        let got = adjusted_logits(&logits, &params, &seen, generated.len() as u64);
         for (j, (g, e)) in got.iter().zip(floats(&c["expected"])).enumerate() {
             assert!((g - e).abs() <= 1e-5, "{name}: token {j}: {g} vs {e}");
         }

@@ -63,6 +63,16 @@ isa_variants! {
 }
 
 isa_variants! {
+    /// The largest value of `x` (−∞ when empty; a NaN is skipped as by `f32::max`).
+    pub fn max_value(x: &[f32]) -> f32 = max_generic;
+}
+
+isa_variants! {
+    /// Σ e^(x − max) over `x`, summed in f64 (the log-softmax normaliser).
+    pub fn sum_exp(x: &[f32], max: f32) -> f64 = sum_exp_generic;
+}
+
+isa_variants! {
     /// One query against cached positions `first..n` of one head (`first` > 0: a
     /// sliding window): softmax(q·K/√d)·V into `out`. `values` holds `n` rows of
     /// `q.len()`; `keys` the key tiles covering them (`kv_cache::key_offset` layout,
@@ -95,6 +105,33 @@ fn dot_generic(a: &[f32], b: &[f32]) -> f32 {
         }
     }
     sum_lanes(acc) + tail
+}
+
+#[inline(always)]
+fn max_generic(x: &[f32]) -> f32 {
+    // Per-lane maxima vectorise; a single running max would not.
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let tail = chunks.remainder().iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    for c in chunks {
+        for l in 0..LANES {
+            acc[l] = acc[l].max(c[l]);
+        }
+    }
+    acc.into_iter().fold(tail, f32::max)
+}
+
+#[inline(always)]
+fn sum_exp_generic(x: &[f32], max: f32) -> f64 {
+    let mut acc = [0.0f64; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let tail: f64 = chunks.remainder().iter().map(|&v| f64::from(exp_fast(v - max))).sum();
+    for c in chunks {
+        for l in 0..LANES {
+            acc[l] += f64::from(exp_fast(c[l] - max));
+        }
+    }
+    acc.iter().sum::<f64>() + tail
 }
 
 #[inline(always)]
@@ -221,6 +258,20 @@ mod tests {
         }
         assert!(worst < 1e-6, "worst relative error {worst}");
         assert!(exp_fast(-1e9) < 1e-37 && exp_fast(-f32::INFINITY) < 1e-37);
+    }
+
+    #[test]
+    fn max_and_sum_exp_match_plain_loops() {
+        // A vocabulary-sized row whose length is not a multiple of the lanes.
+        let x: Vec<f32> = (0..49_157).map(|i| ((i * 7919 % 10_007) as f32 - 5_000.0) * 3e-3).collect();
+        let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f64 = x.iter().map(|&v| f64::from(v - max).exp()).sum();
+        for isa in [Isa::Portable].into_iter().chain(Isa::available()) {
+            assert_eq!(max_value(isa, &x), max, "{isa:?}");
+            let got = sum_exp(isa, &x, max);
+            assert!(((got - sum) / sum).abs() < 1e-6, "{isa:?}: {got} vs {sum}");
+        }
+        assert_eq!(max_value(Isa::Portable, &[]), f32::NEG_INFINITY);
     }
 
     #[test]
