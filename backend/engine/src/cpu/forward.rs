@@ -397,9 +397,15 @@ impl Pass<'_> {
             return;
         }
         let per_head = hd / GROUP_ROWS;
-        let mine = team.split(nh + 2 * nkv);
-        let take = |lo: usize, len: usize| mine.start.clamp(lo, lo + len) - lo..mine.end.clamp(lo, lo + len) - lo;
-        let (qh, kh, vh) = (take(0, nh), take(nh, nkv), take(nh + nkv, nkv));
+        // Each kind is split on its own, so every member writes its share of the keys
+        // (a key's cache write costs more than its matmul); the splits start at
+        // different members, so their remainders land on different members.
+        let share = |heads: usize, turn: usize| {
+            let id = (team.id + turn) % team.threads;
+            heads * id / team.threads..heads * (id + 1) / team.threads
+        };
+        let (kh, vh, qh) = (share(nkv, 0), share(nkv, 1), share(nh, 1));
+        self.prefetch_cache_writes(li, &kh, &vh);
         for (w, heads, out) in [(&layer.q, &qh, &self.out_q), (&layer.k, &kh, &self.out_k), (&layer.v, &vh, &self.out_v)] {
             if !heads.is_empty() {
                 // SAFETY: these heads' row groups of every token are this member's alone.
@@ -408,6 +414,34 @@ impl Pass<'_> {
         }
         for t in 0..self.n() {
             self.finish_heads(li, layer, t, qh.clone(), kh.clone(), vh.clone());
+        }
+    }
+
+    /// Asks for the cache lines that this step's keys and values of the given KV heads
+    /// go to, so the matmul before their writes hides the misses. A key is spread over
+    /// `head_dim` lines (one per element of its position's tile), each long evicted by
+    /// the weights streamed since the last step wrote that tile.
+    /// Only for a few tokens (decode steps): a prompt chunk's lines would not fit L1.
+    fn prefetch_cache_writes(&self, li: usize, kh: &Range<usize>, vh: &Range<usize>) {
+        let hd = self.m.config.head_dim;
+        if self.n() > PREFETCH_WRITE_TOKENS {
+            return;
+        }
+        for t in 0..self.n() {
+            let (pos, seq) = (self.rows.pos[t], self.rows.seq[t]);
+            let cache = &self.caches[seq];
+            for g in kh.clone() {
+                let run = self.run_start(seq, li, g);
+                for i in 0..hd {
+                    prefetch_for_write(cache.k.ptr_at(run + key_offset(pos, i, hd)));
+                }
+            }
+            for g in vh.clone() {
+                let run = self.run_start(seq, li, g) + pos * hd;
+                for i in (0..hd).step_by(CACHE_LINE_FLOATS) {
+                    prefetch_for_write(cache.v.ptr_at(run + i));
+                }
+            }
         }
     }
 
@@ -578,6 +612,22 @@ fn attention_units(team: &Team<'_>, tokens: usize, heads: usize, group: usize) -
         return team.split(tokens * heads).collect();
     }
     (team.id..blocks).step_by(team.threads).flat_map(|b| b * group..(b + 1) * group).collect()
+}
+
+/// Most tokens whose cache lines `prefetch_cache_writes` asks for.
+const PREFETCH_WRITE_TOKENS: usize = 8;
+/// f32 values per cache line.
+const CACHE_LINE_FLOATS: usize = 16;
+
+/// A hint that `p`'s cache line will be written soon (no effect on other targets).
+fn prefetch_for_write(p: *const f32) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and reads nothing the program sees.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 /// Rotates one head by the position's table (same arithmetic as `rope::apply`).
