@@ -12,13 +12,13 @@
 use std::ops::Range;
 use std::sync::Mutex;
 
-use crate::config::RopeLayout;
 use crate::cpu::act_quant::{QuantView, TokenActs, QBLOCK};
 use crate::cpu::fast_model::{FastLayer, FastModel};
 use crate::cpu::kernels::{matmul, MatmulIo};
-use crate::cpu::kv_cache::{key_offset, KvCache, KEY_TILE};
+use crate::cpu::kv_cache::{key_offset, prefetch_key_write, prefetch_value_write, KvCache, KEY_TILE};
 use crate::cpu::packed::{PackedMatrix, GROUP_ROWS};
 use crate::cpu::pool::{Pool, Team};
+use crate::cpu::rope::{rope_tables_at, rotate};
 use crate::cpu::shared::SharedSlice;
 use crate::cpu::vecops;
 use crate::cpu::workspace::{NormBuffer, Strides, Workspace, OWN_NORM_ROWS};
@@ -222,23 +222,6 @@ fn begin_seq(c: &crate::config::ModelConfig, tokens: &[u32], cache: &mut KvCache
     Ok(start)
 }
 
-/// RoPE's sin and cos of positions `start..start + n`, `inv_freq.len()` per position.
-pub(crate) fn rope_tables(inv_freq: &[f32], start: usize, n: usize, sin: &mut [f32], cos: &mut [f32]) {
-    let positions: Vec<usize> = (start..start + n).collect();
-    rope_tables_at(inv_freq, &positions, sin, cos);
-}
-
-/// RoPE's sin and cos of each of `positions`, `inv_freq.len()` per position.
-fn rope_tables_at(inv_freq: &[f32], positions: &[usize], sin: &mut [f32], cos: &mut [f32]) {
-    let half = inv_freq.len();
-    for (t, &p) in positions.iter().enumerate() {
-        for (i, &f) in inv_freq.iter().enumerate() {
-            // f32 product then sin_cos, as rope::apply, so rotations match the reference.
-            (sin[t * half + i], cos[t * half + i]) = (p as f32 * f).sin_cos();
-        }
-    }
-}
-
 /// A matmul input: the activations in both forms and the kernels' per-token tables.
 struct Inputs<'a> {
     f32s: SharedSlice<'a, f32>,
@@ -400,11 +383,7 @@ impl Pass<'_> {
         // Each kind is split on its own, so every member writes its share of the keys
         // (a key's cache write costs more than its matmul); the splits start at
         // different members, so their remainders land on different members.
-        let share = |heads: usize, turn: usize| {
-            let id = (team.id + turn) % team.threads;
-            heads * id / team.threads..heads * (id + 1) / team.threads
-        };
-        let (kh, vh, qh) = (share(nkv, 0), share(nkv, 1), share(nh, 1));
+        let (kh, vh, qh) = (team.split_turned(nkv, 0), team.split_turned(nkv, 1), team.split_turned(nh, 1));
         self.prefetch_cache_writes(li, &kh, &vh);
         for (w, heads, out) in [(&layer.q, &qh, &self.out_q), (&layer.k, &kh, &self.out_k), (&layer.v, &vh, &self.out_v)] {
             if !heads.is_empty() {
@@ -431,16 +410,10 @@ impl Pass<'_> {
             let (pos, seq) = (self.rows.pos[t], self.rows.seq[t]);
             let cache = &self.caches[seq];
             for g in kh.clone() {
-                let run = self.run_start(seq, li, g);
-                for i in 0..hd {
-                    prefetch_for_write(cache.k.ptr_at(run + key_offset(pos, i, hd)));
-                }
+                prefetch_key_write(cache.k.ptr_at(self.run_start(seq, li, g)), pos, hd);
             }
             for g in vh.clone() {
-                let run = self.run_start(seq, li, g) + pos * hd;
-                for i in (0..hd).step_by(CACHE_LINE_FLOATS) {
-                    prefetch_for_write(cache.v.ptr_at(run + i));
-                }
+                prefetch_value_write(cache.v.ptr_at(self.run_start(seq, li, g)), pos, hd);
             }
         }
     }
@@ -606,48 +579,14 @@ impl Pass<'_> {
 /// round-robin so long and short rows of the causal triangle mix. With fewer blocks
 /// than two per member (one decoding token) that would leave members idle, so the
 /// units are split evenly in order instead.
-fn attention_units(team: &Team<'_>, tokens: usize, heads: usize, group: usize) -> Vec<usize> {
+fn attention_units(team: &Team<'_>, tokens: usize, heads: usize, group: usize) -> impl Iterator<Item = usize> {
     let blocks = tokens * heads / group;
-    if blocks < 2 * team.threads {
-        return team.split(tokens * heads).collect();
-    }
-    (team.id..blocks).step_by(team.threads).flat_map(|b| b * group..(b + 1) * group).collect()
+    let in_order = blocks < 2 * team.threads;
+    // One of the two is empty: the split in order, or the blocks dealt round-robin.
+    let split = if in_order { team.split(tokens * heads) } else { 0..0 };
+    let dealt = (if in_order { blocks } else { team.id }..blocks).step_by(team.threads);
+    split.chain(dealt.flat_map(move |b| b * group..(b + 1) * group))
 }
 
 /// Most tokens whose cache lines `prefetch_cache_writes` asks for.
 const PREFETCH_WRITE_TOKENS: usize = 8;
-/// f32 values per cache line.
-const CACHE_LINE_FLOATS: usize = 16;
-
-/// A hint that `p`'s cache line will be written soon (no effect on other targets).
-fn prefetch_for_write(p: *const f32) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch never faults and reads nothing the program sees.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(p.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
-/// Rotates one head by the position's table (same arithmetic as `rope::apply`).
-pub(crate) fn rotate(head: &mut [f32], cos: &[f32], sin: &[f32], layout: RopeLayout) {
-    let half = head.len() / 2;
-    match layout {
-        RopeLayout::HalfSplit => {
-            let (a, b) = head.split_at_mut(half);
-            for i in 0..half {
-                let (x0, x1) = (a[i], b[i]);
-                a[i] = x0 * cos[i] - x1 * sin[i];
-                b[i] = x1 * cos[i] + x0 * sin[i];
-            }
-        }
-        RopeLayout::Interleaved => {
-            for (i, pair) in head.chunks_exact_mut(2).enumerate() {
-                let (x0, x1) = (pair[0], pair[1]);
-                pair[0] = x0 * cos[i] - x1 * sin[i];
-                pair[1] = x1 * cos[i] + x0 * sin[i];
-            }
-        }
-    }
-}

@@ -118,6 +118,35 @@ pub const fn key_offset(p: usize, i: usize, head_dim: usize) -> usize {
     (p / KEY_TILE) * head_dim * KEY_TILE + i * KEY_TILE + p % KEY_TILE
 }
 
+/// f32 values per cache line.
+const LINE_FLOATS: usize = 16;
+
+/// Asks for the lines position `pos`'s key will be written to in the (layer, KV head)
+/// run of keys starting at `run`: one per element, since tiles interleave positions.
+pub(crate) fn prefetch_key_write(run: *const f32, pos: usize, head_dim: usize) {
+    for i in 0..head_dim {
+        prefetch_for_write(run.wrapping_add(key_offset(pos, i, head_dim)));
+    }
+}
+
+/// Asks for the lines position `pos`'s value will be written to in the run at `run`.
+pub(crate) fn prefetch_value_write(run: *const f32, pos: usize, head_dim: usize) {
+    for i in (0..head_dim).step_by(LINE_FLOATS) {
+        prefetch_for_write(run.wrapping_add(pos * head_dim + i));
+    }
+}
+
+/// A hint that `p`'s cache line will be written soon (no effect on other targets).
+fn prefetch_for_write(p: *const f32) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and reads nothing the program sees.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -70,7 +70,14 @@ impl Team<'_> {
 
     /// This member's contiguous share of `n` items.
     pub fn split(&self, n: usize) -> Range<usize> {
-        n * self.id / self.threads..n * (self.id + 1) / self.threads
+        self.split_turned(n, 0)
+    }
+
+    /// [`Team::split`] with the shares turned by `turn` members, so splits of small
+    /// counts with different turns leave their larger shares to different members.
+    pub fn split_turned(&self, n: usize, turn: usize) -> Range<usize> {
+        let id = (self.id + turn) % self.threads;
+        n * id / self.threads..n * (id + 1) / self.threads
     }
 }
 

@@ -68,3 +68,42 @@ mod tests {
         }
     }
 }
+
+/// RoPE's sin and cos of positions `start..start + n`, `inv_freq.len()` per position.
+pub(crate) fn rope_tables(inv_freq: &[f32], start: usize, n: usize, sin: &mut [f32], cos: &mut [f32]) {
+    let positions: Vec<usize> = (start..start + n).collect();
+    rope_tables_at(inv_freq, &positions, sin, cos);
+}
+
+/// RoPE's sin and cos of each of `positions`, `inv_freq.len()` per position.
+pub(crate) fn rope_tables_at(inv_freq: &[f32], positions: &[usize], sin: &mut [f32], cos: &mut [f32]) {
+    let half = inv_freq.len();
+    for (t, &p) in positions.iter().enumerate() {
+        for (i, &f) in inv_freq.iter().enumerate() {
+            // f32 product then sin_cos, as rope::apply, so rotations match the reference.
+            (sin[t * half + i], cos[t * half + i]) = (p as f32 * f).sin_cos();
+        }
+    }
+}
+
+/// Rotates one head by the position's table (same arithmetic as [`apply`]).
+pub(crate) fn rotate(head: &mut [f32], cos: &[f32], sin: &[f32], layout: RopeLayout) {
+    let half = head.len() / 2;
+    match layout {
+        RopeLayout::HalfSplit => {
+            let (a, b) = head.split_at_mut(half);
+            for i in 0..half {
+                let (x0, x1) = (a[i], b[i]);
+                a[i] = x0 * cos[i] - x1 * sin[i];
+                b[i] = x1 * cos[i] + x0 * sin[i];
+            }
+        }
+        RopeLayout::Interleaved => {
+            for (i, pair) in head.chunks_exact_mut(2).enumerate() {
+                let (x0, x1) = (pair[0], pair[1]);
+                pair[0] = x0 * cos[i] - x1 * sin[i];
+                pair[1] = x1 * cos[i] + x0 * sin[i];
+            }
+        }
+    }
+}

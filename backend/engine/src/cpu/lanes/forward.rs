@@ -10,7 +10,8 @@ use std::sync::Mutex;
 
 use crate::config::LaneHead;
 use crate::cpu::act_quant::ActPrecision;
-use crate::cpu::forward::{begin, end_pass, record_error, rope_tables, rotate, Begun, LogitsFor};
+use crate::cpu::forward::{begin, end_pass, record_error, Begun, LogitsFor};
+use crate::cpu::rope::{rope_tables, rotate};
 use crate::cpu::kernels::{matmul, MatmulIo};
 use crate::cpu::kv_cache::{key_offset, KvCache, KEY_TILE};
 use crate::cpu::lanes::model::LaneModel;
