@@ -73,6 +73,12 @@ isa_variants! {
 }
 
 isa_variants! {
+    /// `out = e^((x − max) / temperature)` element by element; returns Σ out in f64
+    /// (a sampling draw's weights and their total).
+    pub fn exp_weights(x: &[f32], max: f32, temperature: f32, out: &mut [f32]) -> f64 = exp_weights_generic;
+}
+
+isa_variants! {
     /// One query against cached positions `first..n` of one head (`first` > 0: a
     /// sliding window): softmax(q·K/√d)·V into `out`. `values` holds `n` rows of
     /// `q.len()`; `keys` the key tiles covering them (`kv_cache::key_offset` layout,
@@ -130,6 +136,24 @@ fn sum_exp_generic(x: &[f32], max: f32) -> f64 {
         for l in 0..LANES {
             acc[l] += f64::from(exp_fast(c[l] - max));
         }
+    }
+    acc.iter().sum::<f64>() + tail
+}
+
+#[inline(always)]
+fn exp_weights_generic(x: &[f32], max: f32, temperature: f32, out: &mut [f32]) -> f64 {
+    let whole = x.len() / LANES * LANES;
+    let mut acc = [0.0f64; LANES];
+    for (c, o) in x[..whole].chunks_exact(LANES).zip(out[..whole].chunks_exact_mut(LANES)) {
+        for l in 0..LANES {
+            o[l] = exp_fast((c[l] - max) / temperature);
+            acc[l] += f64::from(o[l]);
+        }
+    }
+    let mut tail = 0.0f64;
+    for (&v, o) in x[whole..].iter().zip(&mut out[whole..]) {
+        *o = exp_fast((v - max) / temperature);
+        tail += f64::from(*o);
     }
     acc.iter().sum::<f64>() + tail
 }

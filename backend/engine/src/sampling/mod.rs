@@ -8,6 +8,8 @@ use std::borrow::Cow;
 use crate::cpu::isa::Isa;
 use crate::cpu::vecops;
 
+mod draw;
+
 /// Default number of candidate tokens kept by top-k (0 = all).
 pub const DEFAULT_TOP_K: usize = 0;
 /// Largest `top_logprobs` a request may ask for.
@@ -167,6 +169,13 @@ pub fn top_k_indices(values: &[f32], k: usize) -> Vec<(u32, f32)> {
     best
 }
 
+/// The index of the largest value, the lowest on ties (as `top_k_indices(values, 1)`),
+/// vectorised: it runs for every greedy token on the engine thread.
+fn argmax(values: &[f32]) -> u32 {
+    let best = vecops::max_value(Isa::detect(None), values);
+    values.iter().position(|&v| v == best).unwrap_or(0) as u32
+}
+
 /// Picks the next token from `logits`, given the tokens seen so far (for the
 /// repetition penalty) and the index of this draw (for the RNG).
 pub fn sample(logits: &[f32], params: &SamplingParams, seen: &[u32], step: u64, top_logprobs: usize) -> Sampled {
@@ -229,40 +238,9 @@ pub fn adjusted_logits<'a>(logits: &'a [f32], params: &SamplingParams, seen: &[u
 fn choose(logits: &[f32], params: &SamplingParams, seen: &[u32], step: u64) -> u32 {
     let adjusted = adjusted_logits(logits, params, seen, step);
     if params.temperature == 0.0 {
-        return top_k_indices(&adjusted, 1)[0].0;
+        return argmax(&adjusted);
     }
-    // Candidates sorted by logit, cut by top-k, then softmax at the temperature.
-    let k = if params.top_k == 0 { adjusted.len() } else { params.top_k.min(adjusted.len()) };
-    let candidates = top_k_indices(&adjusted, k);
-    let max = candidates[0].1;
-    // Sums in f64: over a flat 50k-token distribution f32 running sums drift enough
-    // to move the top-p cut; the GPU sampler sums exactly and matches this.
-    let mut probs: Vec<f64> = candidates.iter().map(|&(_, l)| (((l - max) / params.temperature) as f64).exp()).collect();
-    let total: f64 = probs.iter().sum();
-    probs.iter_mut().for_each(|p| *p /= total);
-    // min-p relative to the best candidate, then the top-p nucleus.
-    let floor = params.min_p as f64 * probs[0];
-    let mut keep = probs.iter().take_while(|&&p| p >= floor).count().max(1);
-    if params.top_p < 1.0 {
-        let mut mass = 0.0;
-        for (i, &p) in probs[..keep].iter().enumerate() {
-            mass += p;
-            if mass >= params.top_p as f64 {
-                keep = i + 1;
-                break;
-            }
-        }
-    }
-    let kept_mass: f64 = probs[..keep].iter().sum();
-    let target = uniform(params.seed, step) as f64 * kept_mass;
-    let mut acc = 0.0;
-    for (i, &p) in probs[..keep].iter().enumerate() {
-        acc += p;
-        if target < acc {
-            return candidates[i].0;
-        }
-    }
-    candidates[keep - 1].0
+    draw::draw(&adjusted, params, step)
 }
 
 #[cfg(test)]
@@ -280,6 +258,16 @@ mod tests {
         assert_eq!(s.top.iter().map(|t| t.id).collect::<Vec<_>>(), vec![1, 3]);
         let total: f32 = log_softmax(&[0.5, 3.0, -1.0, 2.9]).iter().map(|l| l.exp()).sum();
         assert!((total - 1.0).abs() < 1e-5);
+    }
+
+    #[test]
+    fn argmax_takes_the_lowest_index_of_a_tie_as_top_k_does() {
+        let mut values: Vec<f32> = (0..1000).map(|i| (i % 17) as f32).collect();
+        values[40] = 30.0;
+        values[700] = 30.0;
+        assert_eq!(argmax(&values), 40);
+        assert_eq!(argmax(&values), top_k_indices(&values, 1)[0].0);
+        assert_eq!(argmax(&values[41..]), 659);
     }
 
     #[test]
