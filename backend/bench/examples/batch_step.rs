@@ -1,15 +1,16 @@
 //! Time of one batched decode step of the fast CPU runtime, per number of sequences:
 //! what continuous batching costs the engine alone (no server, no sampling).
 //!
-//! usage: batch_step MODEL.gguf [THREADS] [int8|int16] [SIZES]   (`int8`: 8-bit
-//! activations; SIZES: comma-separated sequence counts, default 1,2,3,4,6,8)
+//! usage: batch_step MODEL.gguf [THREADS] [int8|int16] [SIZES] [PROMPT]   (`int8`:
+//! 8-bit activations; SIZES: comma-separated sequence counts, default 1,2,3,4,6,8;
+//! PROMPT: tokens each sequence holds before the timed steps, default 100)
 use std::time::Instant;
 
 use peregrine_engine::cpu::act_quant::ActPrecision;
 use peregrine_engine::cpu::fast_runtime::{FastOptions, FastRuntime};
 use peregrine_engine::runtime::{BatchDecode, SlotTokens};
 
-/// Prompt tokens each sequence holds before the timed steps.
+/// Prompt tokens each sequence holds before the timed steps, unless told.
 const PROMPT: usize = 100;
 /// Timed steps per batch size (after 5 untimed ones).
 const STEPS: usize = 60;
@@ -17,7 +18,7 @@ const STEPS: usize = 60;
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let Some(path) = args.get(1) else {
-        eprintln!("usage: batch_step MODEL.gguf [THREADS] [int8|int16] [SIZES]");
+        eprintln!("usage: batch_step MODEL.gguf [THREADS] [int8|int16] [SIZES] [PROMPT]");
         std::process::exit(2);
     };
     let threads = args.get(2).and_then(|t| t.parse().ok()).unwrap_or(2);
@@ -28,16 +29,19 @@ fn main() {
         options.act_precision = ActPrecision::Int8;
     }
     let mut rt = FastRuntime::new(&config, &weights, options).expect("the runtime starts");
-    let prompt: Vec<u32> = (0..PROMPT as u32).map(|i| 100 + i * 7).collect();
-    println!("{threads} threads, {:?} activations, {PROMPT}-token prompts", options.act_precision);
+    let prompt_len: usize = args.get(5).map_or(PROMPT, |p| p.parse().expect("PROMPT: a token count"));
+    let prompt: Vec<u32> = (0..prompt_len as u32).map(|i| 100 + i * 7 % 40_000).collect();
+    println!("{threads} threads, {:?} activations, {prompt_len}-token prompts", options.act_precision);
     let sizes: Vec<usize> = match args.get(4) {
         Some(list) => list.split(',').map(|b| b.parse().expect("SIZES: comma-separated counts")).collect(),
         None => vec![1, 2, 3, 4, 6, 8],
     };
     for b in sizes {
         for s in 0..b {
-            rt.open(s, PROMPT + 5 + STEPS, &prompt, false).expect("open");
-            rt.step(&[SlotTokens { slot: s, tokens: &prompt }]).expect("prompt");
+            rt.open(s, prompt_len + 5 + STEPS, &prompt, false).expect("open");
+            for chunk in prompt.chunks(rt.step_tokens()) {
+                rt.step(&[SlotTokens { slot: s, tokens: chunk }]).expect("prompt");
+            }
         }
         let tokens: Vec<[u32; 1]> = (0..b as u32).map(|s| [500 + s]).collect();
         let work: Vec<SlotTokens> = (0..b).map(|s| SlotTokens { slot: s, tokens: &tokens[s] }).collect();

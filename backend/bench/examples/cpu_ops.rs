@@ -7,6 +7,7 @@
 use std::time::Instant;
 
 use peregrine_engine::cpu::act_quant::{ActPrecision, QuantActs, QuantView, TokenActs};
+use peregrine_engine::cpu::attend::attend;
 use peregrine_engine::cpu::fast_model::{FastLayer, FastModel};
 use peregrine_engine::cpu::forward::{forward, LogitsFor};
 use peregrine_engine::cpu::isa::Isa;
@@ -176,13 +177,14 @@ fn main() {
     });
     let hd = config.head_dim;
     let len = PROMPT + 1;
-    let keys: Vec<f32> = (0..len.next_multiple_of(16) * hd).map(|i| (i % 13) as f32 * 0.01).collect();
-    let values: Vec<f32> = (0..len * hd).map(|i| (i % 7) as f32 * 0.01).collect();
+    // f16 bits of small values, as the cache holds them.
+    let keys: Vec<u16> = (0..len.next_multiple_of(16) * hd).map(|i| 0x2000 + (i % 13) as u16).collect();
+    let values: Vec<u16> = (0..len * hd).map(|i| 0x2000 + (i % 7) as u16).collect();
     let (mut scores, mut o) = (vec![0.0f32; 4096], vec![0.0f32; hd]);
     let heads = config.num_heads.div_ceil(threads);
     let attn = time_us(|| {
         for _ in 0..layers * heads {
-            vecops::attend(isa, &hx[..hd], &keys, &values, 0, 0.125, &mut scores, &mut o);
+            attend(isa, &hx[..hd], &keys, &values, 0, 0.125, &mut scores, &mut o);
         }
     });
     let barriers = time_us(|| {

@@ -13,9 +13,10 @@ use peregrine_engine::runtime::{Cancel, DecodeJob, Runtime};
 use peregrine_engine::sampling::SamplingParams;
 use serde::Deserialize;
 
-/// Largest allowed ‖Δ‖/‖ref‖ against transformers (float weights, f32 activations;
-/// only the polynomial exp differs from libm).
-const MAX_REL_ERR: f64 = 1e-4;
+/// Largest allowed ‖Δ‖/‖ref‖ against float32 (transformers, the reference runtime):
+/// float weights, 15-bit activations, and keys and values stored as f16 (an 11-bit
+/// significand), which alone puts these fixtures' logits 1.5–4·10⁻⁴ off.
+const MAX_REL_ERR: f64 = 1e-3;
 const FIXTURES: [&str; 4] = ["llama-gqa-untied", "llama3-scaled-tied", "qwen2-bias-untied", "qwen2-tied"];
 
 #[derive(Deserialize)]

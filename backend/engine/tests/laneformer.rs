@@ -18,8 +18,11 @@ use peregrine_engine::runtime::{Cancel, DecodeJob, Runtime};
 use peregrine_engine::sampling::SamplingParams;
 use serde::Deserialize;
 
-/// Largest allowed ‖Δ‖/‖ref‖ of the logits (the bound).
+/// Largest allowed ‖Δ‖/‖ref‖ of the logits (the bound), for the float32 runtimes.
 const MAX_REL_ERR: f64 = 1e-4;
+/// The same for the fast CPU runtime, whose KV cache holds f16 (an 11-bit significand,
+/// as llama.cpp's default): that alone puts these fixtures' logits ~2·10⁻⁴ off.
+const MAX_REL_ERR_F16_KV: f64 = 1e-3;
 
 /// Every fixture the script writes.
 const FIXTURES: [&str; 5] = [
@@ -140,7 +143,8 @@ fn the_cpu_runtimes_serve_laneformers_as_pytorch_computes_them() {
             let (logits, tokens) = run(rt.as_mut(), &r);
             let rel = rel_err(&logits, &want);
             eprintln!("{name} {kind}: ‖Δ‖/‖ref‖ = {rel:.2e}");
-            assert!(rel <= MAX_REL_ERR, "{name} {kind}: relative error {rel:.3e}");
+            let bound = if kind == "fast" { MAX_REL_ERR_F16_KV } else { MAX_REL_ERR };
+            assert!(rel <= bound, "{name} {kind}: relative error {rel:.3e}");
             assert_eq!(tokens, r.greedy_tokens, "{name} {kind}: greedy tokens");
         }
     }
@@ -240,7 +244,7 @@ fn a_dtp_block_with_fixed_lanes_runs_its_lanes_on_the_cpu() {
     let mut rt = FastRuntime::new(&files.config, &files.weights, FastOptions::defaults()).unwrap();
     let got = rt.score(&tokens).unwrap().concat();
     let rel = rel_err(&got, &want);
-    assert!(rel <= MAX_REL_ERR, "fast lane pass vs the lane reference: {rel:.3e}");
+    assert!(rel <= MAX_REL_ERR_F16_KV, "fast lane pass vs the lane reference: {rel:.3e}");
     // The lanes change the function: the single-stream model gives other logits.
     let (plain_config, plain_weights) = load_hf_dir(&src).unwrap();
     let plain = FastRuntime::new(&plain_config, &plain_weights, FastOptions::defaults()).unwrap().score(&tokens).unwrap().concat();

@@ -15,7 +15,8 @@ use std::sync::Mutex;
 use crate::cpu::act_quant::{QuantView, TokenActs, QBLOCK};
 use crate::cpu::fast_model::{FastLayer, FastModel};
 use crate::cpu::kernels::{matmul, MatmulIo};
-use crate::cpu::kv_cache::{key_offset, prefetch_key_write, prefetch_value_write, KvCache, KEY_TILE};
+use crate::cpu::attend::{attend_heads, HEADS_PER_PASS};
+use crate::cpu::kv_cache::{prefetch_key_write, prefetch_value_write, store_key, store_value, KvCache, KEY_TILE};
 use crate::cpu::packed::{PackedMatrix, GROUP_ROWS};
 use crate::cpu::pool::{Pool, Team};
 use crate::cpu::rope::{rope_tables_at, rotate};
@@ -71,7 +72,8 @@ pub fn forward_seqs(model: &FastModel, pool: &Pool, ws: &mut Workspace, seqs: &m
             LogitsFor::All => rows.logits.extend(first..rows.tokens.len()),
         }
     }
-    let score_stride = seqs.iter().map(|q| q.cache.capacity()).max().unwrap_or(0);
+    // Each member's scores: a row per head of an attention pass.
+    let score_stride = HEADS_PER_PASS * seqs.iter().map(|q| q.cache.capacity()).max().unwrap_or(0);
     if ws.scores.len() < ws.threads * score_stride {
         ws.scores = vec![0.0; ws.threads * score_stride];
     }
@@ -146,9 +148,10 @@ struct Rows {
 
 /// One sequence's cache as the members of a pass share it.
 struct CacheView<'a> {
-    k: SharedSlice<'a, f32>,
-    v: SharedSlice<'a, f32>,
-    /// Floats between two (layer, KV head) runs.
+    /// f16 bits.
+    k: SharedSlice<'a, u16>,
+    v: SharedSlice<'a, u16>,
+    /// Elements between two (layer, KV head) runs.
     head_stride: usize,
 }
 
@@ -442,18 +445,12 @@ impl Pass<'_> {
                 let k = self.k.part_mut(t * s.k + g * hd..t * s.k + (g + 1) * hd);
                 bias(&layer.k_bias, k, g);
                 rotate(k, cos, sin, c.rope_layout);
-                let run = self.run_start(seq, li, g);
-                // Key tiles interleave positions, which other members may be writing
-                // (other tokens): element-wise writes, never a slice over a tile.
-                for (i, &x) in k.iter().enumerate() {
-                    *self.caches[seq].k.ptr_at(run + key_offset(pos, i, hd)) = x;
-                }
+                store_key(self.m.isa, self.caches[seq].k, self.run_start(seq, li, g), pos, k);
             }
             for g in vh {
                 let v = self.v.part_mut(t * s.v + g * hd..t * s.v + (g + 1) * hd);
                 bias(&layer.v_bias, v, g);
-                let run = self.run_start(seq, li, g);
-                self.caches[seq].v.part_mut(run + pos * hd..run + (pos + 1) * hd).copy_from_slice(v);
+                store_value(self.m.isa, self.caches[seq].v, self.run_start(seq, li, g), pos, v);
             }
         }
     }
@@ -489,23 +486,30 @@ impl Pass<'_> {
         let group = nh / c.num_kv_heads;
         let scale = 1.0 / (hd as f32).sqrt();
         let per_head_quant = quantize && hd.is_multiple_of(QBLOCK);
-        // SAFETY: each member has its own scores row.
+        // SAFETY: each member has its own scores rows.
         let scores = unsafe { self.scores.part_mut(team.id * self.score_stride..(team.id + 1) * self.score_stride) };
-        for u in attention_units(team, self.n(), nh, group) {
+        let mut units = attention_units(team, self.n(), nh, group).peekable();
+        while let Some(u) = units.next() {
+            // A run of this member's heads of one token that share a KV head: one pass.
             let (t, h) = (u / nh, u % nh);
+            let mut heads = 1;
+            while units.next_if(|&v| v == u + heads && v / nh == t && (v % nh) / group == h / group).is_some() {
+                heads += 1;
+            }
             let (pos, seq) = (self.rows.pos[t], self.rows.seq[t]);
             let len = pos + 1;
             let first = c.sliding_window.first_key(li, pos);
             let run = self.run_start(seq, li, h / group);
             let cache = &self.caches[seq];
+            let (lo, hi) = (t * s.q + h * hd, t * s.q + (h + heads) * hd);
             // SAFETY: q and the cache are read-only in this phase (written before the
-            // barrier); head h of token t's output is this member's alone.
+            // barrier); these heads of token t's output are this member's alone.
             unsafe {
-                let q = self.q.part(t * s.q + h * hd..t * s.q + (h + 1) * hd);
+                let q = self.q.part(lo..hi);
                 let keys = cache.k.part(run..run + len.next_multiple_of(KEY_TILE) * hd);
                 let values = cache.v.part(run..run + len * hd);
-                let out = self.att.part_mut(t * s.qd + h * hd..t * s.qd + (h + 1) * hd);
-                vecops::attend(self.m.isa, q, keys, values, first, scale, scores, out);
+                let out = self.att.part_mut(t * s.qd + h * hd..t * s.qd + (h + heads) * hd);
+                attend_heads(self.m.isa, hd, q, keys, values, first, scale, scores, out);
                 if per_head_quant {
                     self.att_in.quant.quantize(self.m.isa, t, h * hd, out);
                 }

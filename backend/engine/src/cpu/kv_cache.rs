@@ -1,10 +1,14 @@
-//! The fast runtime's KV cache, f32, one contiguous run per (layer, kv head):
+//! The fast runtime's KV cache, f16 (as llama.cpp's default: half the memory that
+//! attention streams), one contiguous run per (layer, kv head):
 //! values `[position][head_dim]` (attention adds whole rows), keys in tiles of
 //! [`KEY_TILE`] positions `[position / 16][head_dim][16]`, so the scores of 16
 //! positions are one vector of FMAs against broadcast query elements, with no
 //! horizontal sums (the transposed-K trick of flash-attention CPU kernels).
 
 use crate::config::ModelConfig;
+use crate::cpu::isa::Isa;
+use crate::cpu::kv_half::narrow;
+use crate::cpu::shared::SharedSlice;
 
 /// Positions added at a time when the cache grows (amortises the copy; a whole
 /// number of key tiles).
@@ -22,8 +26,9 @@ pub struct KvCache {
     capacity: usize,
     /// Positions filled.
     len: usize,
-    k: Vec<f32>,
-    v: Vec<f32>,
+    /// f16 bits.
+    k: Vec<u16>,
+    v: Vec<u16>,
 }
 
 impl KvCache {
@@ -75,8 +80,8 @@ impl KvCache {
         }
         let new_cap = positions.next_multiple_of(GROW_STEP).min(self.max_positions.max(positions).next_multiple_of(KEY_TILE));
         let runs = self.layers * self.kv_heads;
-        let grow = |old: &Vec<f32>| {
-            let mut new = vec![0.0f32; runs * new_cap * self.head_dim];
+        let grow = |old: &Vec<u16>| {
+            let mut new = vec![0u16; runs * new_cap * self.head_dim];
             for r in 0..runs {
                 // Whole key tiles: the last one may hold positions past len·head_dim.
                 let n = self.len.next_multiple_of(KEY_TILE) * self.head_dim;
@@ -95,7 +100,7 @@ impl KvCache {
         self.capacity
     }
 
-    /// Floats between the starts of two heads' runs.
+    /// Elements between the starts of two heads' runs.
     pub fn head_stride(&self) -> usize {
         self.capacity * self.head_dim
     }
@@ -108,7 +113,7 @@ impl KvCache {
     }
 
     /// Both buffers, for a forward pass to share among its threads.
-    pub fn keys_values_mut(&mut self) -> (&mut [f32], &mut [f32]) {
+    pub fn keys_values_mut(&mut self) -> (&mut [u16], &mut [u16]) {
         (&mut self.k, &mut self.v)
     }
 }
@@ -118,26 +123,55 @@ pub const fn key_offset(p: usize, i: usize, head_dim: usize) -> usize {
     (p / KEY_TILE) * head_dim * KEY_TILE + i * KEY_TILE + p % KEY_TILE
 }
 
-/// f32 values per cache line.
-const LINE_FLOATS: usize = 16;
+/// Writes position `pos`'s key `k` into the (layer, KV head) run of keys starting at
+/// `run`. Key tiles interleave positions, which other members may be writing (other
+/// tokens): element-wise writes, never a slice over a tile.
+///
+/// # Safety
+/// The caller owns position `pos` of this run in this phase.
+pub(crate) unsafe fn store_key(isa: Isa, keys: SharedSlice<'_, u16>, run: usize, pos: usize, k: &[f32]) {
+    let hd = k.len();
+    let mut h = [0u16; KEY_TILE];
+    for (c, part) in k.chunks(KEY_TILE).enumerate() {
+        narrow(isa, part, &mut h);
+        for (j, &x) in h[..part.len()].iter().enumerate() {
+            // SAFETY: in the run (its capacity covers `pos`), owned by the caller.
+            unsafe { *keys.ptr_at(run + key_offset(pos, c * KEY_TILE + j, hd)) = x };
+        }
+    }
+}
+
+/// Writes position `pos`'s value `v` into the run of values starting at `run`.
+///
+/// # Safety
+/// As [`store_key`].
+pub(crate) unsafe fn store_value(isa: Isa, values: SharedSlice<'_, u16>, run: usize, pos: usize, v: &[f32]) {
+    let hd = v.len();
+    // SAFETY: the row is in the run and the caller's alone.
+    narrow(isa, v, unsafe { values.part_mut(run + pos * hd..run + (pos + 1) * hd) });
+}
+
+/// f16 elements per cache line.
+const LINE_HALVES: usize = 32;
 
 /// Asks for the lines position `pos`'s key will be written to in the (layer, KV head)
-/// run of keys starting at `run`: one per element, since tiles interleave positions.
-pub(crate) fn prefetch_key_write(run: *const f32, pos: usize, head_dim: usize) {
-    for i in 0..head_dim {
+/// run of keys starting at `run`: one per two elements, since tiles interleave
+/// positions (16 halves of a tile row, two rows a line).
+pub(crate) fn prefetch_key_write(run: *const u16, pos: usize, head_dim: usize) {
+    for i in (0..head_dim).step_by(LINE_HALVES / KEY_TILE) {
         prefetch_for_write(run.wrapping_add(key_offset(pos, i, head_dim)));
     }
 }
 
 /// Asks for the lines position `pos`'s value will be written to in the run at `run`.
-pub(crate) fn prefetch_value_write(run: *const f32, pos: usize, head_dim: usize) {
-    for i in (0..head_dim).step_by(LINE_FLOATS) {
+pub(crate) fn prefetch_value_write(run: *const u16, pos: usize, head_dim: usize) {
+    for i in (0..head_dim).step_by(LINE_HALVES) {
         prefetch_for_write(run.wrapping_add(pos * head_dim + i));
     }
 }
 
 /// A hint that `p`'s cache line will be written soon (no effect on other targets).
-fn prefetch_for_write(p: *const f32) {
+fn prefetch_for_write(p: *const u16) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch never faults and reads nothing the program sees.
     unsafe {
@@ -159,7 +193,7 @@ mod tests {
         let mut cache = KvCache::new(&config);
         cache.reserve(20);
         let hd = config.head_dim;
-        let mark = |l: usize, h: usize, p: usize, i: usize| (l * 1_000_000 + h * 10_000 + p * 100 + i) as f32;
+        let mark = |l: usize, h: usize, p: usize, i: usize| (l * 10_000 + h * 3_000 + p * 100 + i) as u16;
         for l in 0..2 {
             for h in 0..config.num_kv_heads {
                 let run = cache.run_start(l, h);
@@ -167,7 +201,7 @@ mod tests {
                 for p in 0..20 {
                     for i in 0..hd {
                         k[run + key_offset(p, i, hd)] = mark(l, h, p, i);
-                        v[run + p * hd + i] = -mark(l, h, p, i);
+                        v[run + p * hd + i] = !mark(l, h, p, i);
                     }
                 }
             }
@@ -183,7 +217,7 @@ mod tests {
                 for p in 0..20 {
                     for i in 0..hd {
                         assert_eq!(k[run + key_offset(p, i, hd)], mark(l, h, p, i));
-                        assert_eq!(v[run + p * hd + i], -mark(l, h, p, i));
+                        assert_eq!(v[run + p * hd + i], !mark(l, h, p, i));
                     }
                 }
             }

@@ -3,12 +3,14 @@
 //! pass (tests, fidelity anchor). `select` picks one.
 
 pub mod act_quant;
+pub mod attend;
 pub mod fast_model;
 pub mod fast_runtime;
 pub mod forward;
 pub mod isa;
 pub mod kernels;
 pub mod kv_cache;
+pub mod kv_half;
 pub mod lanes;
 pub mod packed;
 pub mod pool;

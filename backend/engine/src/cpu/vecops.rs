@@ -1,13 +1,12 @@
-//! Vector operations of the fast forward pass (RMSNorm, SiLU·up, RoPE, softmax and
-//! one attention head), written once over 16-float lanes and compiled three
+//! Vector operations of the fast forward pass and the sampler (RMSNorm, SiLU·up,
+//! maximum, softmax sums and weights), written once over 16-float lanes and compiled three
 //! times: for AVX-512, for AVX2 and plain, chosen by [`Isa`] at run time. The
 //! compiler vectorises the lane loops; `exp` is a polynomial so it vectorises too.
 
 use crate::cpu::isa::Isa;
-use crate::cpu::kv_cache::KEY_TILE;
 
 /// Floats per lane group (one 512-bit register).
-const LANES: usize = 16;
+pub(crate) const LANES: usize = 16;
 /// log2(e).
 const LOG2_E: f32 = std::f32::consts::LOG2_E;
 /// ln 2 split Cody–Waite style: `n·LN2_HI` is exact for the exponents used, so the
@@ -78,16 +77,8 @@ isa_variants! {
     pub fn exp_weights(x: &[f32], max: f32, temperature: f32, out: &mut [f32]) -> f64 = exp_weights_generic;
 }
 
-isa_variants! {
-    /// One query against cached positions `first..n` of one head (`first` > 0: a
-    /// sliding window): softmax(q·K/√d)·V into `out`. `values` holds `n` rows of
-    /// `q.len()`; `keys` the key tiles covering them (`kv_cache::key_offset` layout,
-    /// `n` rounded up to 16 positions); `scores` has room for the rounded-up count.
-    pub fn attend(q: &[f32], keys: &[f32], values: &[f32], first: usize, scale: f32, scores: &mut [f32], out: &mut [f32]) = attend_generic;
-}
-
 #[inline(always)]
-fn sum_lanes(acc: [f32; LANES]) -> f32 {
+pub(crate) fn sum_lanes(acc: [f32; LANES]) -> f32 {
     // Pairwise, as a vector reduction would.
     let mut v = acc;
     let mut w = LANES / 2;
@@ -189,85 +180,6 @@ fn silu_mul_generic(gate: &[f32], up: &[f32], out: &mut [f32]) {
     }
 }
 
-/// Value columns (of 16) accumulated together in attention's weighted sum: four
-/// independent FMA chains, one 64-wide head per pass.
-const VALUE_CHUNKS: usize = 4;
-
-/// `acc += s · x` over 16 lanes.
-#[inline(always)]
-fn lanes_fma(acc: &mut [f32; LANES], s: f32, x: &[f32]) {
-    let x = &x[..LANES];
-    for l in 0..LANES {
-        acc[l] += s * x[l];
-    }
-}
-
-#[inline(always)]
-fn attend_generic(q: &[f32], keys: &[f32], values: &[f32], first: usize, scale: f32, scores: &mut [f32], out: &mut [f32]) {
-    let hd = q.len();
-    let n = values.len() / hd;
-    // Scores start at `first`'s tile; positions before `first` in it are left out below.
-    let keys = &keys[first / KEY_TILE * KEY_TILE * hd..];
-    let skip = first % KEY_TILE;
-    // Scores of 16 positions at a time (lane l of tile t is position 16t + l), four
-    // chains over the head dimension.
-    for (t, tile) in keys.chunks_exact(hd * KEY_TILE).enumerate() {
-        let mut acc = [[0.0f32; LANES]; 4];
-        let mut i = 0;
-        while i + 4 <= hd {
-            for (c, a) in acc.iter_mut().enumerate() {
-                lanes_fma(a, q[i + c], &tile[(i + c) * KEY_TILE..]);
-            }
-            i += 4;
-        }
-        for i in i..hd {
-            lanes_fma(&mut acc[0], q[i], &tile[i * KEY_TILE..]);
-        }
-        let s = &mut scores[t * KEY_TILE..(t + 1) * KEY_TILE];
-        for l in 0..LANES {
-            s[l] = ((acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l])) * scale;
-        }
-    }
-    // Lanes past `n` in the last tile are stale: the softmax covers first..n only.
-    let scores = &mut scores[skip..n - first + skip];
-    let values = &values[first * hd..];
-    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sums = [0.0f32; LANES];
-    let mut chunks = scores.chunks_exact_mut(LANES);
-    for c in &mut chunks {
-        for l in 0..LANES {
-            c[l] = exp_fast(c[l] - max);
-            sums[l] += c[l];
-        }
-    }
-    let mut sum = sum_lanes(sums);
-    for s in chunks.into_remainder() {
-        *s = exp_fast(*s - max);
-        sum += *s;
-    }
-    let inv = 1.0 / sum;
-    // Σ p·V, a block of value columns at a time so accumulators stay in registers.
-    let mut c = 0;
-    while c + VALUE_CHUNKS * LANES <= hd {
-        let mut acc = [[0.0f32; LANES]; VALUE_CHUNKS];
-        for (&p, v) in scores.iter().zip(values.chunks_exact(hd)) {
-            for (k, a) in acc.iter_mut().enumerate() {
-                lanes_fma(a, p, &v[c + k * LANES..]);
-            }
-        }
-        for (k, a) in acc.iter().enumerate() {
-            for l in 0..LANES {
-                out[c + k * LANES + l] = a[l] * inv;
-            }
-        }
-        c += VALUE_CHUNKS * LANES;
-    }
-    for c in c..hd {
-        let acc: f32 = scores.iter().zip(values.chunks_exact(hd)).map(|(&p, v)| p * v[c]).sum();
-        out[c] = acc * inv;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,17 +222,6 @@ mod tests {
             for (a, b) in out.iter().zip(&base) {
                 assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0));
             }
-            // Equal values: any convex combination of them is that value.
-            let (mut s, mut o) = (vec![0.0; 16], vec![0.0; 16]);
-            let keys: Vec<f32> = (0..16 * 16).map(|i| (i % 7) as f32 * 0.1).collect();
-            attend(isa, &x[..16], &keys, &[2.0; 96], 0, 0.25, &mut s, &mut o);
-            assert!(o.iter().all(|v| (v - 2.0).abs() < 1e-5), "{o:?}");
-            // A window that starts inside a tile sees only its own positions' values.
-            let values: Vec<f32> = (0..40).flat_map(|p| [if p >= 19 { 5.0 } else { -3.0 }; 16]).collect();
-            let (mut s, mut o) = (vec![0.0; 48], vec![0.0; 16]);
-            let keys: Vec<f32> = (0..48 * 16).map(|i| (i % 11) as f32 * 0.1).collect();
-            attend(isa, &x[..16], &keys, &values, 19, 0.25, &mut s, &mut o);
-            assert!(o.iter().all(|v| (v - 5.0).abs() < 1e-5), "{o:?}");
         }
     }
 }

@@ -13,7 +13,8 @@ use crate::cpu::act_quant::ActPrecision;
 use crate::cpu::forward::{begin, end_pass, record_error, Begun, LogitsFor};
 use crate::cpu::rope::{rope_tables, rotate};
 use crate::cpu::kernels::{matmul, MatmulIo};
-use crate::cpu::kv_cache::{key_offset, KvCache, KEY_TILE};
+use crate::cpu::attend::attend;
+use crate::cpu::kv_cache::{store_key, store_value, KvCache, KEY_TILE};
 use crate::cpu::lanes::model::LaneModel;
 use crate::cpu::packed::PackedMatrix;
 use crate::cpu::pool::{Pool, Team};
@@ -195,8 +196,9 @@ struct Pass<'a> {
     head_out: SharedSlice<'a, f32>,
     logits: SharedSlice<'a, f32>,
     scores: SharedSlice<'a, f32>,
-    kc: SharedSlice<'a, f32>,
-    vc: SharedSlice<'a, f32>,
+    /// The KV cache (f16 bits).
+    kc: SharedSlice<'a, u16>,
+    vc: SharedSlice<'a, u16>,
     cos: &'a [f32],
     sin: &'a [f32],
     error: Mutex<Option<Error>>,
@@ -349,11 +351,8 @@ impl Pass<'_> {
                 for (g, (k, v)) in keys.chunks_exact_mut(hd).zip(values.chunks_exact(hd)).enumerate() {
                     rotate(k, cos, sin, c.rope_layout);
                     let run = (li * c.num_kv_heads + kv_first + g) * self.head_stride;
-                    // Key tiles interleave positions other members may be writing.
-                    for (i, &x) in k.iter().enumerate() {
-                        *self.kc.ptr_at(run + key_offset(pos, i, hd)) = x;
-                    }
-                    self.vc.part_mut(run + pos * hd..run + (pos + 1) * hd).copy_from_slice(v);
+                    store_key(self.m.isa, self.kc, run, pos, k);
+                    store_value(self.m.isa, self.vc, run, pos, v);
                 }
             }
         }
@@ -381,7 +380,7 @@ impl Pass<'_> {
                 let keys = self.kc.part(run..run + len.next_multiple_of(KEY_TILE) * hd);
                 let values = self.vc.part(run..run + len * hd);
                 let out = self.att.part_mut(r * s.qd + local * hd..r * s.qd + (local + 1) * hd);
-                vecops::attend(self.m.isa, q, keys, values, first, scale, scores, out);
+                attend(self.m.isa, q, keys, values, first, scale, scores, out);
             }
         }
     }
