@@ -231,6 +231,29 @@ mod tests {
     }
 
     #[test]
+    fn heads_in_one_pass_give_the_bits_of_heads_alone() {
+        // 6 heads of 80 (a chunk of 64 value columns and a tail) over 37 positions (a
+        // partial last tile), windows from 0 and 21: one pass of 4 and one of 2 against
+        // six single-head calls.
+        let hd = 80;
+        let q: Vec<f32> = (0..6 * hd).map(|i| ((i * 13 % 29) as f32 - 14.0) * 0.05).collect();
+        let keys = halves(&(0..48 * hd).map(|i| ((i * 7 % 23) as f32 - 11.0) * 0.07).collect::<Vec<_>>());
+        let values = halves(&(0..37 * hd).map(|i| ((i * 11 % 31) as f32 - 15.0) * 0.1).collect::<Vec<_>>());
+        for isa in Isa::available() {
+            for first in [0, 21] {
+                let mut scores = vec![0.0; HEADS_PER_PASS * 48];
+                let mut together = vec![0.0; 6 * hd];
+                attend_heads(isa, hd, &q, &keys, &values, first, 0.17, &mut scores, &mut together);
+                for h in 0..6 {
+                    let mut alone = vec![0.0; hd];
+                    attend(isa, &q[h * hd..(h + 1) * hd], &keys, &values, first, 0.17, &mut scores, &mut alone);
+                    assert_eq!(alone, together[h * hd..(h + 1) * hd], "{isa:?}, first {first}, head {h}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn every_isa_agrees_with_plain_code() {
         // 64-wide heads, 37 positions (a partial last tile), window from 0 and from 5.
         let hd = 64;
