@@ -10,9 +10,6 @@ use super::{FKind, QKind, FLOAT_CHAINS, MAX_TILE};
 use crate::cpu::act_quant::{TokenActs, HI_SHIFT, QBLOCK};
 use crate::cpu::packed::{Codes, FloatType, PackedMatrix, ScaleType, GROUP_ROWS, VECTOR_BYTES};
 
-/// Code vectors of the widest sub-block (nibbles or bytes of 32 codes).
-const MAX_VECTORS: usize = 8;
-
 /// See [`super::matmul`].
 ///
 /// # Safety
@@ -37,57 +34,30 @@ pub unsafe fn quant_matmul<K: QKind, const DUAL: bool>(w: &PackedMatrix, groups:
 }
 
 /// Tokens per quantized tile. Two, not [`MAX_TILE`]: a batched decode step (weights
-/// streamed from memory) is faster in tiles of two, likely because a larger tile's
-/// accumulators leave fewer registers for loads in flight (docs/cpu.md); each token's
-/// sums are the same either way.
+/// streamed from memory) is slower in tiles of three or four, though nothing spills
+/// and the panel is then read once (docs/cpu.md); each token's sums are the same
+/// either way.
 const QUANT_TILE: usize = 2;
-
-/// One sub-block's code vectors as unsigned bytes; vector `k` pairs with
-/// activation word `k` (entries past `vectors()` are unused).
+/// Code vector `k` of a sub-block as unsigned bytes (it pairs with activation word
+/// `k`): for nibbles, vectors 0–3 are the low nibbles of the four stored vectors and
+/// 4–7 their high nibbles.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")]
-unsafe fn load_codes<K: QKind>(chunk: *const u8) -> [__m512i; MAX_VECTORS] {
-    let q = K::FMT;
-    // SAFETY: the chunk holds `vectors()` 64-byte code vectors (nibbles: half as many).
+unsafe fn code_vector<K: QKind>(chunk: *const u8, k: usize) -> __m512i {
+    // SAFETY: k < vectors(), so the stored vector read is inside the chunk.
     unsafe {
-        let v = |k: usize| _mm512_loadu_si512(chunk.add(k * VECTOR_BYTES).cast());
-        match q.codes {
+        match K::FMT.codes {
             Codes::Nibble => {
+                let stored = _mm512_loadu_si512(chunk.add((k % 4) * VECTOR_BYTES).cast());
                 let mask = _mm512_set1_epi8(0x0F);
-                let (v0, v1, v2, v3) = (v(0), v(1), v(2), v(3));
-                let high = |x: __m512i| _mm512_and_si512(_mm512_srli_epi16::<4>(x), mask);
-                let low = |x: __m512i| _mm512_and_si512(x, mask);
-                [low(v0), low(v1), low(v2), low(v3), high(v0), high(v1), high(v2), high(v3)]
+                if k < 4 {
+                    _mm512_and_si512(stored, mask)
+                } else {
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(stored), mask)
+                }
             }
-            Codes::Byte if q.vectors() == MAX_VECTORS => [v(0), v(1), v(2), v(3), v(4), v(5), v(6), v(7)],
-            Codes::Byte => {
-                let z = _mm512_setzero_si512();
-                [v(0), v(1), v(2), v(3), z, z, z, z]
-            }
+            Codes::Byte => _mm512_loadu_si512(chunk.add(k * VECTOR_BYTES).cast()),
         }
-    }
-}
-
-/// Σ codes × activations for 16 rows: activation word `k` (4 signed bytes at
-/// `a + 4k`) broadcast against code vector `k`, in two chains.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")]
-unsafe fn dot_plane<K: QKind>(w: &[__m512i; MAX_VECTORS], a: *const i8) -> __m512i {
-    // SAFETY: the token has `vectors()·4` activation bytes from `a` (caller).
-    unsafe {
-        let word = |k: usize| _mm512_set1_epi32(a.add(4 * k).cast::<i32>().read_unaligned());
-        let z = _mm512_setzero_si512();
-        let mut c0 = _mm512_dpbusd_epi32(z, w[0], word(0));
-        let mut c1 = _mm512_dpbusd_epi32(z, w[1], word(1));
-        c0 = _mm512_dpbusd_epi32(c0, w[2], word(2));
-        c1 = _mm512_dpbusd_epi32(c1, w[3], word(3));
-        if K::FMT.vectors() == MAX_VECTORS {
-            c0 = _mm512_dpbusd_epi32(c0, w[4], word(4));
-            c1 = _mm512_dpbusd_epi32(c1, w[5], word(5));
-            c0 = _mm512_dpbusd_epi32(c0, w[6], word(6));
-            c1 = _mm512_dpbusd_epi32(c1, w[7], word(7));
-        }
-        _mm512_add_epi32(c0, c1)
     }
 }
 
@@ -112,6 +82,10 @@ unsafe fn load_scales<K: QKind>(chunk: *const u8) -> (__m512, __m512) {
     }
 }
 
+/// `TT` tokens against one panel of 16 rows. Per sub-block, each code vector is loaded
+/// once and advances every token's dot (activation word `k`, 4 signed bytes at
+/// `a + 4k`, broadcast against code vector `k`); lane `j` is row `j`. The integer sums
+/// do not depend on the order, so a token's result is the same in any tile.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")]
 unsafe fn quant_tile<K: QKind, const TT: usize, const DUAL: bool>(
@@ -122,25 +96,40 @@ unsafe fn quant_tile<K: QKind, const TT: usize, const DUAL: bool>(
     row0: usize,
 ) {
     let q = K::FMT;
+    // Two independent dot chains per token and plane, so that even one token keeps
+    // enough `vpdpbusd` in flight to cover its latency.
+    const CHAINS: usize = 2;
     // SAFETY: the panel holds `steps` chunks of `chunk_bytes`; each token's planes
     // cover `steps · sub` bytes and its block arrays `steps` entries; each output
     // row has room for row0 + 16 floats (caller's contract).
     unsafe {
+        let word = |plane: *const i8, at: usize| _mm512_set1_epi32(plane.add(at).cast::<i32>().read_unaligned());
+        let zero = _mm512_setzero_si512();
         let mut acc_d = [_mm512_setzero_ps(); TT];
         let mut acc_m = [_mm512_setzero_ps(); TT];
         for st in 0..steps {
             let chunk = panel.add(st * q.chunk_bytes());
             let e0 = st * q.sub;
-            let w = load_codes::<K>(chunk);
+            let mut hi = [[zero; 2]; TT];
+            let mut lo = [[zero; 2]; TT];
+            for k in 0..q.vectors() {
+                let w = code_vector::<K>(chunk, k);
+                let c = k % CHAINS;
+                for t in 0..TT {
+                    hi[t][c] = _mm512_dpbusd_epi32(hi[t][c], w, word(acts[t].hi, e0 + 4 * k));
+                    if DUAL {
+                        lo[t][c] = _mm512_dpbusd_epi32(lo[t][c], w, word(acts[t].lo, e0 + 4 * k));
+                    }
+                }
+            }
             let (dv, mv) = load_scales::<K>(chunk);
             for t in 0..TT {
                 let a = &acts[t];
+                let high = _mm512_add_epi32(hi[t][0], hi[t][1]);
                 let isum = if DUAL {
-                    let hi = dot_plane::<K>(&w, a.hi.add(e0));
-                    let lo = dot_plane::<K>(&w, a.lo.add(e0));
-                    _mm512_add_epi32(_mm512_slli_epi32::<{ HI_SHIFT }>(hi), lo)
+                    _mm512_add_epi32(_mm512_slli_epi32::<{ HI_SHIFT }>(high), _mm512_add_epi32(lo[t][0], lo[t][1]))
                 } else {
-                    dot_plane::<K>(&w, a.hi.add(e0))
+                    high
                 };
                 let da = *a.d.add(e0 / QBLOCK);
                 let sa = if q.sub == QBLOCK { *a.s32.add(st) } else { *a.s16.add(st) };
