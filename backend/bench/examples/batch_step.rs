@@ -1,9 +1,14 @@
 //! Time of one batched decode step of the fast CPU runtime, per number of sequences:
 //! what continuous batching costs the engine alone (no server, no sampling).
 //!
-//! usage: batch_step MODEL.gguf [THREADS] [int8|int16] [SIZES] [PROMPT]   (`int8`:
-//! 8-bit activations; SIZES: comma-separated sequence counts, default 1,2,3,4,6,8;
-//! PROMPT: tokens each sequence holds before the timed steps, default 100)
+//! usage: batch_step MODEL.gguf [THREADS] [int8|int16] [SIZES] [PROMPT] [serve]
+//! (`int8`: 8-bit activations; SIZES: comma-separated sequence counts, default
+//! 1,2,3,4,6,8; PROMPT: tokens each sequence holds before the timed steps, default
+//! 100). With `serve`, the first size only, driven over stdin for
+//! `scripts/bench/interleave_ab.py`: prints `ready`, then for each line `N` runs N
+//! steps and prints their mean ms per step; the sequences go back to the prompt every
+//! [`STEPS`] steps, so every measurement sees the same context lengths.
+use std::io::BufRead;
 use std::time::Instant;
 
 use peregrine_engine::cpu::act_quant::ActPrecision;
@@ -36,26 +41,61 @@ fn main() {
         Some(list) => list.split(',').map(|b| b.parse().expect("SIZES: comma-separated counts")).collect(),
         None => vec![1, 2, 3, 4, 6, 8],
     };
+    if args.get(6).is_some_and(|a| a == "serve") {
+        serve(&mut rt, sizes[0], &prompt);
+        return;
+    }
     for b in sizes {
-        for s in 0..b {
-            rt.open(s, prompt_len + 5 + STEPS, &prompt, false).expect("open");
-            for chunk in prompt.chunks(rt.step_tokens()) {
-                rt.step(&[SlotTokens { slot: s, tokens: chunk }]).expect("prompt");
-            }
-        }
-        let tokens: Vec<[u32; 1]> = (0..b as u32).map(|s| [500 + s]).collect();
+        let tokens = open_all(&mut rt, b, &prompt, false);
         let work: Vec<SlotTokens> = (0..b).map(|s| SlotTokens { slot: s, tokens: &tokens[s] }).collect();
         for _ in 0..5 {
             rt.step(&work).expect("step");
         }
-        let t = Instant::now();
-        for _ in 0..STEPS {
-            rt.step(&work).expect("step");
-        }
-        let ms = t.elapsed().as_secs_f64() * 1e3 / STEPS as f64;
+        let ms = run_steps(&mut rt, &work, STEPS);
         println!("batch {b}: {ms:.2} ms/step, {:.1} tok/s aggregate, {:.1} per stream", b as f64 * 1e3 / ms, 1e3 / ms);
         for s in 0..b {
             rt.close(s);
         }
+    }
+}
+
+/// Opens `b` sequences holding `prompt` (with `reuse`, from what their slots hold) and
+/// returns the token each decodes per step.
+fn open_all(rt: &mut FastRuntime, b: usize, prompt: &[u32], reuse: bool) -> Vec<[u32; 1]> {
+    for s in 0..b {
+        let kept = rt.open(s, prompt.len() + 5 + STEPS, prompt, reuse).expect("open");
+        for chunk in prompt[kept..].chunks(rt.step_tokens()) {
+            rt.step(&[SlotTokens { slot: s, tokens: chunk }]).expect("prompt");
+        }
+    }
+    (0..b as u32).map(|s| [500 + s]).collect()
+}
+
+/// Mean ms per step of `n` steps.
+fn run_steps(rt: &mut FastRuntime, work: &[SlotTokens], n: usize) -> f64 {
+    let t = Instant::now();
+    for _ in 0..n {
+        rt.step(work).expect("step");
+    }
+    t.elapsed().as_secs_f64() * 1e3 / n as f64
+}
+
+/// The `serve` protocol (see the file's doc).
+fn serve(rt: &mut FastRuntime, b: usize, prompt: &[u32]) {
+    let tokens = open_all(rt, b, prompt, false);
+    let work: Vec<SlotTokens> = (0..b).map(|s| SlotTokens { slot: s, tokens: &tokens[s] }).collect();
+    println!("ready");
+    let mut since_reset = 0;
+    for line in std::io::stdin().lock().lines() {
+        let Ok(n) = line.expect("stdin").trim().parse::<usize>() else {
+            eprintln!("serve: expected a step count");
+            std::process::exit(2);
+        };
+        if since_reset + n > STEPS {
+            open_all(rt, b, prompt, true);
+            since_reset = 0;
+        }
+        println!("{:.4}", run_steps(rt, &work, n));
+        since_reset += n;
     }
 }
