@@ -25,6 +25,8 @@ pub unsafe fn quant_matmul<K: QKind, const DUAL: bool>(w: &PackedMatrix, groups:
             // SAFETY: forwarded contract; the tile size matches the slice lengths.
             unsafe {
                 match a.len() {
+                    4 => quant_tile::<K, 4, DUAL>(panel, steps, a, o, row0),
+                    3 => quant_tile::<K, 3, DUAL>(panel, steps, a, o, row0),
                     2 => quant_tile::<K, 2, DUAL>(panel, steps, a, o, row0),
                     _ => quant_tile::<K, 1, DUAL>(panel, steps, a, o, row0),
                 }
@@ -33,11 +35,20 @@ pub unsafe fn quant_matmul<K: QKind, const DUAL: bool>(w: &PackedMatrix, groups:
     }
 }
 
-/// Tokens per quantized tile. Two, not [`MAX_TILE`]: a batched decode step (weights
-/// streamed from memory) is slower in tiles of three or four, though nothing spills
-/// and the panel is then read once (docs/cpu.md); each token's sums are the same
-/// either way.
-const QUANT_TILE: usize = 2;
+/// Tokens per quantized tile: a batched step reads each panel once for up to four
+/// tokens (each token's sums are the same in any tile).
+const QUANT_TILE: usize = 4;
+/// Tiles from this many tokens prefetch the panel [`PREFETCH_AHEAD`] bytes ahead. Their
+/// dots take long enough per chunk that the out-of-order window no longer reaches the
+/// loads far enough ahead to cover memory latency, and without it a tile of four was
+/// slower than two tiles of two; smaller tiles are paced by memory and the hardware
+/// prefetchers serve them (software prefetch there made batch 1 slower).
+const PREFETCH_FROM_TILE: usize = 3;
+/// How far ahead of the chunk being multiplied a large tile prefetches.
+const PREFETCH_AHEAD: usize = 4096;
+/// Bytes per cache line.
+const CACHE_LINE: usize = 64;
+
 /// Code vector `k` of a sub-block as unsigned bytes (it pairs with activation word
 /// `k`): for nibbles, vectors 0–3 are the low nibbles of the four stored vectors and
 /// 4–7 their high nibbles.
@@ -110,6 +121,12 @@ unsafe fn quant_tile<K: QKind, const TT: usize, const DUAL: bool>(
         for st in 0..steps {
             let chunk = panel.add(st * q.chunk_bytes());
             let e0 = st * q.sub;
+            if TT >= PREFETCH_FROM_TILE {
+                for line in (0..q.chunk_bytes()).step_by(CACHE_LINE) {
+                    // A hint: never faults, even past the matrix's end.
+                    _mm_prefetch::<_MM_HINT_T0>(chunk.wrapping_add(PREFETCH_AHEAD + line).cast());
+                }
+            }
             let mut hi = [[zero; 2]; TT];
             let mut lo = [[zero; 2]; TT];
             for k in 0..q.vectors() {
