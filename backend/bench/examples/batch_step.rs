@@ -7,7 +7,8 @@
 //! 100). With `serve`, the first size only, driven over stdin for
 //! `scripts/bench/interleave_ab.py`: prints `ready`, then for each line `N` runs N
 //! steps and prints their mean ms per step; the sequences go back to the prompt every
-//! [`STEPS`] steps, so every measurement sees the same context lengths.
+//! [`STEPS`] steps, so every measurement sees the same context lengths. SIZES `prefill`
+//! with `serve` times prompts instead: each line `N` runs N prefills of PROMPT tokens.
 use std::io::BufRead;
 use std::time::Instant;
 
@@ -37,6 +38,10 @@ fn main() {
     let prompt_len: usize = args.get(5).map_or(PROMPT, |p| p.parse().expect("PROMPT: a token count"));
     let prompt: Vec<u32> = (0..prompt_len as u32).map(|i| 100 + i * 7 % 40_000).collect();
     println!("{threads} threads, {:?} activations, {prompt_len}-token prompts", options.act_precision);
+    if args.get(4).is_some_and(|a| a == "prefill") && args.get(6).is_some_and(|a| a == "serve") {
+        serve_prefill(&mut rt, &prompt);
+        return;
+    }
     let sizes: Vec<usize> = match args.get(4) {
         Some(list) => list.split(',').map(|b| b.parse().expect("SIZES: comma-separated counts")).collect(),
         None => vec![1, 2, 3, 4, 6, 8],
@@ -97,5 +102,22 @@ fn serve(rt: &mut FastRuntime, b: usize, prompt: &[u32]) {
         }
         println!("{:.4}", run_steps(rt, &work, n));
         since_reset += n;
+    }
+}
+
+/// The `serve` protocol over whole prompts: each line `N` runs N prefills of `prompt`
+/// in a fresh sequence and prints their mean ms.
+fn serve_prefill(rt: &mut FastRuntime, prompt: &[u32]) {
+    println!("ready");
+    for line in std::io::stdin().lock().lines() {
+        let Ok(n) = line.expect("stdin").trim().parse::<usize>() else {
+            eprintln!("serve: expected a prefill count");
+            std::process::exit(2);
+        };
+        let t = Instant::now();
+        for _ in 0..n {
+            open_all(rt, 1, prompt, false);
+        }
+        println!("{:.4}", t.elapsed().as_secs_f64() * 1e3 / n as f64);
     }
 }

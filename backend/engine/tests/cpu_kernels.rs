@@ -89,12 +89,19 @@ fn packed_rows_dequantize_exactly_as_the_loader() {
 #[test]
 fn simd_activation_quantization_equals_portable() {
     let mut rng = SplitMix64(2);
-    let x = activations(3, &mut rng);
-    let mut zeros = vec![0.0; COLS];
+    // COLS is whole gangs of 16 blocks; two more blocks take the per-block path.
+    let cols = COLS + 2 * QBLOCK;
+    let mut x: Vec<Vec<f32>> = activations(3, &mut rng);
+    for row in &mut x {
+        row.extend((0..2 * QBLOCK).map(|i| rng.next_signed() * if i == 7 { 8.0 } else { 1.0 }));
+    }
+    let mut zeros = vec![0.0; cols];
     zeros[5] = -0.0;
+    // One block all zeros among others (a zero scale inside a gang).
+    x[1][3 * QBLOCK..4 * QBLOCK].fill(0.0);
     for (isa, precision) in Isa::available().into_iter().flat_map(|i| PRECISIONS.map(|p| (i, p))) {
         for row in x.iter().chain([&zeros]) {
-            let (mut a, mut b) = (QuantActs::new(COLS, 1, precision), QuantActs::new(COLS, 1, precision));
+            let (mut a, mut b) = (QuantActs::new(cols, 1, precision), QuantActs::new(cols, 1, precision));
             let (va, vb) = (a.view(), b.view());
             // SAFETY: single-threaded.
             unsafe {
@@ -102,20 +109,20 @@ fn simd_activation_quantization_equals_portable() {
                 vb.quantize(isa, 0, 0, row);
             }
             let (ta, tb) = (va.token(0), vb.token(0));
-            // SAFETY: each buffer holds COLS codes and COLS/32 (/16) block values.
+            // SAFETY: each buffer holds `cols` codes and cols/32 (/16) block values.
             unsafe {
-                for i in 0..COLS {
+                for i in 0..cols {
                     assert_eq!(*ta.hi.add(i), *tb.hi.add(i), "{isa:?} {precision:?}: code {i}");
                     if precision == ActPrecision::Int16 {
                         assert_eq!(*ta.lo.add(i), *tb.lo.add(i), "{isa:?}: low code {i}");
                         assert!((-64..64).contains(&*tb.lo.add(i)) && *tb.hi.add(i) != i8::MIN);
                     }
                 }
-                for b in 0..COLS / QBLOCK {
+                for b in 0..cols / QBLOCK {
                     assert_eq!((*ta.d.add(b)).to_bits(), (*tb.d.add(b)).to_bits(), "{isa:?}: scale {b}");
                     assert_eq!((*ta.s32.add(b)).to_bits(), (*tb.s32.add(b)).to_bits(), "{isa:?}: sum {b}");
                 }
-                for h in 0..COLS / 16 {
+                for h in 0..cols / 16 {
                     assert_eq!(*ta.isum16.add(h), *tb.isum16.add(h), "{isa:?}: half sum {h}");
                     assert_eq!((*ta.s16.add(h)).to_bits(), (*tb.s16.add(h)).to_bits(), "{isa:?}: half sum {h}");
                 }

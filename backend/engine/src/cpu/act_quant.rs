@@ -328,36 +328,129 @@ fn quantize_avx2(precision: ActPrecision, x: &[f32], out: BlocksMut<'_>) {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-fn quantize_avx512(precision: ActPrecision, x: &[f32], out: BlocksMut<'_>) {
+fn quantize_avx512(precision: ActPrecision, x: &[f32], mut out: BlocksMut<'_>) {
     use std::arch::x86_64::*;
+    let ganged = x.len() / (QBLOCK * GANG) * GANG;
+    for g in 0..ganged / GANG {
+        // SAFETY: gang g's 16 blocks lie inside x and every output (caller's lengths).
+        unsafe { quantize_gang_avx512(precision, g * GANG, x, &mut out) };
+    }
     let mut rest = BlockSums { d: out.d, s32: out.s32, s16: out.s16, isum16: out.isum16 };
     let half = _mm512_set1_epi32(HI_SCALE / 2);
-    for (b, xb) in x.chunks_exact(QBLOCK).enumerate() {
+    for (b, xb) in x.chunks_exact(QBLOCK).enumerate().skip(ganged) {
         // SAFETY: xb has 32 floats (two unaligned 16-float loads) and each plane 32
         // bytes at b·32 (16-byte stores); AVX-512 F/BW is enabled on this function.
         unsafe {
             let v = [_mm512_loadu_ps(xb.as_ptr()), _mm512_loadu_ps(xb.as_ptr().add(HALF_BLOCK))];
             let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
             let (d, id) = block_scale(amax, precision);
-            let idv = _mm512_set1_ps(id);
-            let mut sums = [0i32; 2];
+            let q = v.map(|v| _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(id))));
+            store_codes_avx512(precision, q, b * QBLOCK, out.hi.as_mut_ptr(), out.lo.as_mut_ptr(), half);
+            rest.finish(b, d, q.map(|q| _mm512_reduce_add_epi32(q)));
+        }
+    }
+}
+
+/// Blocks the AVX-512 path quantizes together: their maxima and sums are reduced in one
+/// butterfly of vertical operations instead of one horizontal reduction each.
+const GANG: usize = 16;
+
+/// Blocks `b0..b0 + 16`, as the per-block code would (same bits: maxima and integer
+/// sums do not depend on the order, and scales are IEEE divisions either way).
+///
+/// # Safety
+/// The blocks lie inside `x` and every output slice.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn quantize_gang_avx512(precision: ActPrecision, b0: usize, x: &[f32], out: &mut BlocksMut<'_>) {
+    use std::arch::x86_64::*;
+    let half = _mm512_set1_epi32(HI_SCALE / 2);
+    // SAFETY: 32 floats per block from b0·32, 16 block entries from b0, 32 half
+    // entries from 2·b0 (caller).
+    unsafe {
+        let base = x.as_ptr().add(b0 * QBLOCK);
+        let v: [[__m512; 2]; GANG] = std::array::from_fn(|j| {
+            let p = base.add(j * QBLOCK);
+            [_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(HALF_BLOCK))]
+        });
+        let amax = reduce_lanes(v.map(|[a, b]| _mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b))), |a, b| _mm512_max_ps(a, b));
+        let d = _mm512_div_ps(amax, _mm512_set1_ps(precision.qmax()));
+        let id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(d, _mm512_setzero_ps()), _mm512_set1_ps(1.0), d);
+        let mut ids = [0.0f32; GANG];
+        _mm512_storeu_ps(ids.as_mut_ptr(), id);
+        let mut sums = [[_mm512_setzero_ps(); GANG]; 2];
+        for j in 0..GANG {
+            // Default MXCSR rounding: nearest-even, as `round_ties_even`.
+            let q = v[j].map(|v| _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(ids[j]))));
+            store_codes_avx512(precision, q, (b0 + j) * QBLOCK, out.hi.as_mut_ptr(), out.lo.as_mut_ptr(), half);
             for h in 0..2 {
-                // Default MXCSR rounding: nearest-even, as `round_ties_even`.
-                let q = _mm512_cvtps_epi32(_mm512_mul_ps(v[h], idv));
-                sums[h] = _mm512_reduce_add_epi32(q);
-                let at = b * QBLOCK + h * HALF_BLOCK;
-                let hi = match precision {
-                    ActPrecision::Int8 => q,
-                    ActPrecision::Int16 => {
-                        let hi = _mm512_srai_epi32::<{ HI_SHIFT }>(_mm512_add_epi32(q, half));
-                        let lo = _mm512_sub_epi32(q, _mm512_slli_epi32::<{ HI_SHIFT }>(hi));
-                        _mm_storeu_si128(out.lo.as_mut_ptr().add(at).cast(), _mm512_cvtepi32_epi8(lo));
-                        hi
-                    }
-                };
-                _mm_storeu_si128(out.hi.as_mut_ptr().add(at).cast(), _mm512_cvtepi32_epi8(hi));
+                sums[h][j] = _mm512_castsi512_ps(q[h]);
             }
-            rest.finish(b, d, sums);
+        }
+        let add = |a: __m512, b: __m512| _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+        let [s0, s1] = sums.map(|s| _mm512_castps_si512(reduce_lanes(s, add)));
+        _mm512_storeu_ps(out.d.as_mut_ptr().add(b0), d);
+        _mm512_storeu_ps(out.s32.as_mut_ptr().add(b0), _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1))));
+        // Half sums interleaved: entry 2b + h.
+        let (first, second) = (
+            _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23),
+            _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31),
+        );
+        for (k, idx) in [first, second].into_iter().enumerate() {
+            let isum = _mm512_permutex2var_epi32(s0, idx, s1);
+            let dd = _mm512_permutex2var_ps(d, idx, d);
+            _mm512_storeu_si512(out.isum16.as_mut_ptr().add(2 * b0 + k * GANG).cast(), isum);
+            _mm512_storeu_ps(out.s16.as_mut_ptr().add(2 * b0 + k * GANG), _mm512_mul_ps(dd, _mm512_cvtepi32_ps(isum)));
+        }
+    }
+}
+
+/// Lane `j` of the result is `op` over the 16 lanes of `v[j]` (`op` associative and
+/// commutative: max, or an integer add on the bits), by a butterfly of shuffles.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+fn reduce_lanes(v: [std::arch::x86_64::__m512; GANG], op: impl Fn(std::arch::x86_64::__m512, std::arch::x86_64::__m512) -> std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    // 256-bit halves, then 128-bit quarters, then pairs, then single lanes: after the
+    // four levels, lane 4q + k holds vector 4k + q.
+    let l1: [__m512; 8] = std::array::from_fn(|i| {
+        let (a, b) = (v[2 * i], v[2 * i + 1]);
+        op(_mm512_shuffle_f32x4::<0x44>(a, b), _mm512_shuffle_f32x4::<0xEE>(a, b))
+    });
+    let l2: [__m512; 4] = std::array::from_fn(|i| {
+        let (a, b) = (l1[2 * i], l1[2 * i + 1]);
+        op(_mm512_shuffle_f32x4::<0x88>(a, b), _mm512_shuffle_f32x4::<0xDD>(a, b))
+    });
+    let l3: [__m512; 2] = std::array::from_fn(|i| {
+        let (a, b) = (l2[2 * i], l2[2 * i + 1]);
+        op(_mm512_shuffle_ps::<0x44>(a, b), _mm512_shuffle_ps::<0xEE>(a, b))
+    });
+    let l4 = op(_mm512_shuffle_ps::<0x88>(l3[0], l3[1]), _mm512_shuffle_ps::<0xDD>(l3[0], l3[1]));
+    _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), l4)
+}
+
+/// Block codes `q` (two halves) into the planes at element `at`.
+///
+/// # Safety
+/// Each plane has 32 bytes at `at` (`lo` only for Int16).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn store_codes_avx512(precision: ActPrecision, q: [std::arch::x86_64::__m512i; 2], at: usize, hi_plane: *mut i8, lo_plane: *mut i8, half: std::arch::x86_64::__m512i) {
+    use std::arch::x86_64::*;
+    for (h, q) in q.into_iter().enumerate() {
+        let at = at + h * HALF_BLOCK;
+        // SAFETY: 16 bytes at `at` in each plane (caller).
+        unsafe {
+            let hi = match precision {
+                ActPrecision::Int8 => q,
+                ActPrecision::Int16 => {
+                    let hi = _mm512_srai_epi32::<{ HI_SHIFT }>(_mm512_add_epi32(q, half));
+                    let lo = _mm512_sub_epi32(q, _mm512_slli_epi32::<{ HI_SHIFT }>(hi));
+                    _mm_storeu_si128(lo_plane.add(at).cast(), _mm512_cvtepi32_epi8(lo));
+                    hi
+                }
+            };
+            _mm_storeu_si128(hi_plane.add(at).cast(), _mm512_cvtepi32_epi8(hi));
         }
     }
 }
