@@ -208,7 +208,7 @@ mod tests {
 
     fn halves(x: &[f32]) -> Vec<u16> {
         let mut h = vec![0u16; x.len()];
-        narrow(Isa::Portable, x, &mut h);
+        narrow(x, &mut h);
         h
     }
 

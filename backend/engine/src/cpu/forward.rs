@@ -445,12 +445,12 @@ impl Pass<'_> {
                 let k = self.k.part_mut(t * s.k + g * hd..t * s.k + (g + 1) * hd);
                 bias(&layer.k_bias, k, g);
                 rotate(k, cos, sin, c.rope_layout);
-                store_key(self.m.isa, self.caches[seq].k, self.run_start(seq, li, g), pos, k);
+                store_key(self.caches[seq].k, self.run_start(seq, li, g), pos, k);
             }
             for g in vh {
                 let v = self.v.part_mut(t * s.v + g * hd..t * s.v + (g + 1) * hd);
                 bias(&layer.v_bias, v, g);
-                store_value(self.m.isa, self.caches[seq].v, self.run_start(seq, li, g), pos, v);
+                store_value(self.caches[seq].v, self.run_start(seq, li, g), pos, v);
             }
         }
     }

@@ -6,7 +6,6 @@
 //! horizontal sums (the transposed-K trick of flash-attention CPU kernels).
 
 use crate::config::ModelConfig;
-use crate::cpu::isa::Isa;
 use crate::cpu::kv_half::narrow;
 use crate::cpu::shared::SharedSlice;
 
@@ -129,11 +128,11 @@ pub const fn key_offset(p: usize, i: usize, head_dim: usize) -> usize {
 ///
 /// # Safety
 /// The caller owns position `pos` of this run in this phase.
-pub(crate) unsafe fn store_key(isa: Isa, keys: SharedSlice<'_, u16>, run: usize, pos: usize, k: &[f32]) {
+pub(crate) unsafe fn store_key(keys: SharedSlice<'_, u16>, run: usize, pos: usize, k: &[f32]) {
     let hd = k.len();
     let mut h = [0u16; KEY_TILE];
     for (c, part) in k.chunks(KEY_TILE).enumerate() {
-        narrow(isa, part, &mut h);
+        narrow(part, &mut h);
         for (j, &x) in h[..part.len()].iter().enumerate() {
             // SAFETY: in the run (its capacity covers `pos`), owned by the caller.
             unsafe { *keys.ptr_at(run + key_offset(pos, c * KEY_TILE + j, hd)) = x };
@@ -145,10 +144,10 @@ pub(crate) unsafe fn store_key(isa: Isa, keys: SharedSlice<'_, u16>, run: usize,
 ///
 /// # Safety
 /// As [`store_key`].
-pub(crate) unsafe fn store_value(isa: Isa, values: SharedSlice<'_, u16>, run: usize, pos: usize, v: &[f32]) {
+pub(crate) unsafe fn store_value(values: SharedSlice<'_, u16>, run: usize, pos: usize, v: &[f32]) {
     let hd = v.len();
     // SAFETY: the row is in the run and the caller's alone.
-    narrow(isa, v, unsafe { values.part_mut(run + pos * hd..run + (pos + 1) * hd) });
+    narrow(v, unsafe { values.part_mut(run + pos * hd..run + (pos + 1) * hd) });
 }
 
 /// f16 elements per cache line.

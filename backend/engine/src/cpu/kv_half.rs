@@ -1,10 +1,7 @@
 //! f16 storage of the fast runtime's KV cache: f32 → f16 when a key or value is
-//! written, f16 → f32 16 at a time when attention reads it. F16C converts 8 per
-//! instruction on x86 (every AVX2 or AVX-512 CPU has it); the portable path converts
-//! one at a time with the same round-to-nearest-even, so every instruction set stores
-//! the same bits.
-
-use crate::cpu::isa::Isa;
+//! written (the `half` crate's slice conversion: F16C where the CPU has it, the same
+//! round-to-nearest-even otherwise), f16 → f32 16 at a time when attention reads it,
+//! inlined into attention's code for each instruction set.
 
 /// f16 → f32 of 16 consecutive halves, for code compiled per instruction set.
 pub(crate) trait Widen {
@@ -51,37 +48,9 @@ impl Widen for F16c {
 }
 
 /// `dst[i] = f16(src[i])`, rounded to nearest even (`dst` at least as long as `src`).
-pub fn narrow(isa: Isa, src: &[f32], dst: &mut [u16]) {
-    let dst = &mut dst[..src.len()];
-    #[cfg(target_arch = "x86_64")]
-    if isa != Isa::Portable {
-        // SAFETY: Avx2 and Avx512Vnni are only detected on CPUs with F16C and AVX.
-        unsafe { narrow_f16c(src, dst) };
-        return;
-    }
-    let _ = isa;
-    narrow_soft(src, dst);
-}
-
-fn narrow_soft(src: &[f32], dst: &mut [u16]) {
-    for (d, &s) in dst.iter_mut().zip(src) {
-        *d = half::f16::from_f32(s).to_bits();
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx,f16c")]
-fn narrow_f16c(src: &[f32], dst: &mut [u16]) {
-    use std::arch::x86_64::{_mm256_cvtps_ph, _mm256_loadu_ps, _mm_storeu_si128, _MM_FROUND_TO_NEAREST_INT};
-    let whole = src.len() / 8 * 8;
-    for (s, d) in src[..whole].chunks_exact(8).zip(dst[..whole].chunks_exact_mut(8)) {
-        // SAFETY: 8 readable floats and 8 writable halves per chunk, unaligned access.
-        unsafe {
-            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(s.as_ptr()));
-            _mm_storeu_si128(d.as_mut_ptr().cast(), h);
-        }
-    }
-    narrow_soft(&src[whole..], &mut dst[whole..]);
+pub fn narrow(src: &[f32], dst: &mut [u16]) {
+    use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+    dst[..src.len()].reinterpret_cast_mut::<half::f16>().convert_from_f32_slice(src);
 }
 
 #[cfg(test)]
@@ -96,14 +65,12 @@ mod tests {
     }
 
     #[test]
-    fn every_isa_stores_the_same_bits() {
+    fn slices_store_the_bits_of_single_conversions() {
         let x = awkward();
         let mut base = vec![0u16; x.len()];
-        narrow(Isa::Portable, &x, &mut base);
-        for isa in Isa::available() {
-            let mut got = vec![0u16; x.len()];
-            narrow(isa, &x, &mut got);
-            assert_eq!(got, base, "{isa:?}");
+        narrow(&x, &mut base);
+        for (&b, &v) in base.iter().zip(&x) {
+            assert_eq!(b, half::f16::from_f32(v).to_bits(), "{v}");
         }
         // Round to nearest even: 1 + 1/2048 is a tie between 1 and 1 + 1/1024.
         assert_eq!(half::f16::from_bits(base[2000 + 8]).to_f32(), 1.0);
@@ -114,7 +81,7 @@ mod tests {
     fn widening_inverts_narrowing_on_every_isa() {
         let x = awkward();
         let mut h = vec![0u16; x.len().next_multiple_of(16)];
-        narrow(Isa::Portable, &x, &mut h);
+        narrow(&x, &mut h);
         for chunk in h.chunks_exact(16) {
             // SAFETY: 16 elements; F16C checked before use.
             let soft = unsafe { Soft::widen(chunk) };

@@ -16,21 +16,19 @@ use crate::sampling::{top_k_indices, uniform, SamplingParams};
 const FIRST_HEAD: usize = 64;
 const WIDEN: usize = 16;
 
-/// The token a draw at `params.temperature` (> 0) picks from the adjusted `logits`.
-pub(super) fn draw(logits: &[f32], params: &SamplingParams, step: u64) -> u32 {
+/// The token a draw at `params.temperature` (> 0) picks from the adjusted `logits`,
+/// whose maximum is `best`.
+pub(super) fn draw(logits: &[f32], best: f32, params: &SamplingParams, step: u64) -> u32 {
     let u = f64::from(uniform(params.seed, step));
     let n = logits.len();
     if params.top_k > 0 && params.top_k < n {
         let ranked = top_k_indices(logits, params.top_k);
-        let best = ranked[0].1;
         let weights: Vec<f32> = ranked.iter().map(|&(_, l)| vecops::exp_fast((l - best) / params.temperature)).collect();
         let total = weights.iter().map(|&w| f64::from(w)).sum();
         return decide(&ranked, |i| f64::from(weights[i]), total, true, params, u).expect("a complete ranking decides");
     }
-    let isa = Isa::detect(None);
-    let best = vecops::max_value(isa, logits);
     let mut weights = vec![0.0f32; n];
-    let total = vecops::exp_weights(isa, logits, best, params.temperature, &mut weights);
+    let total = vecops::exp_weights(Isa::detect(None), logits, best, params.temperature, &mut weights);
     let mut head = FIRST_HEAD.min(n);
     loop {
         let ranked = top_k_indices(logits, head);
@@ -140,6 +138,11 @@ mod tests {
                 r * 20.0 - 10.0 + strong
             })
             .collect()
+    }
+
+    /// [`draw`] given the logits' maximum.
+    fn draw(logits: &[f32], params: &SamplingParams, step: u64) -> u32 {
+        super::draw(logits, vecops::max_value(Isa::detect(None), logits), params, step)
     }
 
     #[test]

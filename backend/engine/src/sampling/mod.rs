@@ -127,7 +127,11 @@ pub fn uniform(seed: u64, step: u64) -> f32 {
 /// engine thread while the CPU runtime's workers wait, over 50k–150k logits.
 pub fn log_normalizer(logits: &[f32]) -> f32 {
     let isa = Isa::detect(None);
-    let max = vecops::max_value(isa, logits);
+    log_normalizer_at(isa, logits, vecops::max_value(isa, logits))
+}
+
+/// [`log_normalizer`] given the logits' maximum.
+fn log_normalizer_at(isa: Isa, logits: &[f32], max: f32) -> f32 {
     max + vecops::sum_exp(isa, logits, max).ln() as f32
 }
 
@@ -177,23 +181,25 @@ pub fn top_k_indices(values: &[f32], k: usize) -> Vec<(u32, f32)> {
     best
 }
 
-/// The index of the largest value, the lowest on ties (as `top_k_indices(values, 1)`),
-/// vectorised: it runs for every greedy token on the engine thread.
-fn argmax(values: &[f32]) -> u32 {
-    let best = vecops::max_value(Isa::detect(None), values);
+/// The index of `values`' largest value `best`, the lowest on ties (as
+/// `top_k_indices(values, 1)`).
+fn argmax(values: &[f32], best: f32) -> u32 {
     values.iter().position(|&v| v == best).unwrap_or(0) as u32
 }
 
 /// Picks the next token from `logits`, given the tokens seen so far (for the
 /// repetition penalty) and the index of this draw (for the RNG).
 pub fn sample(logits: &[f32], params: &SamplingParams, seen: &[u32], step: u64, top_logprobs: usize) -> Sampled {
-    let log_z = log_normalizer(logits);
+    // One vectorised pass for the maximum, which the normaliser and the choice share.
+    let isa = Isa::detect(None);
+    let max = vecops::max_value(isa, logits);
+    let log_z = log_normalizer_at(isa, logits, max);
     // log-softmax is the logits shifted by one constant: the same order.
     let top = top_k_indices(logits, top_logprobs.min(MAX_TOP_LOGPROBS))
         .into_iter()
         .map(|(id, l)| TokenLogprob { id, logprob: l - log_z })
         .collect();
-    let id = choose(logits, params, seen, step);
+    let id = choose(logits, max, params, seen, step);
     Sampled { id, logprob: logits[id as usize] - log_z, top }
 }
 
@@ -243,12 +249,18 @@ pub fn adjusted_logits<'a>(logits: &'a [f32], params: &SamplingParams, seen: &[u
     Cow::Owned(adjusted)
 }
 
-fn choose(logits: &[f32], params: &SamplingParams, seen: &[u32], step: u64) -> u32 {
+/// The token `params` pick from `logits` (whose maximum is `max`).
+fn choose(logits: &[f32], max: f32, params: &SamplingParams, seen: &[u32], step: u64) -> u32 {
     let adjusted = adjusted_logits(logits, params, seen, step);
+    // The raw logits' maximum serves unless an adjustment made a copy.
+    let best = match &adjusted {
+        Cow::Borrowed(_) => max,
+        Cow::Owned(a) => vecops::max_value(Isa::detect(None), a),
+    };
     if params.temperature == 0.0 {
-        return argmax(&adjusted);
+        return argmax(&adjusted, best);
     }
-    draw::draw(&adjusted, params, step)
+    draw::draw(&adjusted, best, params, step)
 }
 
 #[cfg(test)]
@@ -273,6 +285,7 @@ mod tests {
         let mut values: Vec<f32> = (0..1000).map(|i| (i % 17) as f32).collect();
         values[40] = 30.0;
         values[700] = 30.0;
+        let argmax = |v: &[f32]| argmax(v, vecops::max_value(Isa::detect(None), v));
         assert_eq!(argmax(&values), 40);
         assert_eq!(argmax(&values), top_k_indices(&values, 1)[0].0);
         assert_eq!(argmax(&values[41..]), 659);

@@ -351,8 +351,8 @@ impl Pass<'_> {
                 for (g, (k, v)) in keys.chunks_exact_mut(hd).zip(values.chunks_exact(hd)).enumerate() {
                     rotate(k, cos, sin, c.rope_layout);
                     let run = (li * c.num_kv_heads + kv_first + g) * self.head_stride;
-                    store_key(self.m.isa, self.kc, run, pos, k);
-                    store_value(self.m.isa, self.vc, run, pos, v);
+                    store_key(self.kc, run, pos, k);
+                    store_value(self.vc, run, pos, v);
                 }
             }
         }
