@@ -17,6 +17,8 @@ const LN2_LO: f32 = -2.121_944_4e-4;
 const EXP_MIN: f32 = -87.0;
 /// Inputs above this would overflow f32.
 const EXP_MAX: f32 = 88.0;
+/// 1.5·2²³: a float in [2²³, 2²⁴) has unit spacing, so adding this rounds to an integer.
+const ROUND_SHIFT: f32 = 12_582_912.0;
 /// Taylor coefficients 1/k! of e^r, k = 2..7, for |r| ≤ ln2/2 (error below 1e-8).
 const EXP_COEFFS: [f32; 6] = [0.5, 1.0 / 6.0, 1.0 / 24.0, 1.0 / 120.0, 1.0 / 720.0, 1.0 / 5040.0];
 
@@ -104,8 +106,9 @@ fn dot_generic(a: &[f32], b: &[f32]) -> f32 {
     sum_lanes(acc) + tail
 }
 
+/// The maximum of `x` (−∞ for none), for code compiled per instruction set.
 #[inline(always)]
-fn max_generic(x: &[f32]) -> f32 {
+pub(crate) fn max_generic(x: &[f32]) -> f32 {
     // Per-lane maxima vectorise; a single running max would not.
     let mut acc = [f32::NEG_INFINITY; LANES];
     let chunks = x.chunks_exact(LANES);
@@ -162,7 +165,12 @@ fn rms_norm_generic(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
 #[inline(always)]
 pub fn exp_fast(x: f32) -> f32 {
     let x = x.clamp(EXP_MIN, EXP_MAX);
-    let n = (x * LOG2_E).round_ties_even();
+    // Adding 1.5·2²³ rounds x·log₂e to an integer, ties to even, and leaves it in the
+    // low mantissa bits: n as a float and as an integer without a float → int
+    // conversion (Rust's saturating `as` does not vectorise).
+    let shifted = x * LOG2_E + ROUND_SHIFT;
+    let n = shifted - ROUND_SHIFT;
+    let n_int = shifted.to_bits().wrapping_sub(ROUND_SHIFT.to_bits());
     let r = x - n * LN2_HI - n * LN2_LO;
     let mut p = EXP_COEFFS[5];
     for &c in EXP_COEFFS[..5].iter().rev() {
@@ -170,7 +178,7 @@ pub fn exp_fast(x: f32) -> f32 {
     }
     p = (p * r + 1.0) * r + 1.0;
     // 2^n through the exponent bits; n ∈ [-126, 127] by the clamp.
-    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    p * f32::from_bits(n_int.wrapping_add(127) << 23)
 }
 
 #[inline(always)]
@@ -194,6 +202,28 @@ mod tests {
         }
         assert!(worst < 1e-6, "worst relative error {worst}");
         assert!(exp_fast(-1e9) < 1e-37 && exp_fast(-f32::INFINITY) < 1e-37);
+    }
+
+    #[test]
+    fn exp_fast_rounds_its_exponent_as_round_ties_even_does() {
+        // The shifted-add rounding against `round_ties_even` and a saturating cast, over
+        // the whole clamped range at the steps where x·log₂e crosses halves (ties).
+        let plain = |x: f32| {
+            let x = x.clamp(EXP_MIN, EXP_MAX);
+            let n = (x * LOG2_E).round_ties_even();
+            let r = x - n * LN2_HI - n * LN2_LO;
+            let mut p = EXP_COEFFS[5];
+            for &c in EXP_COEFFS[..5].iter().rev() {
+                p = p * r + c;
+            }
+            p = (p * r + 1.0) * r + 1.0;
+            p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+        };
+        let ties = (-260..260).map(|k| (k as f32 + 0.5) / LOG2_E);
+        let grid = (-100_000..100_000).map(|i| i as f32 * 0.001);
+        for x in ties.chain(grid).chain([-1e9, 1e9, f32::NEG_INFINITY, -0.0]) {
+            assert_eq!(exp_fast(x).to_bits(), plain(x).to_bits(), "{x}");
+        }
     }
 
     #[test]
