@@ -9,14 +9,16 @@
 //! projection, after gate/up (+ SiLU), after down. RMSNorm needs no barrier of its
 //! own: small batches are normalised by every member into its own buffer.
 
+mod attention;
+
 use std::ops::Range;
 use std::sync::Mutex;
 
 use crate::cpu::act_quant::{QuantView, TokenActs, QBLOCK};
 use crate::cpu::fast_model::{FastLayer, FastModel};
 use crate::cpu::kernels::{matmul, MatmulIo};
-use crate::cpu::attend::{attend_heads, HEADS_PER_PASS};
-use crate::cpu::kv_cache::{prefetch_key_write, prefetch_value_write, store_key, store_value, KvCache, KEY_TILE};
+use crate::cpu::attend::HEADS_PER_PASS;
+use crate::cpu::kv_cache::{prefetch_key_write, prefetch_value_write, store_key, store_value, KvCache};
 use crate::cpu::packed::{PackedMatrix, GROUP_ROWS};
 use crate::cpu::pool::{Pool, Team};
 use crate::cpu::rope::{rope_tables_at, rotate};
@@ -478,52 +480,6 @@ impl Pass<'_> {
         (layer * self.kv_heads + kv_head) * self.caches[seq].head_stride
     }
 
-    /// Causal attention of every (head, token), dealt by [`attention_units`]; each
-    /// head's output quantized by its owner.
-    fn attention(&self, team: &Team<'_>, li: usize, quantize: bool) {
-        let c = &self.m.config;
-        let (hd, nh, s) = (c.head_dim, c.num_heads, self.s);
-        let group = nh / c.num_kv_heads;
-        let scale = 1.0 / (hd as f32).sqrt();
-        let per_head_quant = quantize && hd.is_multiple_of(QBLOCK);
-        // SAFETY: each member has its own scores rows.
-        let scores = unsafe { self.scores.part_mut(team.id * self.score_stride..(team.id + 1) * self.score_stride) };
-        let mut units = attention_units(team, self.n(), nh, group).peekable();
-        while let Some(u) = units.next() {
-            // A run of this member's heads of one token that share a KV head: one pass.
-            let (t, h) = (u / nh, u % nh);
-            let mut heads = 1;
-            while units.next_if(|&v| v == u + heads && v / nh == t && (v % nh) / group == h / group).is_some() {
-                heads += 1;
-            }
-            let (pos, seq) = (self.rows.pos[t], self.rows.seq[t]);
-            let len = pos + 1;
-            let first = c.sliding_window.first_key(li, pos);
-            let run = self.run_start(seq, li, h / group);
-            let cache = &self.caches[seq];
-            let (lo, hi) = (t * s.q + h * hd, t * s.q + (h + heads) * hd);
-            // SAFETY: q and the cache are read-only in this phase (written before the
-            // barrier); these heads of token t's output are this member's alone.
-            unsafe {
-                let q = self.q.part(lo..hi);
-                let keys = cache.k.part(run..run + len.next_multiple_of(KEY_TILE) * hd);
-                let values = cache.v.part(run..run + len * hd);
-                let out = self.att.part_mut(t * s.qd + h * hd..t * s.qd + (h + heads) * hd);
-                attend_heads(self.m.isa, hd, q, keys, values, first, scale, scores, out);
-                if per_head_quant {
-                    self.att_in.quant.quantize(self.m.isa, t, h * hd, out);
-                }
-            }
-        }
-        if quantize && !per_head_quant {
-            team.barrier();
-            for t in team.split(self.n()) {
-                // SAFETY: att is read-only now; token t's blocks are this member's alone.
-                unsafe { self.att_in.quant.quantize(self.m.isa, t, 0, self.att.part(t * s.qd..(t + 1) * s.qd)) };
-            }
-        }
-    }
-
     /// `x += w · input` for this member's row groups of `w` (o and down projections).
     fn project_add(&self, team: &Team<'_>, w: &PackedMatrix, input: &Inputs<'_>) {
         let d = self.s.d;
@@ -575,21 +531,6 @@ impl Pass<'_> {
             }
         }
     }
-}
-
-/// The (token, head) units `t·heads + h` a member attends. The query heads that share
-/// a KV head go to one member together, so that head's cached keys and values come
-/// from memory once per token and then from its own cache; blocks of them are dealt
-/// round-robin so long and short rows of the causal triangle mix. With fewer blocks
-/// than two per member (one decoding token) that would leave members idle, so the
-/// units are split evenly in order instead.
-fn attention_units(team: &Team<'_>, tokens: usize, heads: usize, group: usize) -> impl Iterator<Item = usize> {
-    let blocks = tokens * heads / group;
-    let in_order = blocks < 2 * team.threads;
-    // One of the two is empty: the split in order, or the blocks dealt round-robin.
-    let split = if in_order { team.split(tokens * heads) } else { 0..0 };
-    let dealt = (if in_order { blocks } else { team.id }..blocks).step_by(team.threads);
-    split.chain(dealt.flat_map(move |b| b * group..(b + 1) * group))
 }
 
 /// Most tokens whose cache lines `prefetch_cache_writes` asks for.
