@@ -40,11 +40,12 @@ pub unsafe fn quant_matmul<K: QKind, const DUAL: bool>(w: &PackedMatrix, groups:
 const QUANT_TILE: usize = 4;
 /// Tiles from this many tokens prefetch the panel [`PREFETCH_AHEAD`] bytes ahead. Their
 /// dots take long enough per chunk that the out-of-order window no longer reaches the
-/// loads far enough ahead to cover memory latency, and without it a tile of four was
-/// slower than two tiles of two; smaller tiles are paced by memory and the hardware
-/// prefetchers serve them (software prefetch there made batch 1 slower).
-const PREFETCH_FROM_TILE: usize = 3;
-/// How far ahead of the chunk being multiplied a large tile prefetches.
+/// loads far enough ahead to cover memory latency (without it a tile of four was slower
+/// than two tiles of two, and on 2,048-wide rows a tile of two lost a fifth); a single
+/// token is paced by memory and the hardware prefetchers serve it (software prefetch
+/// there made it slower).
+const PREFETCH_FROM_TILE: usize = 2;
+/// How far ahead of the chunk being multiplied a multi-token tile prefetches.
 const PREFETCH_AHEAD: usize = 4096;
 /// Bytes per cache line.
 const CACHE_LINE: usize = 64;
