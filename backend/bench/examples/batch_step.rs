@@ -89,35 +89,37 @@ fn run_steps(rt: &mut FastRuntime, work: &[SlotTokens], n: usize) -> f64 {
 fn serve(rt: &mut FastRuntime, b: usize, prompt: &[u32]) {
     let tokens = open_all(rt, b, prompt, false);
     let work: Vec<SlotTokens> = (0..b).map(|s| SlotTokens { slot: s, tokens: &tokens[s] }).collect();
-    println!("ready");
     let mut since_reset = 0;
-    for line in std::io::stdin().lock().lines() {
-        let Ok(n) = line.expect("stdin").trim().parse::<usize>() else {
-            eprintln!("serve: expected a step count");
-            std::process::exit(2);
-        };
+    serve_lines("step", |n| {
         if since_reset + n > STEPS {
             open_all(rt, b, prompt, true);
             since_reset = 0;
         }
-        println!("{:.4}", run_steps(rt, &work, n));
         since_reset += n;
-    }
+        run_steps(rt, &work, n)
+    });
 }
 
 /// The `serve` protocol over whole prompts: each line `N` runs N prefills of `prompt`
 /// in a fresh sequence and prints their mean ms.
 fn serve_prefill(rt: &mut FastRuntime, prompt: &[u32]) {
-    println!("ready");
-    for line in std::io::stdin().lock().lines() {
-        let Ok(n) = line.expect("stdin").trim().parse::<usize>() else {
-            eprintln!("serve: expected a prefill count");
-            std::process::exit(2);
-        };
+    serve_lines("prefill", |n| {
         let t = Instant::now();
         for _ in 0..n {
             open_all(rt, 1, prompt, false);
         }
-        println!("{:.4}", t.elapsed().as_secs_f64() * 1e3 / n as f64);
+        t.elapsed().as_secs_f64() * 1e3 / n as f64
+    });
+}
+
+/// Prints `ready`, then for each stdin line `N` the mean ms `run(N)` measured.
+fn serve_lines(what: &str, mut run: impl FnMut(usize) -> f64) {
+    println!("ready");
+    for line in std::io::stdin().lock().lines() {
+        let Ok(n) = line.expect("stdin").trim().parse::<usize>() else {
+            eprintln!("serve: expected a {what} count");
+            std::process::exit(2);
+        };
+        println!("{:.4}", run(n));
     }
 }

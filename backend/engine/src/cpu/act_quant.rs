@@ -378,17 +378,13 @@ unsafe fn quantize_gang_avx512(precision: ActPrecision, b0: usize, x: &[f32], ou
         let id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(d, _mm512_setzero_ps()), _mm512_set1_ps(1.0), d);
         let mut ids = [0.0f32; GANG];
         _mm512_storeu_ps(ids.as_mut_ptr(), id);
-        let mut sums = [[_mm512_setzero_ps(); GANG]; 2];
-        for j in 0..GANG {
-            // Default MXCSR rounding: nearest-even, as `round_ties_even`.
-            let q = v[j].map(|v| _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(ids[j]))));
-            store_codes_avx512(precision, q, (b0 + j) * QBLOCK, out.hi.as_mut_ptr(), out.lo.as_mut_ptr(), half);
-            for h in 0..2 {
-                sums[h][j] = _mm512_castsi512_ps(q[h]);
-            }
+        // Default MXCSR rounding: nearest-even, as `round_ties_even`.
+        let q: [[__m512i; 2]; GANG] = std::array::from_fn(|j| v[j].map(|v| _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(ids[j])))));
+        for (j, q) in q.iter().enumerate() {
+            store_codes_avx512(precision, *q, (b0 + j) * QBLOCK, out.hi.as_mut_ptr(), out.lo.as_mut_ptr(), half);
         }
         let add = |a: __m512, b: __m512| _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
-        let [s0, s1] = sums.map(|s| _mm512_castps_si512(reduce_lanes(s, add)));
+        let [s0, s1] = [0, 1].map(|h| _mm512_castps_si512(reduce_lanes(q.map(|q| _mm512_castsi512_ps(q[h])), add)));
         _mm512_storeu_ps(out.d.as_mut_ptr().add(b0), d);
         _mm512_storeu_ps(out.s32.as_mut_ptr().add(b0), _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1))));
         // Half sums interleaved: entry 2b + h.

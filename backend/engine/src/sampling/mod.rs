@@ -164,7 +164,7 @@ pub fn top_k_indices(values: &[f32], k: usize) -> Vec<(u32, f32)> {
     // (vectorised) maximum does is skipped whole.
     const BLOCK: usize = 64;
     for (b, block) in values.chunks(BLOCK).enumerate() {
-        if best.len() == k && block.iter().copied().fold(f32::NEG_INFINITY, f32::max) <= best[k - 1].1 {
+        if best.len() == k && vecops::max_generic(block) <= best[k - 1].1 {
             continue;
         }
         for (j, &v) in block.iter().enumerate() {

@@ -128,8 +128,8 @@ unsafe fn quant_tile<K: QKind, const TT: usize, const DUAL: bool>(
                     _mm_prefetch::<_MM_HINT_T0>(chunk.wrapping_add(PREFETCH_AHEAD + line).cast());
                 }
             }
-            let mut hi = [[zero; 2]; TT];
-            let mut lo = [[zero; 2]; TT];
+            let mut hi = [[zero; CHAINS]; TT];
+            let mut lo = [[zero; CHAINS]; TT];
             for k in 0..q.vectors() {
                 let w = code_vector::<K>(chunk, k);
                 let c = k % CHAINS;
