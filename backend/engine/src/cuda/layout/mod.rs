@@ -61,11 +61,11 @@ slots! {
         /// Tensor parallelism: 1 when every rank needs every rank's logits (sampling, top log-probs).
         Gather,
         /// Unused (set to 0): the slot of a removed variant, kept so the argument layout
-        /// of the measured kernels stays as it was (docs/history.md, `fuse_o`).
+        /// of the measured kernels stays as it was (docs/lab/history.md, `fuse_o`).
         OPart,
         /// `trace`: u64 `[grid × pg_trace_events × TRACE_WORDS_PER_EVENT]` stamps (zeroed per run), or 0 (off).
         Trace,
-        /// Unused (set to 0), as `OPart` (docs/history.md, `fuse_down`).
+        /// Unused (set to 0), as `OPart` (docs/lab/history.md, `fuse_down`).
         DownAcc,
         /// `trace`: the step whose phases are stamped.
         TraceStep,
