@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 MODE="${1:-run}"
 TRUNK_VERSION="0.21.14"
-# TOOLCHAIN.md: every CUDA wheel pinned, or pip mixes 13.5 headers with 13.0 nvcc.
+# Every CUDA wheel is pinned, or pip mixes 13.5 headers with 13.0 nvcc.
 CUDA_WHEELS=(nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88
              nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85
              nvidia-cuda-nvrtc==13.0.88)
@@ -45,7 +45,7 @@ cargo_install_pinned() { # crate version binary
   local crate=$1 version=$2 bin=$3
   if "$bin" --version 2>/dev/null | grep -q " $version\$"; then return; fi
   step "cargo install $crate $version (first time only; several minutes)"
-  # --locked fails for wasm-bindgen-cli here (TOOLCHAIN.md); trunk's lock file works.
+  # --locked fails for wasm-bindgen-cli here; trunk's lock file works.
   local locked=(); [ "$crate" = trunk ] && locked=(--locked)
   cargo install "$crate" --version "$version" "${locked[@]}"
 }

@@ -6,7 +6,7 @@
 # (only PyPI is reachable from here, not GitHub). Tools: cmake + ninja from PyPI in
 # a private venv.
 #
-# Flags follow /work/shared/TOOLCHAIN.md ("Reference fixtures"): GGML_NATIVE=OFF
+# Flags (as for every llama.cpp reference build here): GGML_NATIVE=OFF
 # with the ISA listed explicitly and every AMX option off. GGML_NATIVE=ON would NOT
 # do: it compiles with -march=native, which turns AMX on by itself on CPUs that
 # have it (the GGML_AMX_* options are only read when GGML_NATIVE=OFF), and that

@@ -13,8 +13,8 @@ Two modes:
                    --runs 1 --no-llamacpp` and one llama.cpp measurement in turn,
                    RUNS times, and prints medians and ratios (markdown with --markdown).
 
-Needs llama-cpp-python==0.3.36 built without AMX (shared TOOLCHAIN.md) and numpy,
-e.g. /tmp/llama-venv/bin/python.
+Needs llama-cpp-python==0.3.36 built without AMX (docs/benchmarks.md, "Machines") and
+numpy, e.g. /tmp/llama-venv/bin/python.
 
 usage: llamacpp_bench.py --serve --model M [--threads T] [--n-ctx C]
        llamacpp_bench.py --peregrine BIN [--model M] [--threads T] [--runs 5]

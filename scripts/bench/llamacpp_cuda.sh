@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# llama.cpp's CUDA build on the GPU host, for the speed side by side of issue #28 run 2:
+# llama.cpp's CUDA build on the GPU host, for the speed side by side in docs/benchmarks.md:
 #   build   SRC.tar.xz   builds llama-bench and llama-quantize (sm_90, flash attention)
 #   models  SHAPE...     random-weight GGUFs of benchmark shapes (random_gguf.py), F16
 #                        quantized by llama-quantize to Q8_0 and Q4_K_M

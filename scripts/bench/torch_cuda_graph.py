@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""PyTorch baseline of `peregrine bench --device cuda --baseline` (GPU.md's "CUDA graph"
-column): a transformers model of each shape with random bf16 weights, a static KV
+"""PyTorch baseline of `peregrine bench --device cuda --baseline` (the "PyTorch CUDA
+graph" column of docs/benchmarks.md): a transformers model of each shape with random bf16 weights, a static KV
 cache, one greedy decode step captured as a CUDA graph and replayed, timed with CUDA
 events (median of runs). Also times an eager 512-token prefill into the same cache.
 

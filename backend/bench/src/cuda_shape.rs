@@ -1,5 +1,5 @@
-//! The GPU side of `peregrine bench --device cuda` for one model shape, by GPU.md's
-//! method: a verified (untimed, checked) greedy run first, then timed runs whose
+//! The GPU side of `peregrine bench --device cuda` for one model shape, by the method of
+//! docs/benchmarks.md ("GPU method"): a verified (untimed, checked) greedy run first, then timed runs whose
 //! decode rate comes from the kernel's own per-token timestamps (median of runs),
 //! judged against the HBM bound measured in the same process, plus time to first
 //! token of a long prompt: through the batched prefill (the default) and, for

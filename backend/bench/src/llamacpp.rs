@@ -14,7 +14,7 @@ use peregrine_engine::{Error, Result};
 
 /// Environment variable with the Python interpreter that has llama-cpp-python.
 pub const PYTHON_ENV: &str = "PEREGRINE_LLAMACPP_PYTHON";
-/// Where this project's set-up notes put that interpreter (TOOLCHAIN.md).
+/// The interpreter's default place (its build: docs/benchmarks.md, "Machines").
 pub const DEFAULT_PYTHON: &str = "/tmp/llama-venv/bin/python";
 /// The worker script, relative to the repository root.
 pub const SCRIPT: &str = "scripts/bench/llamacpp_bench.py";

@@ -321,7 +321,7 @@ fn read_model_dtp_reads_a_hf_directory() {
 
 #[test]
 fn benchmark_shapes_of_issue_9_shard_over_8_gpus() {
-    // Issue 9 runs these at TP 1, 2, 4, 8; qwen2.5-coder-1.5b's 12 heads stop at 4.
+    // The TP benchmarks run these at TP 1, 2, 4, 8; qwen2.5-coder-1.5b's 12 heads stop at 4.
     for name in ["llama-3.2-1b", "smollm2-1.7b", "laneformer-2b"] {
         let c = ordinary(&preset(name).unwrap());
         for degree in [1, 2, 4, 8] {
