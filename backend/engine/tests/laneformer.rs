@@ -18,7 +18,7 @@ use peregrine_engine::runtime::{Cancel, DecodeJob, Runtime};
 use peregrine_engine::sampling::SamplingParams;
 use serde::Deserialize;
 
-/// Largest allowed ‖Δ‖/‖ref‖ of the logits (the bound), for the float32 runtimes.
+/// Largest allowed ‖Δ‖/‖ref‖ of the logits (the required bound), for the float32 runtimes.
 const MAX_REL_ERR: f64 = 1e-4;
 /// The same for the fast CPU runtime, whose KV cache holds f16 (an 11-bit significand,
 /// as llama.cpp's default): that alone puts these fixtures' logits ~2·10⁻⁴ off.

@@ -9,7 +9,7 @@ use crate::cpu::reference::{KvCache, ReferenceModel};
 use crate::synthetic::{ordinary, preset, synthetic_weights};
 use crate::weights::Weights;
 
-/// Relative logits bound of sharded vs unsharded runs (the 1e-5).
+/// Relative logits bound of sharded vs unsharded runs (the required 1e-5).
 const REL_TOL: f64 = 1e-5;
 
 /// Llama, GQA with 2 KV heads (replicated at 4 and 8 lanes), an odd vocabulary, 5 layers.
