@@ -1,5 +1,5 @@
 //! The attention phase: RoPE and attention over the KV cache, flash-decoding splits
-//! merged by the last block of each head (helpers in phases/attention.cuh).
+//! merged by the last block of each head (helpers in phases/head_qkv.cuh).
 #pragma once
 #include "decode_state.cuh"
 

@@ -1,5 +1,5 @@
 //! The down-projection phase: the FFN output times w_down plus the residual (the
-//! down_waves helpers are in phases/down.cuh).
+//! down_waves helpers are in phases/down_waves.cuh).
 #pragma once
 #include "decode_state.cuh"
 

@@ -3,11 +3,12 @@
 # both GPU weight forms (bf16 converted at load; auto, Q4_1 streamed natively): greedy
 # tokens on CUDA vs the CPU float32 reference for several prompts, and `serve --device
 # cuda` answering a streamed /api/generate and /v1/completions (serve_check.py: framing,
-# decode tok/s from timings). Needs .carry/peregrine and the model at $MODEL (joined
-# from parts by the caller: the model is over one call's limit).
+# decode tok/s from timings). Run from the GPU kit (scripts/gpu/kit.sh run model): needs
+# bin/peregrine beside this script's folder and the model at $MODEL (joined from its
+# parts by the kit: the model is over one call's carry).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-bin=$PWD/.carry/peregrine
+bin=${PEREGRINE_BIN:-$PWD/bin/peregrine}
 model=${MODEL:-/tmp/model.gguf}
 out=${OUT:-gpu-logs}; mkdir -p "$out"
 [ -x "$bin" ] && [ -f "$model" ] || { echo "need $bin and $model"; exit 1; }

@@ -99,7 +99,7 @@ fn medians(runs: &[FiguresOut]) -> FiguresOut {
 
 /// Runs the benchmark `args` describe.
 pub fn run(args: BenchArgs) -> Result<()> {
-    let device: Device = args.model.device.parse()?;
+    let device: Device = args.model.device.into();
     if !args.cuda.shape.is_empty() {
         if device == Device::Cpu {
             return Err(Error::bad("device", "--shape benchmarks the CUDA engine on synthetic weights: use --device cuda"));

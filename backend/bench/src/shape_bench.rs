@@ -55,6 +55,10 @@ pub struct CudaBenchArgs {
     /// Python with PyTorch and transformers for --baseline (default: $PEREGRINE_TORCH_PYTHON, else python3).
     #[arg(long)]
     pub torch_python: Option<PathBuf>,
+    /// With --shape: also write the JSON report to this file (the table still prints), for
+    /// scripts that summarise a run whose progress should stay readable.
+    #[arg(long)]
+    pub json_out: Option<PathBuf>,
 }
 
 /// Runs the shape benchmark at each tensor-parallel degree of `tps` (on the first
@@ -198,6 +202,10 @@ pub fn run(args: &CudaBenchArgs, cuda: &CudaOptions, tps: &[usize], gpus: Option
         bandwidth,
         plan: &plan,
     };
+    if let Some(path) = &args.json_out {
+        std::fs::write(path, report_json(report).to_string())
+            .map_err(|e| Error::Request(format!("--json-out {}: {e}", path.display())))?;
+    }
     if json {
         println!("{}", report_json(report));
     } else {

@@ -4,10 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use peregrine_engine::{
-    ActPrecision, CpuOptions, CpuRuntimeKind, CudaOptions, CudaPaths, Device, EngineOptions, GpuWeights, Isa, PrefillMode, ThreadsPolicy,
-};
+use peregrine_engine::{CpuOptions, CudaOptions, CudaPaths, EngineOptions, ThreadsPolicy};
 
+use crate::engine_flags::{parse_threads, ActBitsFlag, CpuRuntimeFlag, DeviceFlag, GpuWeightsFlag, IsaFlag, PrefillFlag};
 use crate::error::{Error, Result};
 
 /// Where the model comes from and where and how it runs (shared by every subcommand).
@@ -16,9 +15,9 @@ pub struct ModelArgs {
     /// Model file (GGUF) or Hugging Face directory; default: the cached default model.
     #[arg(long, env = "PEREGRINE_MODEL")]
     pub model: Option<PathBuf>,
-    /// auto (CUDA when present, else CPU), cpu or cuda.
-    #[arg(long, env = "PEREGRINE_DEVICE", default_value = "auto")]
-    pub device: String,
+    /// Where the model runs: auto is CUDA when a device is present, else the CPU.
+    #[arg(long, env = "PEREGRINE_DEVICE", value_enum, default_value_t = DeviceFlag::Auto)]
+    pub device: DeviceFlag,
     /// Tensor-parallel degree: GPUs one model is split over (the bench's `--shape` takes a list, e.g. 1,2).
     #[arg(long, env = "PEREGRINE_TP", default_value = "1")]
     pub tp: String,
@@ -33,40 +32,41 @@ pub struct ModelArgs {
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct EngineArgs {
     /// CPU runtime: fast (packed quantized weights, SIMD) or reference (float32, for bisecting).
-    #[arg(long, env = "PEREGRINE_CPU_RUNTIME", default_value = "fast")]
-    pub cpu_runtime: String,
+    #[arg(long, env = "PEREGRINE_CPU_RUNTIME", value_enum, default_value_t = CpuRuntimeFlag::Fast)]
+    pub cpu_runtime: CpuRuntimeFlag,
     /// Threads of the fast CPU runtime (default: every core).
     #[arg(long, env = "PEREGRINE_CPU_THREADS")]
     pub cpu_threads: Option<usize>,
-    /// Highest instruction set the CPU kernels may use: portable, avx2 or avx512 (default: the best present).
-    #[arg(long, env = "PEREGRINE_CPU_ISA")]
-    pub cpu_isa: Option<String>,
-    /// Activation precision of the fast CPU runtime's integer kernels: 16 or 8 bits.
-    #[arg(long, env = "PEREGRINE_CPU_ACT_BITS", default_value_t = 16)]
-    pub cpu_act_bits: u8,
+    /// Highest instruction set the CPU kernels may use (default: the best present).
+    #[arg(long, env = "PEREGRINE_CPU_ISA", value_enum)]
+    pub cpu_isa: Option<IsaFlag>,
+    /// Activation precision of the fast CPU runtime's integer kernels, in bits.
+    #[arg(long, env = "PEREGRINE_CPU_ACT_BITS", value_enum, default_value_t = ActBitsFlag::Sixteen)]
+    pub cpu_act_bits: ActBitsFlag,
     /// GPU prompts: batched (cuBLAS GEMMs before the persistent kernel) or tokens (one kernel step per token).
-    #[arg(long, env = "PEREGRINE_PREFILL", default_value = "batched")]
-    pub prefill: String,
+    #[arg(long, env = "PEREGRINE_PREFILL", value_enum, default_value_t = PrefillFlag::Batched)]
+    pub prefill: PrefillFlag,
     /// GPU weight matrices: bf16 (convert all; the fastest today), auto (quantized GGUF
     /// formats streamed as they are, others bf16), native (as auto, but refuse a matrix
     /// that cannot run natively), or q8_0 (quantize float matrices at load too; outputs
     /// change slightly).
-    #[arg(long, env = "PEREGRINE_GPU_WEIGHTS", default_value = "bf16")]
-    pub gpu_weights: String,
+    #[arg(long, env = "PEREGRINE_GPU_WEIGHTS", value_enum, default_value_t = GpuWeightsFlag::Bf16)]
+    pub gpu_weights: GpuWeightsFlag,
     /// GPU threads per block: tune (measured at a shape's first load, then cached) or a multiple of 32.
-    #[arg(long, env = "PEREGRINE_THREADS", default_value = "tune")]
-    pub threads: String,
+    #[arg(long, env = "PEREGRINE_THREADS", default_value = "tune", value_parser = parse_threads)]
+    pub threads: ThreadsPolicy,
     /// GPU KV-cache positions per request (default: the kernel's default, capped by the model's context).
     #[arg(long, env = "PEREGRINE_KV_POSITIONS")]
     pub kv_positions: Option<usize>,
+    // The three switches below are for tests and experiments: accepted, hidden from `--help`.
     /// Let tensor-parallel ranks share one GPU (tests of TP and DTP on a single GPU; not for speed).
-    #[arg(long, env = "PEREGRINE_TP_SHARE_GPU")]
+    #[arg(long, env = "PEREGRINE_TP_SHARE_GPU", hide = true)]
     pub tp_share_gpu: bool,
     /// Tensor parallelism: weights loaded evict-first from L2 (not yet measured on two GPUs).
-    #[arg(long, env = "PEREGRINE_TP_EVICT_FIRST")]
+    #[arg(long, env = "PEREGRINE_TP_EVICT_FIRST", hide = true)]
     pub tp_evict_first: bool,
     /// Tensor parallelism: the down phase streams while its input lands (not yet measured on two GPUs).
-    #[arg(long, env = "PEREGRINE_TP_DOWN_WAVES")]
+    #[arg(long, env = "PEREGRINE_TP_DOWN_WAVES", hide = true)]
     pub tp_down_waves: bool,
     /// Folder holding libnvrtc (searched first; then $CUDA_HOME and the toolkit folders).
     #[arg(long, env = "PEREGRINE_NVRTC_DIR")]
@@ -116,51 +116,40 @@ impl ModelArgs {
 
     /// The engine options of a single-degree run.
     pub fn engine_options(&self) -> Result<EngineOptions> {
-        let device: Device = self.device.parse()?;
-        Ok(EngineOptions { device, gpus: self.gpus()?, cpu: self.engine.cpu_options()?, cuda: self.engine.cuda_options()? })
+        Ok(EngineOptions { device: self.device.into(), gpus: self.gpus()?, cpu: self.engine.cpu_options()?, cuda: self.engine.cuda_options()? })
     }
 }
 
 impl EngineArgs {
     /// The CPU runtime's options.
     pub fn cpu_options(&self) -> Result<CpuOptions> {
-        let runtime: CpuRuntimeKind = self.cpu_runtime.parse()?;
-        let isa_cap = match self.cpu_isa.as_deref() {
-            None | Some("") => None,
-            Some(name) => {
-                Some(Isa::from_name(name).ok_or_else(|| Error::bad("cpu-isa", format!("`{name}`: expected portable, avx2 or avx512")))?)
-            }
-        };
-        let act_precision = match self.cpu_act_bits {
-            16 => ActPrecision::Int16,
-            8 => ActPrecision::Int8,
-            n => return Err(Error::bad("cpu-act-bits", format!("{n}: expected 16 or 8"))),
-        };
         if self.cpu_threads == Some(0) {
             return Err(Error::bad("cpu-threads", "must be at least 1"));
         }
-        Ok(CpuOptions { runtime, threads: self.cpu_threads, isa_cap, act_precision })
+        Ok(CpuOptions {
+            runtime: self.cpu_runtime.into(),
+            threads: self.cpu_threads,
+            isa_cap: self.cpu_isa.map(Into::into),
+            act_precision: self.cpu_act_bits.into(),
+        })
     }
 
     /// The CUDA runtime's options (library folders from the flags, then `$CUDA_HOME` /
     /// `$CUDA_PATH` and the standard places).
     pub fn cuda_options(&self) -> Result<CudaOptions> {
-        let prefill: PrefillMode = self.prefill.parse()?;
-        let threads: ThreadsPolicy = self.threads.parse()?;
-        let weights: GpuWeights = self.gpu_weights.parse()?;
         let cuda_homes: Vec<PathBuf> =
             ["CUDA_HOME", "CUDA_PATH"].iter().filter_map(|v| std::env::var_os(v)).filter(|p| !p.is_empty()).map(PathBuf::from).collect();
         let home = std::env::var_os("HOME").map(PathBuf::from);
         let cubin_cache = self.cubin_cache.clone().or_else(|| cache_root().map(|r| r.join("cubins")));
         let paths = CudaPaths::standard(self.nvrtc_dir.as_deref(), self.cublas_dir.as_deref(), &cuda_homes, home.as_deref(), cubin_cache);
         Ok(CudaOptions {
-            prefill,
-            threads,
+            prefill: self.prefill.into(),
+            threads: self.threads,
             kv_positions: self.kv_positions,
             share_gpu: self.tp_share_gpu,
             tp_weights_evict_first: self.tp_evict_first,
             tp_down_waves: self.tp_down_waves,
-            weights,
+            weights: self.gpu_weights.into(),
             diagnostics: Default::default(),
             paths,
         })
@@ -176,9 +165,10 @@ pub fn model_id(path: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use peregrine_engine::{ActPrecision, CpuRuntimeKind, GpuWeights, Isa, PrefillMode};
 
     fn args(tp: &str, gpus: Option<&str>) -> ModelArgs {
-        ModelArgs { model: None, device: "cuda".into(), tp: tp.into(), gpus: gpus.map(String::from), engine: EngineArgs::default() }
+        ModelArgs { model: None, device: DeviceFlag::Cuda, tp: tp.into(), gpus: gpus.map(String::from), engine: EngineArgs::default() }
     }
 
     #[test]
@@ -190,43 +180,45 @@ mod tests {
         assert!(args("two", None).tp_list().is_err());
     }
 
+    /// The engine flags alone, parsed as the CLI parses them.
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        engine: EngineArgs,
+    }
+
+    fn flags(args: &[&str]) -> std::result::Result<EngineArgs, String> {
+        use clap::Parser;
+        Flags::try_parse_from(std::iter::once("peregrine").chain(args.iter().copied())).map(|f| f.engine).map_err(|e| e.to_string())
+    }
+
     #[test]
     fn engine_flags_become_options_or_clear_errors() {
-        let mut e = EngineArgs {
-            cpu_runtime: "fast".into(),
-            cpu_act_bits: 16,
-            prefill: "batched".into(),
-            gpu_weights: "bf16".into(),
-            threads: "tune".into(),
-            ..Default::default()
-        };
+        let e = flags(&[]).expect("defaults");
         assert_eq!(e.cpu_options().expect("defaults"), CpuOptions::default());
         let cuda = e.cuda_options().expect("defaults");
         assert_eq!((cuda.prefill, cuda.threads), (PrefillMode::Batched, ThreadsPolicy::Tuned));
-        e.threads = "448".into();
-        e.prefill = "tokens".into();
-        let cuda = e.cuda_options().expect("fixed threads");
+        let fixed = flags(&["--threads", "448", "--prefill", "tokens"]).expect("fixed threads");
+        let cuda = fixed.cuda_options().expect("fixed threads");
         assert_eq!((cuda.prefill, cuda.threads), (PrefillMode::Tokens, ThreadsPolicy::Fixed(448)));
-        for (field, value, needle) in [("threads", "100", "multiple of 32"), ("prefill", "fast", "batched or tokens")] {
-            let mut bad = e.clone();
-            match field {
-                "threads" => bad.threads = value.into(),
-                _ => bad.prefill = value.into(),
-            }
-            assert!(bad.cuda_options().expect_err(field).to_string().contains(needle));
+        for (flag, value, needle) in [
+            ("--threads", "100", "multiple of 32"),
+            ("--prefill", "fast", "batched, tokens"),
+            ("--cpu-act-bits", "4", "16, 8"),
+            ("--cpu-isa", "sse9", "avx2"),
+            ("--gpu-weights", "q3_k", "bf16, auto, native, q8_0"),
+            ("--cpu-runtime", "turbo", "fast, reference"),
+        ] {
+            let err = flags(&[flag, value]).map(|_| ()).expect_err(flag);
+            assert!(err.contains(needle), "{flag} {value}: {err}");
         }
-        let bad = EngineArgs { cpu_act_bits: 4, ..e.clone() };
-        assert!(bad.cpu_options().expect_err("bits").to_string().contains("16 or 8"));
-        let bad = EngineArgs { cpu_isa: Some("sse9".into()), ..e.clone() };
-        assert!(bad.cpu_options().expect_err("isa").to_string().contains("avx2"));
         assert_eq!(e.cuda_options().expect("defaults").weights, GpuWeights::Bf16);
         for (value, want) in [("auto", GpuWeights::Auto), ("native", GpuWeights::Native), ("q8_0", GpuWeights::Q8_0)] {
-            let a = EngineArgs { gpu_weights: value.into(), ..e.clone() };
-            assert_eq!(a.cuda_options().expect(value).weights, want);
+            assert_eq!(flags(&["--gpu-weights", value]).expect(value).cuda_options().expect(value).weights, want);
         }
-        let bad = EngineArgs { gpu_weights: "q3_k".into(), ..e.clone() };
-        assert!(bad.cuda_options().expect_err("weights").to_string().contains("auto, native, bf16 or q8_0"));
-        let bad = EngineArgs { cpu_runtime: "turbo".into(), ..e };
-        assert!(bad.cpu_options().expect_err("runtime").to_string().contains("fast or reference"));
+        let cpu = flags(&["--cpu-isa", "avx512", "--cpu-act-bits", "8", "--cpu-runtime", "ref"]).expect("cpu flags").cpu_options().expect("cpu");
+        assert_eq!((cpu.isa_cap, cpu.act_precision, cpu.runtime), (Some(Isa::Avx512Vnni), ActPrecision::Int8, CpuRuntimeKind::Reference));
+        let hidden = [flags(&["--tp-share-gpu", "--tp-evict-first", "--tp-down-waves"]).expect("hidden switches still parse")];
+        assert!(hidden[0].tp_share_gpu && hidden[0].tp_evict_first && hidden[0].tp_down_waves);
     }
 }

@@ -11,6 +11,7 @@ pub mod config;
 pub mod connections;
 pub mod embedded_playground;
 pub mod engine_args;
+pub mod engine_flags;
 pub mod engine_slot;
 pub mod engine_start;
 pub mod error;
