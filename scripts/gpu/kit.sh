@@ -132,10 +132,22 @@ run() {
     tail -3 "$OUT/sanitize.log"
   fi
   if has bench; then
-    echo "== bench: peregrine-bench --device cuda --shape $KIT_SHAPES --weights $KIT_WEIGHTS --baseline"
-    timed 420 "$OUT/bench.log" bin/peregrine-bench --device cuda --shape "$KIT_SHAPES" --weights "$KIT_WEIGHTS" \
-      --runs "${KIT_RUNS:-3}" --baseline --json-out "$OUT/bench.json"
-    grep -vE "Writing|^\s*$" "$OUT/bench.log" | tail -30
+    # One invocation per weight format, so a deadline loses at most the last one's rows;
+    # PyTorch (bf16 only) runs beside the bf16 one.
+    local w
+    for w in ${KIT_WEIGHTS//,/ }; do
+      echo "== bench: peregrine-bench --device cuda --shape $KIT_SHAPES --weights $w"
+      timed 420 "$OUT/bench.log" bin/peregrine-bench --device cuda --shape "$KIT_SHAPES" --weights "$w" \
+        --runs "${KIT_RUNS:-3}" $([ "$w" = bf16 ] && echo --baseline) --json-out "$KIT_WORK/bench-$w.json"
+    done
+    python3 - "$KIT_WORK" "$OUT/bench.json" <<'PY'
+import glob, json, sys
+parts = [json.load(open(f)) for f in sorted(glob.glob(sys.argv[1] + "/bench-*.json"))]
+if parts:
+    merged = dict(parts[0], shapes=[row for p in parts for row in p["shapes"]])
+    json.dump(merged, open(sys.argv[2], "w"), indent=1)
+PY
+    grep -vE "Writing|^\s*$" "$OUT/bench.log" | grep -E "tok/s|failed|error|bound" | tail -30
   fi
   if has hf; then
     echo "== hf: transformers against the engine through the HF loader"
