@@ -114,10 +114,11 @@ run() {
   : > "$KIT_WORK/steps.txt"
   local peers_pid=""
   if has peers; then
-    # The build needs the CPUs only: it overlaps the GPU suites.
+    # The build needs the CPUs only: it overlaps the GPU suites, at the lowest priority so
+    # the checks' CPU references keep their cores.
     ( export LLAMACPP_WORK=/tmp/llamacpp
-      timed 400 "$OUT/peers.log" scripts/bench/llamacpp_cuda.sh build llamacpp-src.tar.xz &&
-      timed 300 "$OUT/peers.log" scripts/bench/llamacpp_cuda.sh models ${KIT_SHAPES//,/ } ) &
+      timed 400 "$OUT/peers.log" nice -n 19 scripts/bench/llamacpp_cuda.sh build llamacpp-src.tar.xz &&
+      timed 300 "$OUT/peers.log" nice -n 19 scripts/bench/llamacpp_cuda.sh models ${KIT_SHAPES//,/ } ) &
     peers_pid=$!
   fi
   if has tests; then
