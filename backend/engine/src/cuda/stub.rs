@@ -4,14 +4,14 @@
 use super::{PrefillSplit, RunStats};
 use crate::config::ModelConfig;
 use crate::cuda::layout::KernelOptions;
-use crate::error::{Error, Result};
+use crate::error::{CudaError, Result};
 use crate::options::CudaOptions;
 use crate::runtime::{BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
 use crate::sampling::Sampled;
 use crate::weights::Weights;
 
 fn disabled<T>() -> Result<T> {
-    Err(Error::Cuda("this build has no CUDA support (rebuild with the `cuda` feature, on by default)".into()))
+    Err(CudaError::NotBuilt.into())
 }
 
 /// Always an error: no CUDA in this build.

@@ -9,7 +9,7 @@ use crate::config::ModelConfig;
 use crate::cuda::layout::{self, KernelOptions, XMode};
 use crate::cuda::prefill::{Exchange, Prefill, PrefillOp, Profile};
 use crate::dtp::DtpSchedule;
-use crate::error::{Error, Result};
+use crate::error::{CudaError, Error, Result};
 use crate::options::CudaPaths;
 
 /// What `enqueue_prefill` put on the stream: the positions the KV cache holds after it
@@ -42,8 +42,10 @@ pub(super) fn load_prefills(
         .enumerate()
         .map(|(rank, r)| {
             r.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
-            Prefill::new(&r.ctx, &r.stream, shard, options, paths, arch, kv_cap, Some((rank, tp, dtp)))
-                .map_err(|e| Error::Cuda(format!("batched prefill: {e} (--prefill tokens runs prompts token by token instead)")))
+            Prefill::new(&r.ctx, &r.stream, shard, options, paths, arch, kv_cap, Some((rank, tp, dtp))).map_err(|e| match e {
+                Error::Cuda(e) => CudaError::context("batched prefill (--prefill tokens runs prompts token by token instead)", e).into(),
+                other => other,
+            })
         })
         .collect()
 }
@@ -169,7 +171,7 @@ impl CudaRuntime {
             _ => usize::try_from(late).ok(),
         };
         if let Some(m) = waits_on.filter(|&m| sent[at(m)].len() != self.ranks.len()) {
-            return Err(Error::Cuda(format!("prefill exchange: layer {l} adds layer {m}'s partials, which were never sent")));
+            return Err(CudaError::Mismatch(format!("prefill exchange: layer {l} adds layer {m}'s partials, which were never sent")).into());
         }
         self.each_rank(profile, |i, r, pf, p| {
             if let Some(m) = waits_on {

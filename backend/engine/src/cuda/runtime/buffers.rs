@@ -6,10 +6,10 @@ use std::sync::Arc;
 use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, PinnedHostSlice};
 
 use super::kernel::Kernel;
-use super::{cuda_err, CudaRuntime};
+use super::{alloc_err, check, cuda_err, CudaRuntime};
 use crate::config::ModelConfig;
 use crate::cuda::layout::{self, KernelOptions, PeerSlot, MAX_DEVICE_STOP_TOKENS};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Per-request state buffers of one rank.
 pub(super) struct State {
@@ -54,10 +54,11 @@ impl CudaRuntime {
         tp: usize,
     ) -> Result<State> {
         let (qd, kvd) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
-        let f32s = |n: usize| stream.alloc_zeros::<f32>(n.max(1)).map_err(cuda_err("cuMemAlloc"));
-        let u32s = |n: usize| stream.alloc_zeros::<u32>(n.max(1)).map_err(cuda_err("cuMemAlloc"));
+        let f32s = |n: usize| stream.alloc_zeros::<f32>(n.max(1)).map_err(alloc_err("a run's f32 buffer", 4 * n.max(1)));
+        let u32s = |n: usize| stream.alloc_zeros::<u32>(n.max(1)).map_err(alloc_err("a run's u32 buffer", 4 * n.max(1)));
+        let kv_elems = c.num_layers * 2 * kvd * kv_cap;
         Ok(State {
-            kv: stream.alloc_zeros::<u16>(c.num_layers * 2 * kvd * kv_cap).map_err(cuda_err("KV cache"))?,
+            kv: stream.alloc_zeros::<u16>(kv_elems).map_err(alloc_err(format!("the KV cache ({kv_cap} positions)"), 2 * kv_elems))?,
             x: f32s(c.hidden_size)?,
             resid: f32s(c.hidden_size)?,
             qkv: f32s(qd + 2 * kvd)?,
@@ -70,15 +71,17 @@ impl CudaRuntime {
             partials: f32s(grid as usize * k.partial_floats)?,
             counters: u32s(k.num_counters)?,
             tokens: u32s(kv_cap)?,
-            seen: stream.alloc_zeros::<u8>(full.vocab_size).map_err(cuda_err("cuMemAlloc"))?,
+            seen: stream.alloc_zeros::<u8>(full.vocab_size).map_err(alloc_err("the seen-token flags", full.vocab_size))?,
             logit_bias: f32s(full.vocab_size)?,
             counts: u32s(full.vocab_size)?,
             stop_ids: u32s(MAX_DEVICE_STOP_TOKENS)?,
             exchange: u32s(k.exchange_words)?,
             rx: f32s(k.rx_floats)?,
-            peers: stream.alloc_zeros::<u64>(tp * PeerSlot::COUNT).map_err(cuda_err("cuMemAlloc"))?,
+            peers: stream.alloc_zeros::<u64>(tp * PeerSlot::COUNT).map_err(alloc_err("the peer table", 8 * tp * PeerSlot::COUNT))?,
             // Allocated under TP too (a few MB at most): set_options may turn tp_down_waves on.
-            tagged: stream.alloc_zeros::<u64>(layout::tagged_words(c)).map_err(cuda_err("cuMemAlloc"))?,
+            tagged: stream
+                .alloc_zeros::<u64>(layout::tagged_words(c))
+                .map_err(alloc_err("the tagged words", 8 * layout::tagged_words(c)))?,
         })
     }
 }
@@ -88,7 +91,7 @@ impl CudaRuntime {
 pub(super) fn alloc_host_ring(ctx0: &Arc<CudaContext>, words: usize) -> Result<(PinnedHostSlice<u32>, *mut u32, u64)> {
     // SAFETY: the buffer is zeroed below before the kernel or the host reads it.
     let mut host = unsafe { ctx0.alloc_pinned_with_flags::<u32>(words, sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE) }
-        .map_err(cuda_err("cuMemHostAlloc"))?;
+        .map_err(alloc_err("the host-mapped token ring", 4 * words))?;
     let host_ptr = host.as_mut_ptr().map_err(cuda_err("pinned pointer"))?;
     // SAFETY: `host_ptr` addresses `words` u32 owned by `host`.
     unsafe { std::ptr::write_bytes(host_ptr, 0, words) };
@@ -96,8 +99,6 @@ pub(super) fn alloc_host_ring(ctx0: &Arc<CudaContext>, words: usize) -> Result<(
     ctx0.bind_to_thread().map_err(cuda_err("bind context"))?;
     // SAFETY: `host_ptr` is a live DEVICEMAP allocation of this context.
     let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut host_dev, host_ptr as *mut _, 0) };
-    if r != sys::CUresult::CUDA_SUCCESS {
-        return Err(Error::Cuda(format!("cuMemHostGetDevicePointer: {r:?}")));
-    }
+    check("cuMemHostGetDevicePointer", r)?;
     Ok((host, host_ptr, host_dev))
 }

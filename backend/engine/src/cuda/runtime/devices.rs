@@ -5,19 +5,19 @@ use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaContext, CudaStream};
 
-use super::{cuda_err, Rank};
+use super::{check, cuda_err, Rank};
 use crate::cuda::layout::PeerSlot;
-use crate::error::{Error, Result};
+use crate::error::{CudaError, Result};
 
 /// Names of the CUDA devices present, or why there are none (no driver, no device).
 pub fn devices() -> Result<Vec<String>> {
     // SAFETY: probing for the driver library by name has no preconditions.
     if !unsafe { sys::is_culib_present() } {
-        return Err(Error::Cuda("no CUDA driver (libcuda) found".into()));
+        return Err(CudaError::Library("no CUDA driver (libcuda) found".into()).into());
     }
     let n = CudaContext::device_count().map_err(cuda_err("cuDeviceGetCount"))?;
     if n <= 0 {
-        return Err(Error::Cuda("no CUDA device present".into()));
+        return Err(CudaError::NoDevice("no CUDA device present".into()).into());
     }
     (0..n as usize)
         .map(|i| {
@@ -45,7 +45,7 @@ pub(crate) fn placement(ordinals: &[usize]) -> Result<(Vec<String>, String, u32)
     let mut grid = u32::MAX;
     let mut used = Vec::new();
     for &o in ordinals {
-        let name = names.get(o).ok_or_else(|| Error::Cuda(format!("no CUDA device {o} ({} present)", names.len())))?;
+        let name = names.get(o).ok_or_else(|| CudaError::NoDevice(format!("no CUDA device {o} ({} present)", names.len())))?;
         used.push(name.clone());
         let ctx = CudaContext::new(o).map_err(cuda_err("cuCtxCreate"))?;
         let (major, minor) = ctx.compute_capability().map_err(cuda_err("compute capability"))?;
@@ -80,37 +80,34 @@ fn enable_peer_access(ranks: &[Rank]) -> Result<()> {
             // SAFETY: both devices come from live contexts; `can` is a valid out-pointer.
             let r = unsafe { sys::cuDeviceCanAccessPeer(&mut can, a.ctx.cu_device(), b.ctx.cu_device()) };
             if r != sys::CUresult::CUDA_SUCCESS || can == 0 {
-                return Err(Error::Cuda(format!(
+                return Err(CudaError::Unsupported(format!(
                     "GPU {} ({}) cannot access GPU {} ({}) as a peer ({r:?}); tensor parallelism needs peer access (NVLink or PCIe P2P)",
                     a.ctx.ordinal(),
                     a.device_name,
                     b.ctx.ordinal(),
                     b.device_name
-                )));
+                ))
+                .into());
             }
             a.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
             // SAFETY: `b`'s context is live; enabling access from the current context (`a`).
             let r = unsafe { sys::cuCtxEnablePeerAccess(b.ctx.cu_ctx(), 0) };
-            if r != sys::CUresult::CUDA_SUCCESS && r != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
-                return Err(Error::Cuda(format!("cuCtxEnablePeerAccess {i}→{j}: {r:?}")));
+            if r != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+                check(&format!("cuCtxEnablePeerAccess {i}→{j}"), r)?;
             }
             // cudarc allocates from the device's memory pool (cuMemAllocAsync), which
             // context peer access does not cover: grant `a` access to `b`'s pool too.
             let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
             // SAFETY: `pool` is a valid out-pointer; the device is live.
             let r = unsafe { sys::cuDeviceGetMemPool(&mut pool, b.ctx.cu_device()) };
-            if r != sys::CUresult::CUDA_SUCCESS {
-                return Err(Error::Cuda(format!("cuDeviceGetMemPool {j}: {r:?}")));
-            }
+            check(&format!("cuDeviceGetMemPool {j}"), r)?;
             let desc = sys::CUmemAccessDesc {
                 location: sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: a.ctx.cu_device() },
                 flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
             };
             // SAFETY: `pool` is `b`'s live pool and `desc` one valid descriptor.
             let r = unsafe { sys::cuMemPoolSetAccess(pool, &desc, 1) };
-            if r != sys::CUresult::CUDA_SUCCESS {
-                return Err(Error::Cuda(format!("cuMemPoolSetAccess {i}→{j}: {r:?}")));
-            }
+            check(&format!("cuMemPoolSetAccess {i}→{j}"), r)?;
         }
     }
     Ok(())

@@ -10,7 +10,7 @@ use crate::config::ModelConfig;
 use crate::cuda::layout::{self, Arg, KernelOptions};
 use crate::cuda::nvrtc;
 use crate::dtp::DtpSchedule;
-use crate::error::{Error, Result};
+use crate::error::{CudaError, Result};
 use crate::options::CudaPaths;
 
 /// The kernel's arguments, one u64 per [`Arg`] slot.
@@ -55,9 +55,9 @@ pub fn compile_only(
     arch: &str,
     cache: Option<&std::path::Path>,
 ) -> Result<usize> {
-    let shard = layout::shard(config, tp).map_err(|e| Error::Cuda(format!("unsupported tensor parallelism: {e}")))?;
+    let shard = layout::shard(config, tp).map_err(|e| CudaError::Unsupported(format!("unsupported tensor parallelism: {e}")))?;
     if let Some(why) = layout::unsupported(&shard, options) {
-        return Err(Error::Cuda(format!("unsupported shape: {why}")));
+        return Err(CudaError::Unsupported(format!("unsupported shape: {why}")).into());
     }
     let smem = nvrtc::shared_per_block_of(arch);
     let mut bytes = nvrtc::cubin(cache, arch, &layout::defines_tp(&shard, options, tp, config.vocab_size, dtp, smem))?.0.len();
@@ -90,7 +90,7 @@ impl CudaRuntime {
             let arr: [u8; 4] = bytes
                 .get(..4)
                 .and_then(|b| b.try_into().ok())
-                .ok_or_else(|| Error::Cuda(format!("kernel constant {name} is not a u32")))?;
+                .ok_or_else(|| CudaError::Mismatch(format!("kernel constant {name} is not a u32")))?;
             Ok(u32::from_le_bytes(arr))
         };
         let smem_bytes = read_u32("pg_smem_bytes")?;
@@ -102,10 +102,11 @@ impl CudaRuntime {
         // The host allocates the tagged buffer from layout::tagged_words; the kernel's own count must agree.
         let tagged_words = read_u32("pg_tagged_words")? as usize;
         if tp == 1 && tagged_words != layout::tagged_words(shard) {
-            return Err(Error::Cuda(format!(
+            return Err(CudaError::Mismatch(format!(
                 "kernel and host disagree on the tagged buffer: {tagged_words} words in the kernel, {} on the host",
                 layout::tagged_words(shard)
-            )));
+            ))
+            .into());
         }
         func.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes as i32)
             .map_err(cuda_err("raise the kernel's shared-memory limit"))?;
@@ -113,10 +114,11 @@ impl CudaRuntime {
             .occupancy_max_active_blocks_per_multiprocessor(options.threads, smem_bytes as usize, None)
             .map_err(cuda_err("occupancy"))?;
         if per_sm < 1 {
-            return Err(Error::Cuda(format!(
+            return Err(CudaError::Unsupported(format!(
                 "the decode kernel does not fit on an SM ({} threads, {smem_bytes} B shared)",
                 options.threads
-            )));
+            ))
+            .into());
         }
         Ok(Kernel { func, smem_bytes, num_counters, partial_floats, exchange_words, rx_floats, trace_events, from_cache })
     }

@@ -3,17 +3,17 @@
 
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{sys, CudaSlice, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{sys, CudaSlice, DevicePtrMut, DriverError, LaunchConfig, PushKernelArg};
 
 use super::kernel::KernelArgs;
-use super::{cuda_err, CudaRuntime};
+use super::{check, cuda_err, CudaRuntime};
 use crate::admission::check_fits;
 use crate::cuda::layout::PEER_SENTINEL;
 use crate::cuda::layout::{self, ctl, end, rec, Arg, MAX_DEVICE_STOP_TOKENS};
 use crate::cuda::prefill::Prefill;
 use crate::cuda::trace::{RawTrace, WORDS_PER_EVENT};
 use crate::cuda::RunStats;
-use crate::error::{Error, Result};
+use crate::error::{CudaError, Error, Result};
 use crate::runtime::{reusable_prefix, DecodeJob, Flow, RunEnd};
 use crate::sampling::{Sampled, SamplingParams, TokenLogprob, MAX_TOP_LOGPROBS};
 
@@ -49,7 +49,7 @@ impl CudaRuntime {
         debug_rows: usize,
     ) -> Result<(Vec<KernelArgs>, Vec<CudaSlice<f32>>)> {
         if let Some(why) = &self.poisoned {
-            return Err(Error::Cuda(format!("the GPU runtime is unusable after an earlier failure: {why}")));
+            return Err(CudaError::Kernel(format!("the GPU runtime is unusable after an earlier failure: {why}")).into());
         }
         // Admission checked the ids; this guards the device's memory (embedding rows, `seen`).
         let v = self.config.vocab_size;
@@ -86,9 +86,7 @@ impl CudaRuntime {
                 // SAFETY: `rx_ptr` addresses `st.rx`'s live allocation of `rx_len` f32 on this stream's context.
                 unsafe { sys::cuMemsetD32Async(rx_ptr, PEER_SENTINEL, rx_len, stream.cu_stream()) }
             };
-            if filled != sys::CUresult::CUDA_SUCCESS {
-                return Err(Error::Cuda(format!("fill receive slots: {filled:?}")));
-            }
+            check("fill receive slots", filled)?;
             if debug_rows > 0 {
                 dbgs.push(stream.alloc_zeros::<f32>(debug_rows * self.shard.vocab_size).map_err(cuda_err("debug logits"))?);
             }
@@ -166,13 +164,13 @@ impl CudaRuntime {
             // guarantees every block is resident, which the kernel's inter-block waits
             // need (it never uses a grid-wide barrier).
             let launched = if self.shared_gpu { unsafe { b.launch(cfg) }.map(|_| None) } else { unsafe { b.launch_cooperative(cfg) } };
-            if let Err(e) = launched {
-                let why = format!("launch decode kernel on rank {i}: {e:?}");
+            if let Err(source) = launched {
+                let err = CudaError::Driver { context: format!("launch decode kernel on rank {i}"), source };
                 if i > 0 {
                     // The ranks already launched wait for this one forever.
-                    self.poisoned = Some(why.clone());
+                    self.poisoned = Some(err.to_string());
                 }
-                return Err(Error::Cuda(why));
+                return Err(err.into());
             }
         }
         Ok(())
@@ -205,7 +203,7 @@ impl CudaRuntime {
             crate::cuda::hung::mark(r.ctx.ordinal());
         }
         self.poisoned = Some(why.clone());
-        Error::Cuda(why)
+        CudaError::Kernel(why).into()
     }
 
     /// Waits for every rank's kernel to end without blocking in the driver, so a hung
@@ -217,9 +215,9 @@ impl CudaRuntime {
                 Some(sys::CUresult::CUDA_SUCCESS) => return Ok(()),
                 None => {}
                 Some(other) => {
-                    let why = format!("the decode kernel failed: {other:?}");
-                    self.poisoned = Some(why.clone());
-                    return Err(Error::Cuda(why));
+                    let err = CudaError::Driver { context: "the decode kernel failed".into(), source: DriverError(other) };
+                    self.poisoned = Some(err.to_string());
+                    return Err(err.into());
                 }
             }
             if started.elapsed() > DEFAULT_STALL_TIMEOUT {
@@ -242,10 +240,11 @@ impl CudaRuntime {
             let layers = self.config.num_layers;
             let expected = crate::cuda::trace::events_for(layers);
             if r.kernel.trace_events != expected {
-                return Err(Error::Cuda(format!(
+                return Err(CudaError::Mismatch(format!(
                     "the kernel's trace has {} events per block, the host expects {expected}",
                     r.kernel.trace_events
-                )));
+                ))
+                .into());
             }
             self.last_trace = Some(RawTrace { blocks: self.grid as usize, layers, step, words });
         }
@@ -398,13 +397,13 @@ impl CudaRuntime {
                 // A kernel that faulted or returned without ending the run never sets DONE.
                 let status = self.kernel_status();
                 if let Some(status) = status.filter(|_| self.host_word(ctl::DONE) == 0) {
-                    let why = if status == sys::CUresult::CUDA_SUCCESS {
-                        "the decode kernel exited without ending the run".to_string()
+                    let err = if status == sys::CUresult::CUDA_SUCCESS {
+                        CudaError::Kernel("the decode kernel exited without ending the run".into())
                     } else {
-                        format!("the decode kernel failed: {status:?}")
+                        CudaError::Driver { context: "the decode kernel failed".into(), source: DriverError(status) }
                     };
-                    self.poisoned = Some(why.clone());
-                    return Err(Error::Cuda(why));
+                    self.poisoned = Some(err.to_string());
+                    return Err(err.into());
                 }
             }
             if last_progress.elapsed() > DEFAULT_STALL_TIMEOUT {
@@ -440,7 +439,7 @@ impl CudaRuntime {
             end::LENGTH => Ok(RunEnd::Length),
             end::STOP_TOKEN => Ok(RunEnd::StopToken),
             end::STOPPED => Ok(RunEnd::Stopped),
-            other => Err(Error::Cuda(format!("the decode kernel ended with unknown reason {other}"))),
+            other => Err(CudaError::Mismatch(format!("the decode kernel ended with unknown reason {other}")).into()),
         }
     }
 }

@@ -33,15 +33,15 @@ use self::weights::DeviceWeights;
 use super::RunStats;
 use crate::admission::check_fits;
 use crate::config::ModelConfig;
-pub(super) use crate::cuda::cuda_err;
 use crate::cuda::layout::{self, ctl, rec, Arg, KernelOptions};
 use crate::cuda::nvrtc;
 use crate::cuda::prefill::{Prefill, PrefillWeights};
 use crate::cuda::quant::WeightPlan;
 use crate::cuda::run_stats::PrefillSplit;
 use crate::cuda::trace::RawTrace;
+pub(super) use crate::cuda::{alloc_err, check, cuda_err};
 use crate::dtp::DtpSchedule;
-use crate::error::{Error, Result};
+use crate::error::{CudaError, Error, Result};
 use crate::options::{CudaOptions, CudaPaths};
 use crate::runtime::{BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
 use crate::sampling::Sampled;
@@ -178,26 +178,27 @@ impl CudaRuntime {
         options.lm_head_format = plan.lm_head.tag();
         if let Some(s) = &dtp {
             if s.lanes != tp || s.num_layers != config.num_layers {
-                return Err(Error::Cuda(format!(
+                return Err(CudaError::Unsupported(format!(
                     "DTP schedule for {} lanes / {} layers on {tp} GPUs / {} layers",
                     s.lanes, s.num_layers, config.num_layers
-                )));
+                ))
+                .into());
             }
         }
-        let shard = layout::shard(config, tp).map_err(|e| Error::Cuda(format!("unsupported tensor parallelism: {e}")))?;
+        let shard = layout::shard(config, tp).map_err(|e| CudaError::Unsupported(format!("unsupported tensor parallelism: {e}")))?;
         if let Some(why) = layout::unsupported(&shard, &options) {
-            return Err(Error::Cuda(format!("unsupported shape: {why}")));
+            return Err(CudaError::Unsupported(format!("unsupported shape: {why}")).into());
         }
         let names = devices()?;
         for (i, &o) in ordinals.iter().enumerate() {
             if o >= names.len() {
-                return Err(Error::Cuda(format!("no CUDA device {o} ({} present)", names.len())));
+                return Err(CudaError::NoDevice(format!("no CUDA device {o} ({} present)", names.len())).into());
             }
             if ordinals[..i].contains(&o) && !cuda.share_gpu {
-                return Err(Error::Cuda(format!("CUDA device {o} is listed twice")));
+                return Err(CudaError::Unsupported(format!("CUDA device {o} is listed twice")).into());
             }
         }
-        super::hung::check(ordinals).map_err(Error::Cuda)?;
+        super::hung::check(ordinals).map_err(CudaError::NoDevice)?;
         nvrtc::preload(&cuda.paths.nvrtc_dirs)?;
         let paths = cuda.paths.clone();
         let kv_cap = layout::kv_positions(config, &options);
@@ -209,7 +210,7 @@ impl CudaRuntime {
             let (major, minor) = ctx.compute_capability().map_err(cuda_err("compute capability"))?;
             let a = nvrtc::arch_for(major, minor);
             if rank > 0 && a != arch {
-                return Err(Error::Cuda(format!("tensor parallelism needs GPUs of one architecture ({arch} and {a})")));
+                return Err(CudaError::Unsupported(format!("tensor parallelism needs GPUs of one architecture ({arch} and {a})")).into());
             }
             arch = a;
             let sm_count =
@@ -286,11 +287,14 @@ impl CudaRuntime {
             || options.prefill_chunk != self.options.prefill_chunk
             || options.attn_max_splits > self.alloc_splits
         {
-            return Err(Error::Cuda("set_options cannot change kv_positions, ring or prefill_chunk, nor raise attn_max_splits".into()));
+            return Err(CudaError::Unsupported(
+                "set_options cannot change kv_positions, ring or prefill_chunk, nor raise attn_max_splits".into(),
+            )
+            .into());
         }
         let tp = self.ranks.len();
         if let Some(why) = layout::unsupported(&self.shard, &options) {
-            return Err(Error::Cuda(format!("unsupported shape: {why}")));
+            return Err(CudaError::Unsupported(format!("unsupported shape: {why}")).into());
         }
         // Every rank's kernel first: a failure leaves the runtime as it was.
         let mut kernels = Vec::with_capacity(tp);
@@ -304,10 +308,11 @@ impl CudaRuntime {
                 || k.exchange_words > s.exchange.len()
                 || k.rx_floats > s.rx.len()
             {
-                return Err(Error::Cuda(format!(
+                return Err(CudaError::Unsupported(format!(
                     "a kernel with {} threads per block needs larger buffers than the runtime allocated for {}",
                     options.threads, self.options.threads
-                )));
+                ))
+                .into());
             }
             kernels.push(k);
         }

@@ -7,14 +7,14 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 
-use super::{cuda_err, CudaRuntime};
+use super::{alloc_err, CudaRuntime};
 use crate::config::ModelConfig;
 use crate::cpu::rope;
 use crate::cuda::layout::LayerSlot;
 use crate::cuda::quant::{repack, repack_rows_interleaved, GpuFormat, WeightPlan};
 use crate::dtp::shard::lane_row;
 use crate::dtp::ShardPlan;
-use crate::error::{Error, Result};
+use crate::error::{CudaError, Error, Result};
 use crate::tensor::Tensor;
 use crate::weights::Weights;
 
@@ -79,7 +79,7 @@ impl CudaRuntime {
         let (d, f, hd) = (c.hidden_size, c.intermediate_size, c.head_dim);
         let (qd, kvd) = (c.num_heads * hd, c.num_kv_heads * hd);
         if w.layers.len() != c.num_layers {
-            return Err(Error::Cuda(format!("{} layers of weights for a {}-layer config", w.layers.len(), c.num_layers)));
+            return Err(CudaError::Unsupported(format!("{} layers of weights for a {}-layer config", w.layers.len(), c.num_layers)).into());
         }
         // This rank's query rows/columns, KV rows, FFN columns and vocabulary rows: the
         // split the CPU reference uses too (layout::shard checked it gives `sh`'s sizes).
@@ -100,13 +100,13 @@ impl CudaRuntime {
             if streamed_too {
                 *streamed += 2 * values.len() as u64;
             }
-            let s = stream.clone_htod(&to_bf16(&values)).map_err(cuda_err("upload weights"))?;
+            let s = stream.clone_htod(&to_bf16(&values)).map_err(alloc_err(format!("bf16 weights (rank {rank})"), 2 * values.len()))?;
             let p = s.device_ptr(stream).0;
             bf16s.push(s);
             Ok(p)
         };
         let put_f32 = |values: &[f32], f32s: &mut Vec<CudaSlice<f32>>| -> Result<u64> {
-            let s = stream.clone_htod(values).map_err(cuda_err("upload weights"))?;
+            let s = stream.clone_htod(values).map_err(alloc_err(format!("f32 weights (rank {rank})"), 4 * values.len()))?;
             let p = s.device_ptr(stream).0;
             f32s.push(s);
             Ok(p)
@@ -115,7 +115,7 @@ impl CudaRuntime {
         let mut quant_streamed: u64 = 0;
         let put_bytes = |bytes: Vec<u8>, quants: &mut Vec<CudaSlice<u8>>, quant_streamed: &mut u64| -> Result<u64> {
             *quant_streamed += bytes.len() as u64;
-            let s = stream.clone_htod(&bytes).map_err(cuda_err("upload quantized weights"))?;
+            let s = stream.clone_htod(&bytes).map_err(alloc_err(format!("quantized weights (rank {rank})"), bytes.len()))?;
             let p = s.device_ptr(stream).0;
             quants.push(s);
             Ok(p)
@@ -139,7 +139,7 @@ impl CudaRuntime {
             if c.attention_bias {
                 let mut b = Vec::with_capacity(q1 - q0 + 2 * (k1 - k0));
                 for (t, (r0, r1)) in [(&l.q_bias, (q0, q1)), (&l.k_bias, (k0, k1)), (&l.v_bias, (k0, k1))] {
-                    let t = t.as_ref().ok_or_else(|| Error::Cuda("attention_bias is set but a q/k/v bias is missing".into()))?;
+                    let t = t.as_ref().ok_or_else(|| CudaError::Unsupported("attention_bias is set but a q/k/v bias is missing".into()))?;
                     b.extend_from_slice(&t.to_f32()?[r0..r1]);
                 }
                 slots[LayerSlot::QkvBias.index()] = put_f32(&b, &mut f32s)?;
@@ -229,7 +229,7 @@ impl CudaRuntime {
         let inv_freq = put_f32(&rope::inv_freq(c), &mut f32s)?;
         // The embedding row read per token.
         streamed += 2 * d as u64 + 4 * d as u64;
-        let layer_table = stream.clone_htod(&table).map_err(cuda_err("upload layer table"))?;
+        let layer_table = stream.clone_htod(&table).map_err(alloc_err("the layer table", 8 * table.len()))?;
         Ok(DeviceWeights {
             _bf16: bf16s,
             _f32: f32s,
@@ -258,7 +258,7 @@ fn planned_source(t: &Tensor, quantize_floats: bool) -> Result<std::borrow::Cow<
 /// The repacked bytes, checked to be in the format the plan chose for `name`.
 fn expect_format(name: &str, want: GpuFormat, (got, bytes): (GpuFormat, Vec<u8>)) -> Result<Vec<u8>> {
     if got != want {
-        return Err(Error::Cuda(format!("{name}: planned as {} but repacked as {}", want.name(), got.name())));
+        return Err(CudaError::Mismatch(format!("{name}: planned as {} but repacked as {}", want.name(), got.name())).into());
     }
     Ok(bytes)
 }
