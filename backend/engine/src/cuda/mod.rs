@@ -17,8 +17,6 @@ mod hung;
 #[cfg(feature = "cuda")]
 pub mod nvrtc;
 #[cfg(feature = "cuda")]
-pub mod prefill;
-#[cfg(feature = "cuda")]
 pub mod qcheck;
 #[cfg(feature = "cuda")]
 mod runtime;

@@ -6,11 +6,11 @@ use std::time::{Duration, Instant};
 use cudarc::driver::{sys, CudaSlice, DevicePtrMut, DriverError, LaunchConfig, PushKernelArg};
 
 use super::kernel::KernelArgs;
+use super::prefill::Prefill;
 use super::{check, cuda_err, CudaRuntime};
 use crate::admission::check_fits;
 use crate::cuda::layout::PEER_SENTINEL;
 use crate::cuda::layout::{self, ctl, end, rec, Arg, MAX_DEVICE_STOP_TOKENS};
-use crate::cuda::prefill::Prefill;
 use crate::cuda::trace::{RawTrace, WORDS_PER_EVENT};
 use crate::cuda::RunStats;
 use crate::error::{CudaError, Error, Result};

@@ -1,20 +1,20 @@
 //! [`Runtime`] on one CUDA GPU or several (tensor parallelism): weights uploaded once
 //! as bf16, the persistent decode kernel (kernels/decode.cu) compiled by NVRTC for the
 //! device, one launch per request and GPU, preceded on one GPU by the batched prefill of
-//! the prompt (prefill.rs) unless `KernelOptions::batched_prefill` is off. The host
+//! the prompt (prefill/) unless `KernelOptions::batched_prefill` is off. The host
 //! thread only polls the token ring in host-mapped memory, calls `on_token`, and raises
 //! the stop flag when asked to stop.
 //!
 //! This file holds the runtime's state, its construction and the [`Runtime`] glue; each
 //! submodule owns one job: the GPUs and peer access (devices), the kernel (kernel), the
 //! weight shards (weights), a run's buffers (buffers), the batched prefill across ranks
-//! (batched_prefill), and one run of the kernel with the host's token loop (launch).
+//! (prefill), and one run of the kernel with the host's token loop (launch).
 
-mod batched_prefill;
 mod buffers;
 mod devices;
 mod kernel;
 mod launch;
+mod prefill;
 mod weights;
 
 use std::mem::ManuallyDrop;
@@ -22,20 +22,19 @@ use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice};
 
-use self::batched_prefill::load_prefills;
 use self::buffers::{alloc_host_ring, State};
 pub(crate) use self::devices::shared_per_block;
 pub use self::devices::{devices, measure_copy_bandwidth};
 pub use self::kernel::compile_only;
 use self::kernel::Kernel;
 pub use self::launch::DEFAULT_STALL_TIMEOUT;
+use self::prefill::{load_prefills, Prefill, PrefillWeights};
 use self::weights::DeviceWeights;
 use super::RunStats;
 use crate::admission::check_fits;
 use crate::config::ModelConfig;
 use crate::cuda::layout::{self, ctl, rec, Arg, KernelOptions};
 use crate::cuda::nvrtc;
-use crate::cuda::prefill::{Prefill, PrefillWeights};
 use crate::cuda::quant::WeightPlan;
 use crate::cuda::run_stats::PrefillSplit;
 use crate::cuda::trace::RawTrace;

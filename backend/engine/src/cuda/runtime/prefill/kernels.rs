@@ -9,18 +9,18 @@
 //! heads) and its o- and down-projection GEMMs write a partial into its own slot of the
 //! receive buffer; the runtime copies the slot to the peers and each rank adds every
 //! rank's partial in rank order (`enqueue_add_parts`), so every rank's residual holds
-//! the same bits (runtime.rs `enqueue_prefill_tp`).
+//! the same bits (mod.rs `enqueue_prefill_tp`).
 
 use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 
-use super::{alloc_err, cuda_err};
 use crate::config::ModelConfig;
 use crate::cuda::cublas::{self, Blas};
 use crate::cuda::layout::{self, KernelOptions, LayerSlot, PrefillShape, XMode, PREFILL_ATTN_THREADS, PREFILL_ROW_THREADS};
 use crate::cuda::nvrtc;
 use crate::cuda::run_stats::PrefillSplit;
+use crate::cuda::{alloc_err, cuda_err};
 use crate::dtp::DtpSchedule;
 use crate::error::{CudaError, Result};
 use crate::options::CudaPaths;
@@ -127,7 +127,7 @@ impl Prefill {
         let blas = Blas::new(stream.clone())?;
         let cache = paths.cubin_cache.as_deref();
         let (cubin, from_cache) =
-            nvrtc::cubin_of(nvrtc::PREFILL_SOURCE, cache, arch, &layout::defines(config, options, super::runtime::shared_per_block(ctx)?))?;
+            nvrtc::cubin_of(nvrtc::PREFILL_SOURCE, cache, arch, &layout::defines(config, options, super::super::shared_per_block(ctx)?))?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(cuda_err("cuModuleLoadData (prefill)"))?;
         let load = |name: &str| module.load_function(name).map_err(cuda_err("cuModuleGetFunction (prefill)"));
         let c = config;

@@ -1,13 +1,18 @@
 //! The batched prefill of the prompt before the decode kernel starts: loading one
-//! `Prefill` per rank, and enqueueing it on one GPU or, under tensor parallelism, on
-//! every rank in lockstep with the partials exchanged by peer copies.
+//! [`Prefill`] per rank (kernels.rs: its kernels, cuBLAS handle and chunk buffers), and
+//! enqueueing it on one GPU or, under tensor parallelism, on every rank in lockstep
+//! with the partials exchanged by peer copies.
+
+mod kernels;
+
+use self::kernels::{Exchange, PrefillOp, Profile};
+pub(super) use self::kernels::{Prefill, PrefillWeights};
 
 use cudarc::driver::{sys, CudaEvent};
 
 use super::{cuda_err, CudaRuntime, Rank};
 use crate::config::ModelConfig;
 use crate::cuda::layout::{self, KernelOptions, XMode};
-use crate::cuda::prefill::{Exchange, Prefill, PrefillOp, Profile};
 use crate::dtp::DtpSchedule;
 use crate::error::{CudaError, Error, Result};
 use crate::options::CudaPaths;
