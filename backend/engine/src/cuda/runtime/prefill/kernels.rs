@@ -9,7 +9,7 @@
 //! heads) and its o- and down-projection GEMMs write a partial into its own slot of the
 //! receive buffer; the runtime copies the slot to the peers and each rank adds every
 //! rank's partial in rank order (`enqueue_add_parts`), so every rank's residual holds
-//! the same bits (mod.rs `enqueue_prefill_tp`).
+//! the same bits (mod.rs `enqueue_tp`).
 
 use std::sync::Arc;
 
