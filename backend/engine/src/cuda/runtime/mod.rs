@@ -167,7 +167,7 @@ impl CudaRuntime {
             launch: ManuallyDrop::new(launch),
             cache: PromptCache::default(),
             last_run: RunStats::default(),
-            probes: Probes::default(),
+            probes: Probes::new(),
         })
     }
 

@@ -24,6 +24,11 @@ pub(super) struct Probes {
 
 #[cfg(feature = "lab")]
 impl Probes {
+    /// Nothing asked for, nothing recorded.
+    pub(super) fn new() -> Probes {
+        Probes::default()
+    }
+
     /// Rows of logits a run of `max_tokens` records.
     pub(super) fn debug_rows(&self, max_tokens: usize) -> usize {
         if self.debug_logits {
@@ -53,11 +58,14 @@ impl Probes {
 
 /// Nothing is recorded in a build without `lab`.
 #[cfg(not(feature = "lab"))]
-#[derive(Default)]
 pub(super) struct Probes;
 
 #[cfg(not(feature = "lab"))]
 impl Probes {
+    pub(super) fn new() -> Probes {
+        Probes
+    }
+
     pub(super) fn debug_rows(&self, _max_tokens: usize) -> usize {
         0
     }

@@ -112,6 +112,7 @@ impl Prefill {
     /// Compiles prefill.cu for `config` (a rank's shard under tensor parallelism), loads
     /// cuBLAS and allocates the chunk buffers. `tp`: (this rank, degree, DTP schedule)
     /// under tensor parallelism; the context must be current (cuBLAS binds to it).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         ctx: &Arc<CudaContext>,
         stream: &Arc<CudaStream>,
@@ -199,6 +200,7 @@ impl Prefill {
     /// their K/V rows into the cache. With
     /// `profile`, records an event pair around every op. One GPU only (tensor
     /// parallelism interleaves the ranks' halves of each layer with the exchanges).
+    #[allow(clippy::too_many_arguments)]
     pub fn enqueue(
         &self,
         stream: &Arc<CudaStream>,
