@@ -32,7 +32,7 @@ internal_modules!(
 mod error;
 pub mod infill;
 
-pub use error::{Error, Result};
+pub use error::{CudaError, Error, Result};
 pub use generator::TextModel;
 pub use handle::{CancelHandle, EngineHandle, EngineInfo, EngineLimits, Rejected, Submission, DEFAULT_MAX_QUEUE};
 pub use model::{build_generator, load_model, parse_gpus, resolve_model_path, ModelFiles, DEFAULT_MODEL_FILE};

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::ModelConfig;
 use crate::cpu::build_cpu_runtime;
-use crate::error::{Error, Result};
+use crate::error::{CudaError, Error, Result};
 use crate::generator::Generator;
 use crate::options::{Device, EngineOptions};
 use crate::template::ChatTemplate;
@@ -121,7 +121,10 @@ pub fn build_generator(files: ModelFiles, options: &EngineOptions) -> Result<Gen
         // error, never a silent fall-back that would hide a broken GPU path.
         Device::Auto => match crate::cuda::devices() {
             Ok(_) => Box::new(cuda_runtime(&files, options)?),
-            Err(why) if gpus.len() > 1 => return Err(Error::Cuda(format!("--tp {} needs CUDA devices: {why}", gpus.len()))),
+            Err(Error::Cuda(why)) if gpus.len() > 1 => {
+                return Err(CudaError::context(format!("--tp {} needs CUDA devices", gpus.len()), why).into())
+            }
+            Err(why) if gpus.len() > 1 => return Err(why),
             Err(why) => {
                 eprintln!("no CUDA device ({why}), using CPU");
                 build_cpu_runtime(&options.cpu, &files.config, &files.weights)?

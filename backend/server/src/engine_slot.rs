@@ -1,6 +1,6 @@
 //! Where handlers find the engine: absent (static-only server), loading, ready or
-//! failed. `serve` binds first and loads in the background, so `/health` can say 503
-//! while the model loads.
+//! failed. `serve` loads the model before it binds, so it only ever serves a ready
+//! engine; the loading and failed states are for an embedder that binds first.
 
 use std::sync::{Arc, RwLock};
 

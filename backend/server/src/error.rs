@@ -94,6 +94,24 @@ pub fn shorten(text: &str) -> String {
 /// The server's result alias.
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// `error: <e>` then one `caused by:` line per source, for a start-up failure on stderr.
+/// The engine's messages already carry their cause's text (they are shown alone in
+/// responses and logs), so a source whose text the line above says already is skipped.
+pub fn report(e: &dyn std::error::Error) -> String {
+    let mut out = format!("error: {e}");
+    let mut said = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !said.contains(&text) {
+            out.push_str(&format!("\n  caused by: {text}"));
+        }
+        said = text;
+        cause = c.source();
+    }
+    out
+}
+
 impl Error {
     /// A 400 naming the offending field.
     pub fn bad(param: &str, message: impl Into<String>) -> Error {
@@ -216,5 +234,36 @@ impl IntoResponse for Error {
         let body = ErrorBody { error: self.api_error(), retry_after_ms: self.retry_after_secs().map(|s| s * 1000) };
         let response = (self.status(), Json(body)).into_response();
         self.with_retry_after(response)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use peregrine_engine::CudaError;
+
+    use super::*;
+
+    #[test]
+    fn a_start_up_report_says_an_out_of_memory_load_once_with_its_numbers() {
+        let oom = CudaError::OutOfMemory { what: "the KV cache (8192 positions)".into(), bytes: 2 << 30, free: 512 << 20, total: 80 << 30 };
+        let e = Error::from(peregrine_engine::Error::from(oom));
+        let text = report(&e);
+        assert!(text.starts_with("error: cuda: out of GPU memory allocating the KV cache (8192 positions)"), "{text}");
+        assert!(text.contains("2048.0 MiB") && text.contains("512.0 MiB free"), "{text}");
+        assert!(!text.contains("caused by"), "the source repeats the message: {text}");
+    }
+
+    #[test]
+    fn a_start_up_report_lists_causes_the_message_does_not_say() {
+        let e = Error::from(peregrine_engine::Error::from(CudaError::context(
+            "batched prefill",
+            CudaError::Library("libcublas not found".into()),
+        )));
+        assert_eq!(report(&e), "error: cuda: batched prefill: libcublas not found");
+        #[derive(Debug, thiserror::Error)]
+        #[error("loading failed")]
+        struct Outer(#[source] std::io::Error);
+        let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "permission denied");
+        assert_eq!(report(&Outer(io)), "error: loading failed\n  caused by: permission denied");
     }
 }

@@ -41,7 +41,7 @@ async fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("{}", peregrine_server::error::report(&e));
             std::process::ExitCode::FAILURE
         }
     }

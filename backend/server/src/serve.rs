@@ -1,7 +1,8 @@
-//! `peregrine serve`: checks the arguments, opens the share store, binds, loads the
-//! model in the background (`/health` answers 503 until it is ready) and serves until
-//! Ctrl-C or SIGTERM; then queued requests are refused and the running one gets a
-//! grace period before it is cancelled.
+//! `peregrine serve`: checks the arguments, opens the share store, loads the model,
+//! binds and serves until Ctrl-C or SIGTERM; then queued requests are refused and the
+//! running one gets a grace period before it is cancelled. The model loads before the
+//! port is taken, so a load that fails (a GPU out of memory, a corrupt file) ends the
+//! process with its error and never leaves a listener that cannot serve.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -46,6 +47,8 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         trusted_proxies,
         ..Settings::default()
     };
+    let limits = EngineLimits { max_queue: args.max_queue, max_batch: args.max_batch, kv_budget: args.kv_budget };
+    let handle = load_engine(&choice, limits).await?;
     let addr = format!("{}:{}", args.host, args.port);
     let listener = TcpListener::bind(&addr).await.map_err(|source| Error::Bind { addr: addr.clone(), source })?;
     let bound = listener.local_addr().map_err(|source| Error::Bind { addr: addr.clone(), source })?;
@@ -78,36 +81,17 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         None => {}
     }
 
-    let slot = EngineSlot::loading();
     let state = AppState::serving(playground)
-        .with_engine_slot(slot.clone())
+        .with_engine_slot(EngineSlot::ready(handle, names.clone()))
         .with_model_name(names.id())
         .with_shares(shares)
         .with_share_policy(policy)
         .with_settings(settings);
-    let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<Error>();
-    let limits = EngineLimits { max_queue: args.max_queue, max_batch: args.max_batch, kv_budget: args.kv_budget };
-    tokio::spawn(async move {
-        match load_engine(&choice, limits).await {
-            Ok(handle) => slot.set_ready(handle, names),
-            Err(e) => {
-                slot.set_failed(e.to_string());
-                let _ = failed_tx.send(e);
-            }
-        }
-    });
-    let (load_error_tx, load_error_rx) = tokio::sync::oneshot::channel::<Error>();
     let stop = async move {
-        tokio::select! {
-            _ = shutdown_signal() => eprintln!("shutting down"),
-            Ok(e) = failed_rx => { let _ = load_error_tx.send(e); }
-        }
+        shutdown_signal().await;
+        eprintln!("shutting down");
     };
-    serve_on(listener, state, stop).await.map_err(|source| Error::Bind { addr, source })?;
-    match load_error_rx.await {
-        Ok(e) => Err(e),
-        Err(_) => Ok(()),
-    }
+    serve_on(listener, state, stop).await.map_err(|source| Error::Bind { addr, source })
 }
 
 /// Serves `state` on `listener` until `stop` resolves, then shuts down gracefully:

@@ -10,7 +10,7 @@ use cudarc::cublas::{sys, CudaBlas};
 use cudarc::driver::CudaStream;
 
 use crate::cuda::nvrtc::find_lib;
-use crate::error::{Error, Result};
+use crate::error::{CudaError, Result};
 
 /// Loads libcublasLt then libcublas by absolute path from the first of `dirs` that
 /// holds both, process-wide. Idempotent: the first call's search decides for the
@@ -39,7 +39,7 @@ pub fn preload(dirs: &[PathBuf]) -> Result<PathBuf> {
         }
         Err(format!("libcublas not found (searched {dirs:?}; pass --cublas-dir, or --prefill tokens to run prompts without cuBLAS)"))
     });
-    loaded.clone().map_err(Error::Cuda)
+    loaded.clone().map_err(|e| CudaError::Library(e).into())
 }
 
 /// A cuBLAS handle bound to the runtime's stream.
@@ -50,7 +50,7 @@ pub struct Blas {
 impl Blas {
     /// Creates a handle on `stream` (cuBLAS loaded by [`preload`]).
     pub fn new(stream: Arc<CudaStream>) -> Result<Blas> {
-        let blas = CudaBlas::new(stream).map_err(|e| Error::Cuda(format!("cublasCreate: {e:?}")))?;
+        let blas = CudaBlas::new(stream).map_err(|source| CudaError::Blas { context: "cublasCreate".into(), source })?;
         Ok(Blas { blas })
     }
 
@@ -62,7 +62,7 @@ impl Blas {
     /// The pointers must address live device buffers of at least the sizes above.
     #[allow(clippy::too_many_arguments)] // cuBLAS's own argument list, named
     pub unsafe fn gemm_bf16(&self, w: u64, a: u64, c: u64, rows: usize, n: usize, k: usize, beta: f32) -> Result<()> {
-        let dim = |v: usize| i32::try_from(v).map_err(|_| Error::Cuda(format!("GEMM dimension {v} exceeds i32")));
+        let dim = |v: usize| i32::try_from(v).map_err(|_| CudaError::Unsupported(format!("GEMM dimension {v} exceeds i32")));
         let (m, nn, kk) = (dim(n)?, dim(rows)?, dim(k)?);
         let alpha = 1.0f32;
         // SAFETY: the caller guarantees the buffers; alpha and beta are host f32 (the
@@ -90,6 +90,6 @@ impl Blas {
                 sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
         }
-        .map_err(|e| Error::Cuda(format!("cublasGemmEx ({rows}×{k} · {n}×{k}ᵀ): {e:?}")))
+        .map_err(|source| CudaError::Blas { context: format!("cublasGemmEx ({rows}×{k} · {n}×{k}ᵀ)"), source }.into())
     }
 }

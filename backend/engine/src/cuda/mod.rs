@@ -17,8 +17,6 @@ mod hung;
 #[cfg(feature = "cuda")]
 pub mod nvrtc;
 #[cfg(feature = "cuda")]
-pub mod prefill;
-#[cfg(feature = "cuda")]
 pub mod qcheck;
 #[cfg(feature = "cuda")]
 mod runtime;
@@ -30,11 +28,39 @@ mod stub;
 #[cfg(not(feature = "cuda"))]
 pub use stub::{compile_only, devices, measure_copy_bandwidth, tune_file_in, CudaRuntime};
 
+pub use crate::error::CudaError;
 pub use layout::KernelOptions;
 
 /// A driver call's error as the engine's, naming what failed.
 #[cfg(feature = "cuda")]
 pub(crate) fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> crate::error::Error + '_ {
-    move |e| crate::error::Error::Cuda(format!("{what}: {e:?}"))
+    move |source| CudaError::Driver { context: what.to_string(), source }.into()
 }
+
+/// A raw driver result as the engine's, naming what failed.
+#[cfg(feature = "cuda")]
+pub(crate) fn check(what: &str, r: cudarc::driver::sys::CUresult) -> crate::error::Result<()> {
+    r.result().map_err(cuda_err(what))
+}
+
+/// An allocation's or upload's error as the engine's: running out of device memory
+/// becomes [`CudaError::OutOfMemory`] with `what`, its `bytes` and the device's free
+/// memory at that point, so a load that does not fit says what did not fit and by how much.
+#[cfg(feature = "cuda")]
+pub(crate) fn alloc_err(what: impl Into<String>, bytes: usize) -> impl FnOnce(cudarc::driver::DriverError) -> crate::error::Error {
+    move |source| {
+        let what = what.into();
+        if source.0 != cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            return CudaError::Driver { context: what, source }.into();
+        }
+        // The failed call bound the allocating context, so this asks its device. A
+        // failing query (or no driver to ask) still reports the allocation, with free
+        // and total read as 0.
+        // SAFETY: probing for the driver library by name has no preconditions.
+        let driver = unsafe { cudarc::driver::sys::is_culib_present() };
+        let (free, total) = if driver { cudarc::driver::result::mem_get_info().unwrap_or((0, 0)) } else { (0, 0) };
+        CudaError::OutOfMemory { what, bytes: bytes as u64, free: free as u64, total: total as u64 }.into()
+    }
+}
+
 pub use run_stats::{PrefillSplit, RunStats};

@@ -7,9 +7,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use cudarc::nvrtc::result::NvrtcError;
 use cudarc::nvrtc::sys as nvrtc_sys;
 
-use crate::error::{Error, Result};
+use crate::error::{CudaError, Result};
 
 /// Kernel sources by include name (the names `#include` uses, relative to kernels/).
 pub const KERNEL_SOURCES: &[(&str, &str)] = &[
@@ -100,7 +101,7 @@ pub fn preload(dirs: &[PathBuf]) -> Result<()> {
         }
         Err(format!("libnvrtc not found (searched {dirs:?}; pass --nvrtc-dir)"))
     });
-    loaded.as_ref().map(|_| ()).map_err(|e| Error::Cuda(e.clone()))
+    loaded.as_ref().map(|_| ()).map_err(|e| CudaError::Library(e.clone()).into())
 }
 
 /// The cubin target for a compute capability: the arch-specific `a` variant on
@@ -195,15 +196,11 @@ pub fn cubin_of(main: &str, cache: Option<&Path>, arch: &str, defines: &[(String
 }
 
 fn cstring(s: &str) -> Result<std::ffi::CString> {
-    std::ffi::CString::new(s).map_err(|_| Error::Cuda(format!("NUL byte in NVRTC input `{s}`")))
+    std::ffi::CString::new(s).map_err(|_| CudaError::Unsupported(format!("NUL byte in NVRTC input `{s}`")).into())
 }
 
 fn check(what: &str, r: nvrtc_sys::nvrtcResult) -> Result<()> {
-    if r == nvrtc_sys::nvrtcResult::NVRTC_SUCCESS {
-        Ok(())
-    } else {
-        Err(Error::Cuda(format!("{what}: {r:?}")))
-    }
+    r.result().map_err(|source| CudaError::Nvrtc { context: what.to_string(), source }.into())
 }
 
 /// Compiles the embedded translation unit `main_name` with `opts` into a cubin.
@@ -213,7 +210,7 @@ fn compile(main_name: &str, opts: &[String]) -> Result<Vec<u8>> {
         .iter()
         .find(|(n, _)| *n == main_name)
         .map(|(_, s)| *s)
-        .ok_or_else(|| Error::Cuda(format!("no embedded kernel source {main_name}")))?;
+        .ok_or_else(|| CudaError::Mismatch(format!("no embedded kernel source {main_name}")))?;
     let headers: Vec<_> = KERNEL_SOURCES.iter().filter(|(n, _)| *n != main_name).collect();
     let c_main = cstring(main)?;
     let c_name = cstring(main_name)?;
@@ -242,7 +239,7 @@ fn compile(main_name: &str, opts: &[String]) -> Result<Vec<u8>> {
     let result = if compiled == nvrtc_sys::nvrtcResult::NVRTC_SUCCESS {
         get_cubin(prog)
     } else {
-        Err(Error::Cuda(format!("NVRTC failed to compile {main_name}: {compiled:?}\n{}", program_log(prog))))
+        Err(CudaError::Compile { unit: main_name.to_string(), log: program_log(prog), source: NvrtcError(compiled) }.into())
     };
     // SAFETY: `prog` is a live program, destroyed exactly once.
     unsafe { nvrtc_sys::nvrtcDestroyProgram(&mut prog) };

@@ -5,7 +5,7 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use super::quant::GpuFormat;
 use super::{cuda_err, layout, nvrtc};
-use crate::error::{Error, Result};
+use crate::error::{CudaError, Error, Result};
 use crate::options::CudaPaths;
 
 /// y = W x on GPU `ordinal` for `rows` rows of `k` elements of `packed` in `fmt`
@@ -37,7 +37,10 @@ pub fn quant_matvec(
         let view = module.get_global("pg_qcheck_smem_bytes", &stream).map_err(cuda_err("cuModuleGetGlobal"))?;
         let bytes = stream.clone_dtoh(&view).map_err(cuda_err("read kernel constant"))?;
         u32::from_le_bytes(
-            bytes.get(..4).and_then(|b| b.try_into().ok()).ok_or_else(|| Error::Cuda("pg_qcheck_smem_bytes is not a u32".into()))?,
+            bytes
+                .get(..4)
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| CudaError::Mismatch("pg_qcheck_smem_bytes is not a u32".into()))?,
         )
     };
     func.set_attribute(cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)

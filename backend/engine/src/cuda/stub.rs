@@ -4,14 +4,14 @@
 use super::{PrefillSplit, RunStats};
 use crate::config::ModelConfig;
 use crate::cuda::layout::KernelOptions;
-use crate::error::{Error, Result};
+use crate::error::{CudaError, Result};
 use crate::options::CudaOptions;
 use crate::runtime::{BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
 use crate::sampling::Sampled;
 use crate::weights::Weights;
 
 fn disabled<T>() -> Result<T> {
-    Err(Error::Cuda("this build has no CUDA support (rebuild with the `cuda` feature, on by default)".into()))
+    Err(CudaError::NotBuilt.into())
 }
 
 /// Always an error: no CUDA in this build.
@@ -65,19 +65,8 @@ impl CudaRuntime {
     pub fn options(&self) -> &KernelOptions {
         unreachable!("a CudaRuntime cannot exist without the cuda feature")
     }
-    pub fn set_prefill_profile(&mut self, _on: bool) {}
-    pub fn last_prefill_split(&self) -> Option<&PrefillSplit> {
-        None
-    }
     pub fn batched_prefill(&self) -> bool {
         false
-    }
-    pub fn set_debug_logits(&mut self, _on: bool) {}
-    pub fn debug_logits(&self) -> &[Vec<f32>] {
-        &[]
-    }
-    pub fn last_trace(&self) -> Option<&crate::cuda::trace::RawTrace> {
-        None
     }
     pub fn last_run(&self) -> &RunStats {
         unreachable!("a CudaRuntime cannot exist without the cuda feature")
@@ -95,6 +84,22 @@ impl CudaRuntime {
         disabled()
     }
     pub fn tune_file(&self, _key: &str) -> Option<std::path::PathBuf> {
+        None
+    }
+}
+
+/// The measuring apparatus's hooks, as in the real runtime (`lab` only).
+#[cfg(feature = "lab")]
+impl CudaRuntime {
+    pub fn set_prefill_profile(&mut self, _on: bool) {}
+    pub fn last_prefill_split(&self) -> Option<&PrefillSplit> {
+        None
+    }
+    pub fn set_debug_logits(&mut self, _on: bool) {}
+    pub fn debug_logits(&self) -> &[Vec<f32>] {
+        &[]
+    }
+    pub fn last_trace(&self) -> Option<&crate::cuda::trace::RawTrace> {
         None
     }
 }

@@ -58,7 +58,7 @@ pub(super) fn trace_mode(args: &Args, v: &mut Verdict) -> Result<()> {
                 for _ in 0..args.runs {
                     let (out, _) = collect(&mut rt, &prompt, gen, &greedy, &[], 0)?;
                     same &= ids(&out) == ids(&plain);
-                    let raw = rt.last_trace().ok_or_else(|| peregrine_engine::Error::Cuda("no trace after a traced run".into()))?;
+                    let raw = rt.last_trace().ok_or_else(|| peregrine_engine::CudaError::Kernel("no trace after a traced run".into()))?;
                     match trace::event_figures(raw) {
                         Ok(f) => figures.extend(f),
                         Err(e) => println!("  trace unusable: {e}"),

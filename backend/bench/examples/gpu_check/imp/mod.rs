@@ -265,7 +265,7 @@ pub fn main() -> Result<()> {
         // kernels/decode.cu by hand, e.g. nvcc -ptx, when comparing variants).
         let c = shape_config(&args.shapes[0]);
         let tp = args.tp.unwrap_or(1);
-        let shard = cuda::layout::shard(&c, tp).map_err(peregrine_engine::Error::Cuda)?;
+        let shard = cuda::layout::shard(&c, tp).map_err(peregrine_engine::CudaError::Unsupported)?;
         for (k, v) in
             cuda::layout::defines_tp(&shard, &variant(&args.kernel), tp, c.vocab_size, None, cuda::nvrtc::shared_per_block_of("sm_90a"))
         {

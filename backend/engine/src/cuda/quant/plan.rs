@@ -5,7 +5,7 @@
 
 use crate::config::ModelConfig;
 use crate::dtp::ShardPlan;
-use crate::error::{Error, Result};
+use crate::error::{CudaError, Result};
 use crate::options::GpuWeights;
 use crate::tensor::Tensor;
 use crate::weights::Weights;
@@ -63,7 +63,7 @@ impl WeightPlan {
             }
         };
         // Columns `cols` of every rank must be whole blocks of the format.
-        let col_split = |t: &Tensor, f: GpuFormat, starts: Vec<(usize, usize)>, notes: &mut Vec<String>| {
+        let col_split = |t: &Tensor, f: GpuFormat, starts: Vec<(usize, usize)>, notes: &mut Vec<String>| -> Result<GpuFormat> {
             if f == GpuFormat::Bf16 {
                 return Ok(f);
             }
@@ -73,7 +73,7 @@ impl WeightPlan {
             }
             let why = format!("{}: {} columns split over {tp} GPUs off its {b}-element blocks", t.name, f.name());
             if choice == GpuWeights::Native {
-                return Err(Error::Cuda(format!("--gpu-weights native: {why}")));
+                return Err(CudaError::Unsupported(format!("--gpu-weights native: {why}")).into());
             }
             notes.push(format!("{why}: runs as bf16"));
             Ok(GpuFormat::Bf16)
@@ -90,7 +90,9 @@ impl WeightPlan {
             } else {
                 let why = format!("{} is {} but {} is {}", l.gate.name, g.name(), l.up.name, u.name());
                 if choice == GpuWeights::Native {
-                    return Err(Error::Cuda(format!("--gpu-weights native: {why} (the fused gate/up rows need one format)")));
+                    return Err(
+                        CudaError::Unsupported(format!("--gpu-weights native: {why} (the fused gate/up rows need one format)")).into()
+                    );
                 }
                 notes.push(format!("{why}: both run as bf16"));
                 GpuFormat::Bf16

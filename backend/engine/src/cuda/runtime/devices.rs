@@ -1,23 +1,130 @@
-//! The GPUs: which are present, opening one per rank, peer access between the ranks'
-//! GPUs, and the copy bandwidth a kernel is judged against.
+//! The devices part: which GPUs are present, a context and stream per rank
+//! ([`Devices`]), peer access between the ranks' GPUs, and the copy bandwidth a kernel
+//! is judged against.
 
 use std::sync::Arc;
 
-use cudarc::driver::{sys, CudaContext, CudaStream};
+use cudarc::driver::{sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
 
-use super::{cuda_err, Rank};
+use super::buffers::Buffers;
+use super::{check, cuda_err};
 use crate::cuda::layout::PeerSlot;
-use crate::error::{Error, Result};
+use crate::cuda::nvrtc;
+use crate::error::{CudaError, Result};
+
+/// One rank's GPU: its context, the one stream the rank uses, and the device's facts.
+pub(super) struct Gpu {
+    pub(super) ctx: Arc<CudaContext>,
+    pub(super) stream: Arc<CudaStream>,
+    pub(super) name: String,
+    /// The device's SM count (the grid is the smallest of the ranks').
+    pub(super) sm_count: u32,
+}
+
+impl Gpu {
+    /// The device address of `s` on this rank's stream.
+    pub(super) fn dptr<T>(&self, s: &CudaSlice<T>) -> u64 {
+        s.device_ptr(&self.stream).0
+    }
+
+    /// Makes this rank's stream wait for every event of `events` but its own (index `me`).
+    pub(super) fn wait_for_peers(&self, me: usize, events: &[CudaEvent], what: &str) -> Result<()> {
+        for (p, ev) in events.iter().enumerate() {
+            if p != me {
+                self.stream.wait(ev).map_err(cuda_err(what))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The devices part: every rank's GPU, their common architecture, and the launch grid.
+pub(super) struct Devices {
+    pub(super) gpus: Vec<Gpu>,
+    /// The cubin target every rank compiles for.
+    pub(super) arch: String,
+    /// Blocks per launch: the smallest SM count of the GPUs in use.
+    pub(super) grid: u32,
+    /// Ranks share a GPU (`CudaOptions::share_gpu`): plain launches, since a cooperative one
+    /// may wait for the whole device.
+    pub(super) shared_gpu: bool,
+}
+
+impl Devices {
+    /// A context and stream on each of `ordinals` (one per rank), after checking that
+    /// each is present, listed once unless `share_gpu`, and free of a hung kernel; all
+    /// must be of one architecture.
+    pub(super) fn open(ordinals: &[usize], share_gpu: bool) -> Result<Devices> {
+        let names = devices()?;
+        for (i, &o) in ordinals.iter().enumerate() {
+            if o >= names.len() {
+                return Err(CudaError::NoDevice(format!("no CUDA device {o} ({} present)", names.len())).into());
+            }
+            if ordinals[..i].contains(&o) && !share_gpu {
+                return Err(CudaError::Unsupported(format!("CUDA device {o} is listed twice")).into());
+            }
+        }
+        crate::cuda::hung::check(ordinals).map_err(CudaError::NoDevice)?;
+        let mut gpus = Vec::with_capacity(ordinals.len());
+        let mut arch = String::new();
+        let mut grid = u32::MAX;
+        for (rank, &ordinal) in ordinals.iter().enumerate() {
+            let (ctx, stream) = open_rank(ordinal)?;
+            let (major, minor) = ctx.compute_capability().map_err(cuda_err("compute capability"))?;
+            let a = nvrtc::arch_for(major, minor);
+            if rank > 0 && a != arch {
+                return Err(CudaError::Unsupported(format!("tensor parallelism needs GPUs of one architecture ({arch} and {a})")).into());
+            }
+            arch = a;
+            let sm_count =
+                ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(cuda_err("SM count"))? as u32;
+            grid = grid.min(sm_count);
+            gpus.push(Gpu { ctx, stream, name: names[ordinal].clone(), sm_count });
+        }
+        // Ranks sharing a GPU (test switch) split its SMs so all their blocks stay resident.
+        let sharing = ordinals.iter().map(|o| ordinals.iter().filter(|p| *p == o).count()).max().unwrap_or(1) as u32;
+        Ok(Devices { gpus, arch, grid: grid / sharing, shared_gpu: sharing > 1 })
+    }
+
+    /// Tensor-parallel degree (GPUs in use).
+    pub(super) fn tp(&self) -> usize {
+        self.gpus.len()
+    }
+
+    /// The devices' names, one per rank.
+    pub(super) fn names(&self) -> Vec<String> {
+        self.gpus.iter().map(|g| g.name.clone()).collect()
+    }
+
+    /// Tensor parallelism: enables peer access between every pair of ranks, then gives
+    /// every rank the table of all ranks' `PeerSlot` pointers into `buffers`.
+    pub(super) fn connect_peers(&self, buffers: &mut Buffers) -> Result<()> {
+        enable_peer_access(&self.gpus)?;
+        let mut table: Vec<u64> = Vec::with_capacity(self.gpus.len() * PeerSlot::COUNT);
+        for (g, st) in self.gpus.iter().zip(&buffers.ranks) {
+            let mut slots = [0u64; PeerSlot::COUNT];
+            slots[PeerSlot::Exchange.index()] = g.dptr(&st.exchange);
+            slots[PeerSlot::Rx.index()] = g.dptr(&st.rx);
+            slots[PeerSlot::Logits.index()] = g.dptr(&st.logits);
+            slots[PeerSlot::Adj.index()] = g.dptr(&st.adj);
+            table.extend_from_slice(&slots);
+        }
+        for (g, st) in self.gpus.iter().zip(buffers.ranks.iter_mut()) {
+            g.stream.memcpy_htod(&table, &mut st.peers).map_err(cuda_err("upload peer table"))?;
+        }
+        Ok(())
+    }
+}
 
 /// Names of the CUDA devices present, or why there are none (no driver, no device).
 pub fn devices() -> Result<Vec<String>> {
     // SAFETY: probing for the driver library by name has no preconditions.
     if !unsafe { sys::is_culib_present() } {
-        return Err(Error::Cuda("no CUDA driver (libcuda) found".into()));
+        return Err(CudaError::Library("no CUDA driver (libcuda) found".into()).into());
     }
     let n = CudaContext::device_count().map_err(cuda_err("cuDeviceGetCount"))?;
     if n <= 0 {
-        return Err(Error::Cuda("no CUDA device present".into()));
+        return Err(CudaError::NoDevice("no CUDA device present".into()).into());
     }
     (0..n as usize)
         .map(|i| {
@@ -45,7 +152,7 @@ pub(crate) fn placement(ordinals: &[usize]) -> Result<(Vec<String>, String, u32)
     let mut grid = u32::MAX;
     let mut used = Vec::new();
     for &o in ordinals {
-        let name = names.get(o).ok_or_else(|| Error::Cuda(format!("no CUDA device {o} ({} present)", names.len())))?;
+        let name = names.get(o).ok_or_else(|| CudaError::NoDevice(format!("no CUDA device {o} ({} present)", names.len())))?;
         used.push(name.clone());
         let ctx = CudaContext::new(o).map_err(cuda_err("cuCtxCreate"))?;
         let (major, minor) = ctx.compute_capability().map_err(cuda_err("compute capability"))?;
@@ -59,7 +166,7 @@ pub(crate) fn placement(ordinals: &[usize]) -> Result<(Vec<String>, String, u32)
 }
 
 /// A context on device `ordinal` and the one stream its rank uses.
-pub(super) fn open_rank(ordinal: usize) -> Result<(Arc<CudaContext>, Arc<CudaStream>)> {
+fn open_rank(ordinal: usize) -> Result<(Arc<CudaContext>, Arc<CudaStream>)> {
     let ctx = CudaContext::new(ordinal).map_err(cuda_err("cuCtxCreate"))?;
     // SAFETY: each rank uses one stream and the host synchronises it before touching
     // any buffer, so cudarc's cross-stream event tracking is not needed (and it would
@@ -70,7 +177,7 @@ pub(super) fn open_rank(ordinal: usize) -> Result<(Arc<CudaContext>, Arc<CudaStr
 }
 
 /// Enables peer access between every pair of `ranks`' contexts; a pair without it is an error.
-fn enable_peer_access(ranks: &[Rank]) -> Result<()> {
+fn enable_peer_access(ranks: &[Gpu]) -> Result<()> {
     for (i, a) in ranks.iter().enumerate() {
         for (j, b) in ranks.iter().enumerate() {
             if i == j || a.ctx.cu_device() == b.ctx.cu_device() {
@@ -80,58 +187,35 @@ fn enable_peer_access(ranks: &[Rank]) -> Result<()> {
             // SAFETY: both devices come from live contexts; `can` is a valid out-pointer.
             let r = unsafe { sys::cuDeviceCanAccessPeer(&mut can, a.ctx.cu_device(), b.ctx.cu_device()) };
             if r != sys::CUresult::CUDA_SUCCESS || can == 0 {
-                return Err(Error::Cuda(format!(
+                return Err(CudaError::Unsupported(format!(
                     "GPU {} ({}) cannot access GPU {} ({}) as a peer ({r:?}); tensor parallelism needs peer access (NVLink or PCIe P2P)",
                     a.ctx.ordinal(),
-                    a.device_name,
+                    a.name,
                     b.ctx.ordinal(),
-                    b.device_name
-                )));
+                    b.name
+                ))
+                .into());
             }
             a.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
             // SAFETY: `b`'s context is live; enabling access from the current context (`a`).
             let r = unsafe { sys::cuCtxEnablePeerAccess(b.ctx.cu_ctx(), 0) };
-            if r != sys::CUresult::CUDA_SUCCESS && r != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
-                return Err(Error::Cuda(format!("cuCtxEnablePeerAccess {i}→{j}: {r:?}")));
+            if r != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+                check(&format!("cuCtxEnablePeerAccess {i}→{j}"), r)?;
             }
             // cudarc allocates from the device's memory pool (cuMemAllocAsync), which
             // context peer access does not cover: grant `a` access to `b`'s pool too.
             let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
             // SAFETY: `pool` is a valid out-pointer; the device is live.
             let r = unsafe { sys::cuDeviceGetMemPool(&mut pool, b.ctx.cu_device()) };
-            if r != sys::CUresult::CUDA_SUCCESS {
-                return Err(Error::Cuda(format!("cuDeviceGetMemPool {j}: {r:?}")));
-            }
+            check(&format!("cuDeviceGetMemPool {j}"), r)?;
             let desc = sys::CUmemAccessDesc {
                 location: sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: a.ctx.cu_device() },
                 flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
             };
             // SAFETY: `pool` is `b`'s live pool and `desc` one valid descriptor.
             let r = unsafe { sys::cuMemPoolSetAccess(pool, &desc, 1) };
-            if r != sys::CUresult::CUDA_SUCCESS {
-                return Err(Error::Cuda(format!("cuMemPoolSetAccess {i}→{j}: {r:?}")));
-            }
+            check(&format!("cuMemPoolSetAccess {i}→{j}"), r)?;
         }
-    }
-    Ok(())
-}
-
-/// Tensor parallelism: enables peer access between every pair of `ranks`, then gives
-/// every rank the table of all ranks' `PeerSlot` pointers.
-pub(super) fn connect_peers(ranks: &mut [Rank]) -> Result<()> {
-    enable_peer_access(ranks)?;
-    let mut table: Vec<u64> = Vec::with_capacity(ranks.len() * PeerSlot::COUNT);
-    for r in ranks.iter() {
-        let mut slots = [0u64; PeerSlot::COUNT];
-        slots[PeerSlot::Exchange.index()] = r.dptr(&r.state.exchange);
-        slots[PeerSlot::Rx.index()] = r.dptr(&r.state.rx);
-        slots[PeerSlot::Logits.index()] = r.dptr(&r.state.logits);
-        slots[PeerSlot::Adj.index()] = r.dptr(&r.state.adj);
-        table.extend_from_slice(&slots);
-    }
-    for r in ranks.iter_mut() {
-        let stream = r.stream.clone();
-        stream.memcpy_htod(&table, &mut r.state.peers).map_err(cuda_err("upload peer table"))?;
     }
     Ok(())
 }

@@ -1,16 +1,16 @@
-//! The decode kernel: compiled by NVRTC (or read from the cubin cache), loaded, its
-//! launch shape read back from its constants, and the argument block it takes.
+//! The kernel part: the decode kernel compiled by NVRTC (or read from the cubin cache)
+//! for every rank ([`Kernels`]), loaded, its launch shape read back from its constants,
+//! and the argument block it takes.
 
-use std::sync::Arc;
+use cudarc::driver::{sys, CudaFunction, DeviceRepr};
 
-use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream, DeviceRepr};
-
-use super::{cuda_err, CudaRuntime};
+use super::devices::{Devices, Gpu};
+use super::{cuda_err, Shape};
 use crate::config::ModelConfig;
 use crate::cuda::layout::{self, Arg, KernelOptions};
 use crate::cuda::nvrtc;
 use crate::dtp::DtpSchedule;
-use crate::error::{Error, Result};
+use crate::error::{CudaError, Result};
 use crate::options::CudaPaths;
 
 /// The kernel's arguments, one u64 per [`Arg`] slot.
@@ -55,9 +55,9 @@ pub fn compile_only(
     arch: &str,
     cache: Option<&std::path::Path>,
 ) -> Result<usize> {
-    let shard = layout::shard(config, tp).map_err(|e| Error::Cuda(format!("unsupported tensor parallelism: {e}")))?;
+    let shard = layout::shard(config, tp).map_err(|e| CudaError::Unsupported(format!("unsupported tensor parallelism: {e}")))?;
     if let Some(why) = layout::unsupported(&shard, options) {
-        return Err(Error::Cuda(format!("unsupported shape: {why}")));
+        return Err(CudaError::Unsupported(format!("unsupported shape: {why}")).into());
     }
     let smem = nvrtc::shared_per_block_of(arch);
     let mut bytes = nvrtc::cubin(cache, arch, &layout::defines_tp(&shard, options, tp, config.vocab_size, dtp, smem))?.0.len();
@@ -67,57 +67,69 @@ pub fn compile_only(
     Ok(bytes)
 }
 
-impl CudaRuntime {
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn load_kernel(
-        ctx: &Arc<CudaContext>,
-        stream: &Arc<CudaStream>,
-        config: &ModelConfig,
-        shard: &ModelConfig,
-        options: &KernelOptions,
-        paths: &CudaPaths,
-        tp: usize,
-        dtp: Option<&DtpSchedule>,
-        arch: &str,
-    ) -> Result<Kernel> {
-        let defines = layout::defines_tp(shard, options, tp, config.vocab_size, dtp, super::devices::shared_per_block(ctx)?);
-        let (cubin, from_cache) = nvrtc::cubin(paths.cubin_cache.as_deref(), arch, &defines)?;
-        let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(cuda_err("cuModuleLoadData"))?;
-        let func = module.load_function(nvrtc::KERNEL_NAME).map_err(cuda_err("cuModuleGetFunction"))?;
-        let read_u32 = |name: &str| -> Result<u32> {
-            let view = module.get_global(name, stream).map_err(cuda_err("cuModuleGetGlobal"))?;
-            let bytes = stream.clone_dtoh(&view).map_err(cuda_err("read kernel constant"))?;
-            let arr: [u8; 4] = bytes
-                .get(..4)
-                .and_then(|b| b.try_into().ok())
-                .ok_or_else(|| Error::Cuda(format!("kernel constant {name} is not a u32")))?;
-            Ok(u32::from_le_bytes(arr))
-        };
-        let smem_bytes = read_u32("pg_smem_bytes")?;
-        let num_counters = read_u32("pg_num_counters")? as usize;
-        let partial_floats = read_u32("pg_partial_floats")? as usize;
-        let exchange_words = read_u32("pg_exchange_words")? as usize;
-        let rx_floats = read_u32("pg_rx_floats")? as usize;
-        let trace_events = read_u32("pg_trace_events")? as usize;
-        // The host allocates the tagged buffer from layout::tagged_words; the kernel's own count must agree.
-        let tagged_words = read_u32("pg_tagged_words")? as usize;
-        if tp == 1 && tagged_words != layout::tagged_words(shard) {
-            return Err(Error::Cuda(format!(
-                "kernel and host disagree on the tagged buffer: {tagged_words} words in the kernel, {} on the host",
-                layout::tagged_words(shard)
-            )));
-        }
-        func.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes as i32)
-            .map_err(cuda_err("raise the kernel's shared-memory limit"))?;
-        let per_sm = func
-            .occupancy_max_active_blocks_per_multiprocessor(options.threads, smem_bytes as usize, None)
-            .map_err(cuda_err("occupancy"))?;
-        if per_sm < 1 {
-            return Err(Error::Cuda(format!(
-                "the decode kernel does not fit on an SM ({} threads, {smem_bytes} B shared)",
-                options.threads
-            )));
-        }
-        Ok(Kernel { func, smem_bytes, num_counters, partial_floats, exchange_words, rx_floats, trace_events, from_cache })
+/// The kernel part: each rank's decode kernel, and where cubins are cached.
+pub(super) struct Kernels {
+    pub(super) ranks: Vec<Kernel>,
+    /// Library folders and the kernel cache.
+    pub(super) paths: CudaPaths,
+}
+
+impl Kernels {
+    /// Compiles (or reads from the cache in `paths`) and loads every rank's kernel for
+    /// `shape` with `options` (each rank's variant of them).
+    pub(super) fn load(devices: &Devices, shape: &Shape, options: &KernelOptions, paths: CudaPaths) -> Result<Kernels> {
+        let ranks = Self::compile(devices, shape, options, &paths)?;
+        Ok(Kernels { ranks, paths })
     }
+
+    /// Every rank's kernel for `options`, all or none (a failure changes nothing).
+    pub(super) fn compile(devices: &Devices, shape: &Shape, options: &KernelOptions, paths: &CudaPaths) -> Result<Vec<Kernel>> {
+        let tp = devices.tp();
+        devices.gpus.iter().enumerate().map(|(i, g)| load_kernel(g, shape, &options.for_rank(i, tp), paths, tp, &devices.arch)).collect()
+    }
+}
+
+fn load_kernel(gpu: &Gpu, shape: &Shape, options: &KernelOptions, paths: &CudaPaths, tp: usize, arch: &str) -> Result<Kernel> {
+    let (ctx, stream, config, shard) = (&gpu.ctx, &gpu.stream, &shape.config, &shape.shard);
+    let dtp = shape.dtp.as_ref();
+    let defines = layout::defines_tp(shard, options, tp, config.vocab_size, dtp, super::devices::shared_per_block(ctx)?);
+    let (cubin, from_cache) = nvrtc::cubin(paths.cubin_cache.as_deref(), arch, &defines)?;
+    let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(cuda_err("cuModuleLoadData"))?;
+    let func = module.load_function(nvrtc::KERNEL_NAME).map_err(cuda_err("cuModuleGetFunction"))?;
+    let read_u32 = |name: &str| -> Result<u32> {
+        let view = module.get_global(name, stream).map_err(cuda_err("cuModuleGetGlobal"))?;
+        let bytes = stream.clone_dtoh(&view).map_err(cuda_err("read kernel constant"))?;
+        let arr: [u8; 4] = bytes
+            .get(..4)
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| CudaError::Mismatch(format!("kernel constant {name} is not a u32")))?;
+        Ok(u32::from_le_bytes(arr))
+    };
+    let smem_bytes = read_u32("pg_smem_bytes")?;
+    let num_counters = read_u32("pg_num_counters")? as usize;
+    let partial_floats = read_u32("pg_partial_floats")? as usize;
+    let exchange_words = read_u32("pg_exchange_words")? as usize;
+    let rx_floats = read_u32("pg_rx_floats")? as usize;
+    let trace_events = read_u32("pg_trace_events")? as usize;
+    // The host allocates the tagged buffer from layout::tagged_words; the kernel's own count must agree.
+    let tagged_words = read_u32("pg_tagged_words")? as usize;
+    if tp == 1 && tagged_words != layout::tagged_words(shard) {
+        return Err(CudaError::Mismatch(format!(
+            "kernel and host disagree on the tagged buffer: {tagged_words} words in the kernel, {} on the host",
+            layout::tagged_words(shard)
+        ))
+        .into());
+    }
+    func.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes as i32)
+        .map_err(cuda_err("raise the kernel's shared-memory limit"))?;
+    let per_sm =
+        func.occupancy_max_active_blocks_per_multiprocessor(options.threads, smem_bytes as usize, None).map_err(cuda_err("occupancy"))?;
+    if per_sm < 1 {
+        return Err(CudaError::Unsupported(format!(
+            "the decode kernel does not fit on an SM ({} threads, {smem_bytes} B shared)",
+            options.threads
+        ))
+        .into());
+    }
+    Ok(Kernel { func, smem_bytes, num_counters, partial_floats, exchange_words, rx_floats, trace_events, from_cache })
 }

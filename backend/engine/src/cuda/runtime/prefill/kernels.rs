@@ -9,20 +9,20 @@
 //! heads) and its o- and down-projection GEMMs write a partial into its own slot of the
 //! receive buffer; the runtime copies the slot to the peers and each rank adds every
 //! rank's partial in rank order (`enqueue_add_parts`), so every rank's residual holds
-//! the same bits (runtime.rs `enqueue_prefill_tp`).
+//! the same bits (mod.rs `enqueue_tp`).
 
 use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 
-use super::cuda_err;
 use crate::config::ModelConfig;
 use crate::cuda::cublas::{self, Blas};
 use crate::cuda::layout::{self, KernelOptions, LayerSlot, PrefillShape, XMode, PREFILL_ATTN_THREADS, PREFILL_ROW_THREADS};
 use crate::cuda::nvrtc;
 use crate::cuda::run_stats::PrefillSplit;
+use crate::cuda::{alloc_err, cuda_err};
 use crate::dtp::DtpSchedule;
-use crate::error::{Error, Result};
+use crate::error::{CudaError, Result};
 use crate::options::CudaPaths;
 
 /// Kinds of prefill work, for the GPU time split.
@@ -112,6 +112,7 @@ impl Prefill {
     /// Compiles prefill.cu for `config` (a rank's shard under tensor parallelism), loads
     /// cuBLAS and allocates the chunk buffers. `tp`: (this rank, degree, DTP schedule)
     /// under tensor parallelism; the context must be current (cuBLAS binds to it).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         ctx: &Arc<CudaContext>,
         stream: &Arc<CudaStream>,
@@ -122,12 +123,12 @@ impl Prefill {
         kv_cap: usize,
         tp: Option<(usize, usize, Option<&DtpSchedule>)>,
     ) -> Result<Prefill> {
-        let shape = layout::prefill_shape(config).map_err(|why| Error::Cuda(format!("batched prefill unsupported: {why}")))?;
+        let shape = layout::prefill_shape(config).map_err(|why| CudaError::Unsupported(format!("batched prefill unsupported: {why}")))?;
         let blas_dir = cublas::preload(&paths.cublas_dirs)?;
         let blas = Blas::new(stream.clone())?;
         let cache = paths.cubin_cache.as_deref();
         let (cubin, from_cache) =
-            nvrtc::cubin_of(nvrtc::PREFILL_SOURCE, cache, arch, &layout::defines(config, options, super::runtime::shared_per_block(ctx)?))?;
+            nvrtc::cubin_of(nvrtc::PREFILL_SOURCE, cache, arch, &layout::defines(config, options, super::super::shared_per_block(ctx)?))?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(cuda_err("cuModuleLoadData (prefill)"))?;
         let load = |name: &str| module.load_function(name).map_err(cuda_err("cuModuleGetFunction (prefill)"));
         let c = config;
@@ -135,7 +136,7 @@ impl Prefill {
         // DTP keeps every layer's partials for the chunk: smaller chunks bound that memory.
         let dtp = tp.and_then(|t| t.2);
         let chunk = options.prefill_chunk.min(if dtp.is_some() { DTP_CHUNK } else { usize::MAX }).min(kv_cap).max(1);
-        let f32s = |n: usize| stream.alloc_zeros::<f32>(n.max(1)).map_err(cuda_err("cuMemAlloc (prefill)"));
+        let f32s = |n: usize| stream.alloc_zeros::<f32>(n.max(1)).map_err(alloc_err("a batched-prefill buffer", 4 * n.max(1)));
         let widest = c.hidden_size.max(qd).max(c.intermediate_size);
         Ok(Prefill {
             blas,
@@ -166,7 +167,7 @@ impl Prefill {
             kv_cap,
             chunk,
             x: f32s(chunk * c.hidden_size)?,
-            a: stream.alloc_zeros::<u16>(chunk * widest).map_err(cuda_err("cuMemAlloc (prefill)"))?,
+            a: stream.alloc_zeros::<u16>(chunk * widest).map_err(alloc_err("a batched-prefill buffer", 2 * chunk * widest))?,
             qkv: f32s(chunk * (qd + 2 * kvd))?,
             gu: f32s(chunk * 2 * c.intermediate_size)?,
             info: format!(
@@ -199,6 +200,7 @@ impl Prefill {
     /// their K/V rows into the cache. With
     /// `profile`, records an event pair around every op. One GPU only (tensor
     /// parallelism interleaves the ranks' halves of each layer with the exchanges).
+    #[allow(clippy::too_many_arguments)]
     pub fn enqueue(
         &self,
         stream: &Arc<CudaStream>,
@@ -223,7 +225,7 @@ impl Prefill {
     /// A prefill of `n` positions fits the KV cache.
     pub fn check_positions(&self, n: usize) -> Result<()> {
         if n > self.kv_cap {
-            return Err(Error::Cuda(format!("prefill of {n} positions exceeds the {}-position KV cache", self.kv_cap)));
+            return Err(CudaError::Unsupported(format!("prefill of {n} positions exceeds the {}-position KV cache", self.kv_cap)).into());
         }
         Ok(())
     }
