@@ -1,5 +1,5 @@
-//! Batched prompt prefill: the small kernels around the tensor-core GEMMs (cuBLAS,
-//! enqueued by backend/engine/src/cuda/prefill.rs) that run prompt positions 0..P-2 of
+//! Batched prompt prefill: the small kernels around the tensor-core GEMMs (cuBLAS, enqueued
+//! by backend/engine/src/cuda/runtime/prefill/kernels.rs) that run prompt positions 0..P-2 of
 //! a request as a batch before the persistent decode kernel (decode.cu) takes over at
 //! position P-1. One row = one prompt position. The math is the decode kernel's
 //! (same RMSNorm order, bias, RoPE pair rotation, bf16 KV cache, f32 softmax and

@@ -117,7 +117,7 @@ fn diagnostic_builds_compile_for_every_preset() {
 
 /// The batched prefill's kernels compile for every benchmark shape and for the other
 /// head-dim splits (96 and 128 over two lanes, 256 over four, without the tensor-core
-/// attention), and the cubin exports each entry point prefill.rs loads.
+/// attention), and the cubin exports each entry point runtime/prefill/kernels.rs loads.
 #[test]
 fn prefill_kernels_compile() {
     if !nvrtc_loads() {
