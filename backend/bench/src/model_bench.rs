@@ -150,9 +150,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if let Some(l) = llama.as_mut() {
         l.measure(&plan)?;
     }
-    let read_loop = on_cpu.then(|| peregrine_engine::cpu::read_bandwidth::read_bandwidth(options.threads));
+    let read_loop = on_cpu.then(|| peregrine_engine::lab::read_bandwidth::read_bandwidth(options.threads));
     if let Some(bw) = read_loop {
-        say(format!("read loop, {} MiB, {} threads: {:.1} GB/s", peregrine_engine::cpu::read_bandwidth::READ_BYTES >> 20, options.threads, bw / 1e9));
+        say(format!(
+            "read loop, {} MiB, {} threads: {:.1} GB/s",
+            peregrine_engine::lab::read_bandwidth::READ_BYTES >> 20,
+            options.threads,
+            bw / 1e9
+        ));
     }
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for i in 0..args.runs.max(1) {

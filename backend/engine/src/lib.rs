@@ -8,9 +8,6 @@
 //! backend/bench and the integration tests) makes the internal modules public. A
 //! build without it (the `peregrine` binary) sees the facade alone.
 
-// Without `lab`, code only the apparatus and tests reach looks dead to the compiler.
-#![cfg_attr(not(feature = "lab"), allow(dead_code, unused_imports))]
-
 /// Declares internal modules: crate-private, public under the `lab` feature.
 macro_rules! internal_modules {
     ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
@@ -26,13 +23,29 @@ macro_rules! internal_modules {
 }
 
 internal_modules!(
-    admission, config, cpu, cuda, dtp, generator, gguf, handle, hf, laneformer, model, options, request, rng, runtime, sampling, scheduler,
-    stop, synthetic, teacher_forced, template, tensor, tokenizer, weights,
+    admission, config, cpu, dtp, generator, gguf, handle, hf, laneformer, model, options, request, runtime, sampling, scheduler, stop,
+    template, tensor, tokenizer, weights,
+);
+internal_modules!(
+    // The CUDA runtime still carries its measuring hooks (phase trace, quantized matvec
+    // check, copy bandwidth, compile-only builds) next to the product path: until they
+    // are gated, only the apparatus calls them, so they look dead without `lab`.
+    #[cfg_attr(not(feature = "lab"), allow(dead_code, unused_imports))]
+    cuda
 );
 mod error;
 pub mod infill;
+/// The measuring apparatus (synthetic weights, teacher-forced scoring, logit
+/// comparisons): backend/bench and the tests, never the `peregrine` binary.
+#[cfg(feature = "lab")]
+pub mod lab;
 
 pub use error::{Error, Result};
+
+/// Whether this build carries the measuring apparatus (the `lab` feature). The
+/// `peregrine` binary reports it, and the test script checks that the binary it serves
+/// was built without.
+pub const LAB: bool = cfg!(feature = "lab");
 pub use generator::TextModel;
 pub use handle::{CancelHandle, EngineHandle, EngineInfo, EngineLimits, Rejected, Submission, DEFAULT_MAX_QUEUE};
 pub use model::{build_generator, load_model, parse_gpus, resolve_model_path, ModelFiles, DEFAULT_MODEL_FILE};

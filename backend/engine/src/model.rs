@@ -218,7 +218,7 @@ mod gpu_list_tests {
 
     #[test]
     fn a_laneformer_folds_its_lanes_onto_the_gpus() {
-        let mut c = crate::synthetic::preset("laneformer-2b").expect("preset");
+        let mut c = crate::lab::synthetic::preset("laneformer-2b").expect("preset");
         assert_eq!(rank_devices(&c, &[0]).expect("one GPU"), vec![0; 8]);
         assert_eq!(rank_devices(&c, &[3, 1]).expect("two GPUs"), vec![3, 3, 3, 3, 1, 1, 1, 1]);
         assert_eq!(rank_devices(&c, &(0..8).collect::<Vec<_>>()).expect("eight GPUs"), (0..8).collect::<Vec<_>>());

@@ -14,6 +14,7 @@ use peregrine_engine::cpu::reference_runtime::ReferenceRuntime;
 use peregrine_engine::dtp::reference::{Execution, ShardedModel};
 use peregrine_engine::dtp::DtpSchedule;
 use peregrine_engine::hf::load_hf_dir;
+use peregrine_engine::lab::logits::{argmax, rel_err};
 use peregrine_engine::runtime::{Cancel, DecodeJob, Runtime};
 use peregrine_engine::sampling::SamplingParams;
 use serde::Deserialize;
@@ -50,16 +51,6 @@ fn reference(name: &str) -> (Reference, Vec<f32>) {
     let logits =
         std::fs::read(dir.join("ref_logits.f32")).unwrap().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
     (r, logits)
-}
-
-fn rel_err(got: &[f32], want: &[f32]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let diff: f64 = got.iter().zip(want).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>().sqrt();
-    diff / want.iter().map(|b| (*b as f64).powi(2)).sum::<f64>().sqrt()
-}
-
-fn argmax(row: &[f32]) -> u32 {
-    row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u32
 }
 
 #[test]

@@ -98,6 +98,7 @@ impl DtpBlock {
 
 impl DtpConfig {
     /// The block written into `config.json` for this config.
+    #[cfg(feature = "lab")]
     pub fn to_block(&self) -> DtpBlock {
         DtpBlock {
             lanes: match self.lanes {
@@ -230,6 +231,7 @@ impl DtpSchedule {
     }
 
     /// Standard tensor parallelism on `lanes` lanes, written as a schedule (delay 0).
+    #[cfg(feature = "lab")]
     pub fn standard(model: &ModelConfig, lanes: usize) -> Result<DtpSchedule> {
         DtpSchedule::new(&DtpConfig { lanes: Lanes::RunTime, delay: 0, early_layers: EarlyLayers::Present }, model, lanes)
     }
@@ -265,6 +267,7 @@ impl DtpSchedule {
 
     /// Layers whose partials travel between lanes: those with a layer `d` later (every
     /// layer when delay is 0), none without communication.
+    #[cfg(feature = "lab")]
     pub fn sent_layers(&self) -> std::ops::Range<usize> {
         if self.comm {
             0..self.num_layers - self.delay

@@ -18,10 +18,16 @@ use memmap2::Mmap;
 
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Storage, Tensor};
+// Hyperparameter parsing, tensor names and RoPE factors, for the tests and the
+// apparatus that write GGUF files.
+#[cfg(feature = "lab")]
 pub use hparams::{model_config, GgufHparams, DEFAULT_ROPE_FREQ_BASE};
-pub use loader::{load_gguf, tensor_name};
+pub use loader::load_gguf;
+#[cfg(feature = "lab")]
+pub use loader::tensor_name;
 pub use meta::MetaValue;
 use reader::Cursor;
+#[cfg(feature = "lab")]
 pub use rope_freqs::{llama3_factors, llama3_from_factors};
 
 /// `"GGUF"` read as a little-endian u32.

@@ -1,0 +1,12 @@
+//! The measuring apparatus: synthetic weights, teacher-forced scoring, logit
+//! comparisons, seeded randomness and the memory read loop. Only the `lab` feature
+//! builds it (backend/bench and the tests); the `peregrine` binary never carries it.
+
+pub mod hf_export;
+pub mod logits;
+pub mod read_bandwidth;
+pub mod rng;
+pub mod runs;
+pub mod synthetic;
+pub mod teacher_forced;
+pub mod variants;
