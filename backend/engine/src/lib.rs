@@ -8,6 +8,10 @@
 //! backend/bench and the integration tests) makes the internal modules public. A
 //! build without it (the `peregrine` binary) sees the facade alone.
 
+// The facade must name every type its signatures use: a public function returning a
+// type of a crate-private module would leave a non-lab user unable to name it.
+#![cfg_attr(not(feature = "lab"), warn(unnameable_types))]
+
 /// Declares internal modules: crate-private, public under the `lab` feature.
 macro_rules! internal_modules {
     ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
@@ -19,6 +23,20 @@ macro_rules! internal_modules {
             #[cfg(not(feature = "lab"))]
             pub(crate) mod $name;
         )*
+    };
+}
+
+/// A function of an exported type that only the tests and the apparatus call, taking
+/// internal types: `pub` under `lab`, crate-private otherwise (so the facade's
+/// signatures name facade types only).
+macro_rules! lab_pub_fn {
+    ($(#[$attr:meta])* fn $($rest:tt)*) => {
+        $(#[$attr])*
+        #[cfg(feature = "lab")]
+        pub fn $($rest)*
+        $(#[$attr])*
+        #[cfg(not(feature = "lab"))]
+        pub(crate) fn $($rest)*
     };
 }
 
@@ -46,7 +64,7 @@ pub use error::{Error, Result};
 /// `peregrine` binary reports it, and the test script checks that the binary it serves
 /// was built without.
 pub const LAB: bool = cfg!(feature = "lab");
-pub use generator::TextModel;
+pub use generator::{Generator, TextModel};
 pub use handle::{CancelHandle, EngineHandle, EngineInfo, EngineLimits, Rejected, Submission, DEFAULT_MAX_QUEUE};
 pub use model::{build_generator, load_model, parse_gpus, resolve_model_path, ModelFiles, DEFAULT_MODEL_FILE};
 pub use options::{
@@ -58,7 +76,9 @@ pub use sampling::{Sampled, SamplingParams, TokenLogprob, MAX_TOP_LOGPROBS};
 pub mod sampling_limits {
     pub use crate::sampling::{MAX_LOGIT_BIAS, MAX_PENALTY};
 }
-pub use template::ChatMessage;
+pub use template::{ChatMessage, ChatTemplate};
+/// The tokenizer a [`TextModel`] carries, and what its methods return.
+pub use tokenizer::{Detokenizer, FimTokens, Tokenizer};
 
 /// Activation precision of the fast CPU runtime (`--cpu-act-bits`).
 pub use cpu::act_quant::ActPrecision;

@@ -226,13 +226,13 @@ fn a_dtp_block_with_fixed_lanes_runs_its_lanes_on_the_cpu() {
     json["dtp"] = serde_json::json!({ "lanes": 2, "delay": 1, "early_layers": "none" });
     std::fs::write(dir.join("config.json"), json.to_string()).unwrap();
     let files = peregrine_engine::model::load_model(&dir).unwrap();
-    assert_eq!((files.config.lanes.count, files.config.lanes.delay, files.config.lanes.early_comm), (2, 1, false));
+    assert_eq!((files.config().lanes.count, files.config().lanes.delay, files.config().lanes.early_comm), (2, 1, false));
 
     let tokens: Vec<u32> = (0..12).map(|i| (i * 29 % 300 + 3) as u32).collect();
-    let schedule = DtpSchedule::of_laneformer(&files.config).unwrap();
-    let lanes = ShardedModel::new(&files.config, &files.weights, 2).unwrap();
+    let schedule = DtpSchedule::of_laneformer(files.config()).unwrap();
+    let lanes = ShardedModel::new(files.config(), files.weights(), 2).unwrap();
     let want = lanes.session(Execution::Delayed(schedule)).unwrap().forward(&tokens).unwrap().concat();
-    let mut rt = FastRuntime::new(&files.config, &files.weights, FastOptions::defaults()).unwrap();
+    let mut rt = FastRuntime::new(files.config(), files.weights(), FastOptions::defaults()).unwrap();
     let got = rt.score(&tokens).unwrap().concat();
     let rel = rel_err(&got, &want);
     assert!(rel <= MAX_REL_ERR_F16_KV, "fast lane pass vs the lane reference: {rel:.3e}");

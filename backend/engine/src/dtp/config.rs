@@ -31,7 +31,8 @@ pub enum EarlyLayers {
 }
 
 impl EarlyLayers {
-    /// The name used in every file form.
+    /// The name used in every file form (the CUDA runtime's description, the tests').
+    #[cfg(any(feature = "cuda", feature = "lab"))]
     pub fn name(self) -> &'static str {
         match self {
             EarlyLayers::Present => "present",

@@ -6,6 +6,8 @@ mod hparams;
 mod loader;
 mod meta;
 pub mod quant;
+// Q8_0 at load (`--gpu-weights q8_0`): the CUDA runtime's, and the tests'.
+#[cfg(any(feature = "cuda", feature = "lab"))]
 pub mod quantize;
 mod reader;
 mod rope_freqs;
