@@ -5,8 +5,9 @@
 //! generator for the device the [`EngineOptions`] name ([`build_generator`]), run it on
 //! its own thread ([`EngineHandle`]) and stream a [`Request`]'s [`Event`]s. Everything
 //! else is crate-internal; the `lab` feature (the measuring apparatus in
-//! backend/bench and the integration tests) makes the internal modules public. A
-//! build without it (the `peregrine` binary) sees the facade alone.
+//! backend/bench and the integration tests) makes the internal modules public and
+//! builds `lab`. A build without it (the `peregrine` binary) sees the facade alone,
+//! with dead-code warnings on: code only the apparatus reaches is gated on `lab`.
 
 // The facade must name every type its signatures use: a public function returning a
 // type of a crate-private module would leave a non-lab user unable to name it.

@@ -1,6 +1,7 @@
 //! The measuring apparatus: synthetic weights, teacher-forced scoring, logit
-//! comparisons, seeded randomness and the memory read loop. Only the `lab` feature
-//! builds it (backend/bench and the tests); the `peregrine` binary never carries it.
+//! comparisons, runs collected whole, kernel builds by name, seeded randomness, the
+//! memory read loop and HF configs of the presets. Only the `lab` feature builds it
+//! (backend/bench and the tests); the `peregrine` binary never carries it.
 
 pub mod hf_export;
 pub mod logits;

@@ -49,12 +49,12 @@ pub fn trials() -> Vec<Trial> {
         let w = synthetic_weights(&smol, WEIGHT_SEED);
         long_race_check(&smol, &w, RACE_TOKENS, &KernelOptions::default())
     }));
-    let mut shapes = check_shapes();
-    shapes.extend(["smollm2-135m", "llama-3.2-1b"].map(preset_shape));
+    // Trials name a preset by its key, as the other trials do.
+    let mut shapes: Vec<(String, ModelConfig)> = check_shapes().into_iter().map(|c| (c.name.clone(), c)).collect();
+    shapes.extend(["smollm2-135m", "llama-3.2-1b"].map(|p| (p.to_string(), preset_shape(p))));
     for (variant, base) in variants() {
-        for config in &shapes {
-            let name =
-                format!("kernel {variant}: {}: long prompts score like the default kernel, chaos delays change no token", config.name);
+        for (shape, config) in &shapes {
+            let name = format!("kernel {variant}: {shape}: long prompts score like the default kernel, chaos delays change no token");
             let (c, b) = (config.clone(), base.clone());
             t.push(kernel_trial(name, config, &base, move || kernel_check(&c, &b)));
         }
