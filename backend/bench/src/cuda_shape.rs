@@ -17,6 +17,7 @@ use peregrine_engine::cuda::CudaRuntime;
 use peregrine_engine::dtp::reference::{Execution, ShardedModel};
 use peregrine_engine::dtp::DtpSchedule;
 use peregrine_engine::lab::logits::{argmax, rel_err};
+use peregrine_engine::lab::runs::{collect, ids};
 use peregrine_engine::lab::teacher_forced::{self, Agreement};
 use peregrine_engine::runtime::{Cancel, DecodeJob, Flow, RunEnd, Runtime};
 use peregrine_engine::sampling::{Sampled, SamplingParams};
@@ -188,18 +189,8 @@ pub fn bench_tokens(n: usize, vocab_size: usize, seed: u64) -> Vec<u32> {
 
 /// Greedy run of `max_tokens`; returns the tokens and how the run ended.
 fn greedy(rt: &mut CudaRuntime, prompt: &[u32], max_tokens: usize) -> Result<(Vec<u32>, RunEnd)> {
-    let sampling = SamplingParams::default();
-    let job = DecodeJob {
-        prompt,
-        max_tokens,
-        sampling: &sampling,
-        stop_tokens: &[],
-        top_logprobs: 0,
-        cancel: Cancel::NEVER,
-        reuse_prefix: false,
-    };
-    let (out, end) = rt.generate_all(&job)?;
-    Ok((out.iter().map(|s| s.id).collect(), end))
+    let (out, end) = collect(rt, prompt, max_tokens, &SamplingParams::default(), &[], 0)?;
+    Ok((ids(&out), end))
 }
 
 /// The verified run: greedy with the kernel's logits kept, checked against its own

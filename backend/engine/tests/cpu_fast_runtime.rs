@@ -9,7 +9,8 @@ use peregrine_engine::cpu::act_quant::ActPrecision;
 use peregrine_engine::cpu::fast_runtime::{FastOptions, FastRuntime};
 use peregrine_engine::cpu::isa::Isa;
 use peregrine_engine::hf::load_hf_dir;
-use peregrine_engine::runtime::{Cancel, DecodeJob, Runtime};
+use peregrine_engine::lab::runs::{collect, ids};
+use peregrine_engine::runtime::Runtime;
 use peregrine_engine::sampling::SamplingParams;
 use serde::Deserialize;
 
@@ -40,17 +41,7 @@ fn runtime(name: &str, threads: usize, isa: Isa, prefill_batch: usize) -> FastRu
 }
 
 fn greedy(rt: &mut FastRuntime, prompt: &[u32], n: usize) -> Vec<u32> {
-    let sampling = SamplingParams::default();
-    let job = DecodeJob {
-        prompt,
-        max_tokens: n,
-        sampling: &sampling,
-        stop_tokens: &[],
-        top_logprobs: 0,
-        cancel: Cancel::NEVER,
-        reuse_prefix: false,
-    };
-    rt.generate_all(&job).unwrap().0.iter().map(|s| s.id).collect()
+    ids(&collect(rt, prompt, n, &SamplingParams::default(), &[], 0).unwrap().0)
 }
 
 #[test]

@@ -15,7 +15,8 @@ use peregrine_engine::dtp::reference::{Execution, ShardedModel};
 use peregrine_engine::dtp::DtpSchedule;
 use peregrine_engine::hf::load_hf_dir;
 use peregrine_engine::lab::logits::{argmax, rel_err};
-use peregrine_engine::runtime::{Cancel, DecodeJob, Runtime};
+use peregrine_engine::lab::runs::{collect, ids};
+use peregrine_engine::runtime::Runtime;
 use peregrine_engine::sampling::SamplingParams;
 use serde::Deserialize;
 
@@ -107,17 +108,8 @@ fn fast(name: &str, threads: usize, isa: Isa, prefill_batch: usize) -> FastRunti
 /// A runtime's logits of the fixture's prompt and its greedy continuation.
 fn run(rt: &mut dyn Runtime, r: &Reference) -> (Vec<f32>, Vec<u32>) {
     let logits = rt.score(&r.prompt).unwrap().concat();
-    let sampling = SamplingParams::default();
-    let job = DecodeJob {
-        prompt: &r.greedy_prompt,
-        max_tokens: r.greedy_tokens.len(),
-        sampling: &sampling,
-        stop_tokens: &[],
-        top_logprobs: 0,
-        cancel: Cancel::NEVER,
-        reuse_prefix: false,
-    };
-    (logits, rt.generate_all(&job).unwrap().0.iter().map(|s| s.id).collect())
+    let (out, _) = collect(rt, &r.greedy_prompt, r.greedy_tokens.len(), &SamplingParams::default(), &[], 0).unwrap();
+    (logits, ids(&out))
 }
 
 #[test]
