@@ -39,7 +39,7 @@ use peregrine_engine::sampling::{Sampled, SamplingParams};
 use peregrine_engine::weights::Weights;
 use peregrine_engine::{CudaOptions, CudaPaths};
 
-pub use peregrine_engine::lab::runs::ids;
+use peregrine_engine::lab::runs::ids;
 
 /// Relative logit error allowed against the f32 reference (bf16 weights and KV cache).
 const MAX_REL_ERR: f64 = 3e-2;
