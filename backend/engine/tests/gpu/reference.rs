@@ -34,8 +34,8 @@ pub fn trials() -> Vec<Trial> {
     for (variant, base) in race::variants() {
         for config in check_shapes() {
             let name = format!("kernel {variant}: {}: scores, greedy steps, sampling and stops match the CPU reference", config.name);
-            let b = base.clone();
-            t.push(kernel_trial(name, &config.clone(), &base, move || correctness(&config, &b)));
+            let (c, b) = (config.clone(), base.clone());
+            t.push(kernel_trial(name, &config, &base, move || correctness(&c, &b)));
         }
     }
     t
