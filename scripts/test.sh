@@ -22,9 +22,19 @@ scripts/check-kernels.sh
 # The e2e servers serve this fresh build (--dist), so the tests see the sources.
 scripts/build-frontend.sh
 step "End-to-end tests (Playwright, headless Chromium)"
-# The binary `cargo test --workspace` built (the same features: no second engine build).
-cargo build -q --workspace --bins
+# The product binary alone, as `make run` builds it: built with the workspace, cargo
+# would unify the engine's `lab` feature in (peregrine-bench and the tests ask for
+# it), so this is a second engine build (about two minutes in debug on two cores),
+# without the apparatus and with its dead-code warnings on; any warning fails the suite.
+log=$(mktemp)
+cargo build -p peregrine-server --bin peregrine --message-format short 2> "$log" || { cat "$log"; die "the peregrine binary does not build"; }
+if grep -E '(^|: )warning:' "$log"; then
+  die "building the peregrine binary warns (above): the product build must be clean"
+fi
+rm -f "$log"
 export PEREGRINE_BIN="$CARGO_TARGET_DIR/debug/peregrine"
+version=$("$PEREGRINE_BIN" --version)
+grep -qx 'lab: off' <<< "$version" || die "$PEREGRINE_BIN was built with the engine's lab feature: $version"
 # A free port, so a server left running elsewhere never blocks the suite.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 PEREGRINE_E2E_PORT=$(free_port)

@@ -15,9 +15,9 @@ use peregrine_engine::cpu::kernels::{matmul, MatmulIo};
 use peregrine_engine::cpu::kv_cache::KvCache;
 use peregrine_engine::cpu::packed::PackedMatrix;
 use peregrine_engine::cpu::pool::{Pool, Team};
-use peregrine_engine::cpu::read_bandwidth::read_bandwidth;
 use peregrine_engine::cpu::vecops;
 use peregrine_engine::cpu::workspace::Workspace;
+use peregrine_engine::lab::read_bandwidth::read_bandwidth;
 
 /// Tokens in the cache before the timed steps (the bench's short prompt).
 const PROMPT: usize = 8;

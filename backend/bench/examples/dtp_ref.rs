@@ -23,7 +23,7 @@ use peregrine_engine::config::ModelConfig;
 use peregrine_engine::cpu::reference::{KvCache, ReferenceModel};
 use peregrine_engine::dtp::reference::{Execution, ShardedModel};
 use peregrine_engine::dtp::{read_model_dtp, DtpConfig, DtpSchedule};
-use peregrine_engine::synthetic::{preset, synthetic_weights, PRESET_NAMES};
+use peregrine_engine::lab::synthetic::{preset, synthetic_weights, PRESET_NAMES};
 use peregrine_engine::weights::{LayerRole, WeightRole, Weights};
 use peregrine_engine::{Error, Result};
 
@@ -144,7 +144,7 @@ fn export(args: &[String]) -> Result<()> {
     let t0 = Instant::now();
     let weights = synthetic_weights(&config, seed(&f)?);
     std::fs::create_dir_all(&out).map_err(io(&out))?;
-    let mut json = peregrine_engine::hf::hf_config_json(&config);
+    let mut json = peregrine_engine::lab::hf_export::hf_config_json(&config);
     if let (Some(d), Some(fields)) = (dtp, json.as_object_mut()) {
         let block = serde_json::to_value(d.to_block()).map_err(|e| Error::InvalidRequest(e.to_string()))?;
         fields.insert(peregrine_engine::dtp::config::HF_BLOCK_KEY.into(), block);

@@ -11,6 +11,7 @@ use std::path::Path;
 use peregrine_engine::cpu::act_quant::ActPrecision;
 use peregrine_engine::cpu::fast_runtime::{FastOptions, FastRuntime};
 use peregrine_engine::cpu::reference::{KvCache, ReferenceModel};
+use peregrine_engine::lab::logits::argmax;
 use peregrine_engine::runtime::Runtime;
 use serde::Deserialize;
 
@@ -46,10 +47,6 @@ impl Distance {
     }
 }
 
-fn argmax(row: &[f32]) -> usize {
-    row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |m| m.0)
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let Some(model) = args.get(1) else {
@@ -57,14 +54,17 @@ fn main() {
         std::process::exit(2);
     };
     let fixture_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/fixtures/llamacpp/forward.json");
-    let fixture: Fixture = serde_json::from_str(&std::fs::read_to_string(fixture_path).expect("the fixture reads")).expect("the fixture parses");
+    let fixture: Fixture =
+        serde_json::from_str(&std::fs::read_to_string(fixture_path).expect("the fixture reads")).expect("the fixture parses");
     let (_, config, weights) = peregrine_engine::gguf::load_gguf(Path::new(model)).expect("the model loads");
     let reference = ReferenceModel::new(&config, &weights).expect("the reference runtime starts");
     let fast = |act_precision| {
         FastRuntime::new(&config, &weights, FastOptions { act_precision, ..FastOptions::defaults() }).expect("the fast runtime starts")
     };
     let mut ways: Vec<(&str, Box<dyn FnMut(&[u32]) -> Vec<Vec<f32>>>)> = Vec::new();
-    for (name, precision) in [("fast runtime, 16-bit activations", ActPrecision::Int16), ("fast runtime, 8-bit activations", ActPrecision::Int8)] {
+    for (name, precision) in
+        [("fast runtime, 16-bit activations", ActPrecision::Int16), ("fast runtime, 8-bit activations", ActPrecision::Int8)]
+    {
         let mut rt = fast(precision);
         ways.push((name, Box::new(move |tokens: &[u32]| rt.score(tokens).expect("scoring"))));
     }

@@ -140,8 +140,8 @@ fn run() -> Result<()> {
         Some("config") => {
             let name = args.get(1).ok_or_else(usage)?;
             let config =
-                peregrine_engine::synthetic::preset(name).ok_or_else(|| Error::InvalidRequest(format!("unknown preset `{name}`")))?;
-            println!("{}", peregrine_engine::hf::hf_config_json(&config));
+                peregrine_engine::lab::synthetic::preset(name).ok_or_else(|| Error::InvalidRequest(format!("unknown preset `{name}`")))?;
+            println!("{}", peregrine_engine::lab::hf_export::hf_config_json(&config));
             Ok(())
         }
         Some("score") => score(&args[1..]),

@@ -6,7 +6,7 @@
 
 use peregrine_engine::cuda::{layout, nvrtc, KernelOptions};
 use peregrine_engine::dtp::DtpSchedule;
-use peregrine_engine::synthetic::{ordinary, preset};
+use peregrine_engine::lab::synthetic::{ordinary, preset};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -73,8 +73,15 @@ pub fn measure(rt: &mut dyn Runtime, plan: &BenchPlan) -> Result<Figures> {
     let sampling = SamplingParams::default();
     let start = Instant::now();
     let mut first = None;
-    let job =
-        DecodeJob { prompt: &plan.prompt, max_tokens: 1, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false };
+    let job = DecodeJob {
+        prompt: &plan.prompt,
+        max_tokens: 1,
+        sampling: &sampling,
+        stop_tokens: &[],
+        top_logprobs: 0,
+        cancel: Cancel::NEVER,
+        reuse_prefix: false,
+    };
     rt.generate(&job, &mut |_| {
         first = Some(start.elapsed());
         Flow::Continue

@@ -16,9 +16,11 @@ use peregrine_engine::cuda::tune::{self, ThreadsChoice, ThreadsSource};
 use peregrine_engine::cuda::CudaRuntime;
 use peregrine_engine::dtp::reference::{Execution, ShardedModel};
 use peregrine_engine::dtp::DtpSchedule;
+use peregrine_engine::lab::logits::{argmax, rel_err};
+use peregrine_engine::lab::runs::{collect, ids};
+use peregrine_engine::lab::teacher_forced::{self, Agreement};
 use peregrine_engine::runtime::{Cancel, DecodeJob, Flow, RunEnd, Runtime};
-use peregrine_engine::sampling::{top_k_indices, Sampled, SamplingParams};
-use peregrine_engine::teacher_forced::{self, Agreement};
+use peregrine_engine::sampling::{Sampled, SamplingParams};
 use peregrine_engine::weights::Weights;
 use peregrine_engine::{CudaOptions, ThreadsPolicy};
 use peregrine_engine::{Error, Result};
@@ -41,7 +43,7 @@ pub const BANDWIDTH_BYTES: usize = 1 << 30;
 /// Timed copies of that buffer (median).
 pub const BANDWIDTH_REPEATS: usize = 10;
 /// Relative logit error allowed against the CPU float32 reference (bf16 weights and
-/// KV cache; the same bound as examples/gpu_check.rs).
+/// KV cache; the same bound as the GPU tests').
 pub const MAX_REL_ERR: f64 = 3e-2;
 /// Up to this many parameters the verified run's first steps are checked against the
 /// CPU float32 reference step by step; bigger shapes score a few prompt positions
@@ -182,40 +184,13 @@ pub fn median(values: &[f64]) -> f64 {
 
 /// Deterministic token ids spread over the vocabulary (SplitMix64).
 pub fn bench_tokens(n: usize, vocab_size: usize, seed: u64) -> Vec<u32> {
-    peregrine_engine::rng::SplitMix64(seed).tokens(n, vocab_size)
-}
-
-/// ‖got − want‖ / ‖want‖ (infinite when `got` has a non-finite value).
-pub fn rel_err(got: &[f32], want: &[f32]) -> f64 {
-    if got.len() != want.len() || got.iter().any(|v| !v.is_finite()) {
-        return f64::INFINITY;
-    }
-    let (mut num, mut den) = (0.0f64, 0.0f64);
-    for (&g, &w) in got.iter().zip(want) {
-        num += (g as f64 - w as f64).powi(2);
-        den += (w as f64).powi(2);
-    }
-    (num / den.max(1e-30)).sqrt()
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    top_k_indices(v, 1).first().map_or(0, |t| t.0)
+    peregrine_engine::lab::rng::SplitMix64(seed).tokens(n, vocab_size)
 }
 
 /// Greedy run of `max_tokens`; returns the tokens and how the run ended.
 fn greedy(rt: &mut CudaRuntime, prompt: &[u32], max_tokens: usize) -> Result<(Vec<u32>, RunEnd)> {
-    let sampling = SamplingParams::default();
-    let job = DecodeJob {
-        prompt,
-        max_tokens,
-        sampling: &sampling,
-        stop_tokens: &[],
-        top_logprobs: 0,
-        cancel: Cancel::NEVER,
-        reuse_prefix: false,
-    };
-    let (out, end) = rt.generate_all(&job)?;
-    Ok((out.iter().map(|s| s.id).collect(), end))
+    let (out, end) = collect(rt, prompt, max_tokens, &SamplingParams::default(), &[], 0)?;
+    Ok((ids(&out), end))
 }
 
 /// The verified run: greedy with the kernel's logits kept, checked against its own
@@ -460,7 +435,7 @@ mod tests {
 
     #[test]
     fn plan_checks_the_kv_cache() {
-        let config = peregrine_engine::synthetic::preset("smollm2-135m").expect("preset");
+        let config = peregrine_engine::lab::synthetic::preset("smollm2-135m").expect("preset");
         assert!(CudaBenchPlan::default().kernel_options(&config, &CudaOptions::default()).is_ok());
         let small = CudaBenchPlan { context: Some(300), ..Default::default() };
         assert!(small.kernel_options(&config, &CudaOptions::default()).is_err(), "512-token TTFT prompt does not fit 300 positions");
@@ -469,20 +444,13 @@ mod tests {
     }
 
     #[test]
-    fn rel_err_is_relative_and_rejects_nan() {
-        assert_eq!(rel_err(&[1.0, 2.0], &[1.0, 2.0]), 0.0);
-        assert!((rel_err(&[1.1, 0.0], &[1.0, 0.0]) - 0.1).abs() < 1e-6);
-        assert!(rel_err(&[f32::NAN, 0.0], &[1.0, 0.0]).is_infinite());
-    }
-
-    #[test]
     fn without_a_device_the_bench_is_an_error_not_a_panic() {
         if peregrine_engine::cuda::devices().is_ok() {
             return; // a GPU machine: the device scripts exercise the real path
         }
-        let config = peregrine_engine::synthetic::preset("smollm2-135m").expect("preset");
+        let config = peregrine_engine::lab::synthetic::preset("smollm2-135m").expect("preset");
         let config = ModelConfig { num_layers: 1, vocab_size: 512, ..config };
-        let weights = peregrine_engine::synthetic::synthetic_weights(&config, 1);
+        let weights = peregrine_engine::lab::synthetic::synthetic_weights(&config, 1);
         let err = bench_shape(&config, &weights, &[0], None, &CudaBenchPlan::default(), &CudaOptions::default(), 4e12)
             .expect_err("no device here");
         assert!(err.to_string().to_lowercase().contains("cuda"), "{err}");

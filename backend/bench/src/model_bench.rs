@@ -117,15 +117,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
     say(format!("loading {}", path.display()));
     let files = load_model(&path)?;
     let plan =
-        BenchPlan::new(Some(&files.tokenizer), files.config.vocab_size, args.prompt_tokens, args.short_prompt_tokens, args.gen_tokens)?;
-    let model_name = format!("{} ({:.1}M parameters)", files.config.name, files.config.parameter_count() as f64 / 1e6);
-    let decode_bytes = decode_bytes_per_token(&files.weights);
+        BenchPlan::new(Some(files.tokenizer()), files.config().vocab_size, args.prompt_tokens, args.short_prompt_tokens, args.gen_tokens)?;
+    let model_name = format!("{} ({:.1}M parameters)", files.config().name, files.config().parameter_count() as f64 / 1e6);
+    let decode_bytes = decode_bytes_per_token(files.weights());
     // llama.cpp gets the same threads (--cpu-threads, else every core).
     let options = FastOptions::from_options(&engine.cpu);
     let mut runtime: Box<dyn Runtime> = match (device, engine.cpu.runtime) {
-        (Device::Cpu, CpuRuntimeKind::Fast) => Box::new(FastRuntime::new(&files.config, &files.weights, options)?),
-        (Device::Cpu, _) => build_cpu_runtime(&engine.cpu, &files.config, &files.weights)?,
-        _ => build_generator(files, &engine)?.runtime,
+        (Device::Cpu, CpuRuntimeKind::Fast) => Box::new(FastRuntime::new(files.config(), files.weights(), options)?),
+        (Device::Cpu, _) => build_cpu_runtime(&engine.cpu, files.config(), files.weights())?,
+        _ => build_generator(files, &engine)?.into_runtime(),
     };
     let backend = runtime.backend();
     let on_cpu = backend.kind == "cpu";
@@ -150,9 +150,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if let Some(l) = llama.as_mut() {
         l.measure(&plan)?;
     }
-    let read_loop = on_cpu.then(|| peregrine_engine::cpu::read_bandwidth::read_bandwidth(options.threads));
+    let read_loop = on_cpu.then(|| peregrine_engine::lab::read_bandwidth::read_bandwidth(options.threads));
     if let Some(bw) = read_loop {
-        say(format!("read loop, {} MiB, {} threads: {:.1} GB/s", peregrine_engine::cpu::read_bandwidth::READ_BYTES >> 20, options.threads, bw / 1e9));
+        say(format!(
+            "read loop, {} MiB, {} threads: {:.1} GB/s",
+            peregrine_engine::lab::read_bandwidth::READ_BYTES >> 20,
+            options.threads,
+            bw / 1e9
+        ));
     }
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for i in 0..args.runs.max(1) {

@@ -14,7 +14,7 @@ use crate::cuda_shape::{
 use crate::torch_baseline::{self, BaselineFigures, BaselinePlan};
 use peregrine_engine::cuda::{self, measure_copy_bandwidth};
 use peregrine_engine::dtp::DtpSchedule;
-use peregrine_engine::synthetic::{ordinary, preset, synthetic_mix_weights, QuantMix, LANEFORMER_PRESETS, PRESET_NAMES};
+use peregrine_engine::lab::synthetic::{ordinary, preset, synthetic_mix_weights, QuantMix, LANEFORMER_PRESETS, PRESET_NAMES};
 use peregrine_engine::{CudaOptions, GpuWeights};
 use serde_json::json;
 
@@ -313,7 +313,7 @@ fn standard_rate(rows: &[ShapeFigures], shape_of_row: &[usize], i: usize) -> Opt
 
 fn parse_mix(name: &str) -> Result<Option<QuantMix>> {
     QuantMix::from_name(name).ok_or_else(|| {
-        Error::bad("weights", format!("unknown weights `{name}` (one of {})", peregrine_engine::synthetic::MIX_NAMES.join(", ")))
+        Error::bad("weights", format!("unknown weights `{name}` (one of {})", peregrine_engine::lab::synthetic::MIX_NAMES.join(", ")))
     })
 }
 

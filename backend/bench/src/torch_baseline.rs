@@ -3,7 +3,7 @@
 //! captured as a CUDA graph and replayed: roughly vLLM at batch 1), run by
 //! `scripts/bench/torch_cuda_graph.py` in a child process of the same invocation.
 //! Shapes travel as transformers `config.json` objects built from the engine's own
-//! presets ([`peregrine_engine::hf::hf_config_json`]), so they are defined once.
+//! presets ([`peregrine_engine::lab::hf_export::hf_config_json`]), so they are defined once.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -102,7 +102,10 @@ pub fn run(
     log: &mut dyn FnMut(&str),
 ) -> Result<Vec<BaselineFigures>> {
     let request = Request {
-        shapes: configs.iter().map(|c| ShapeRequest { name: c.name.clone(), config: peregrine_engine::hf::hf_config_json(c) }).collect(),
+        shapes: configs
+            .iter()
+            .map(|c| ShapeRequest { name: c.name.clone(), config: peregrine_engine::lab::hf_export::hf_config_json(c) })
+            .collect(),
         prompt_tokens: plan.prompt_tokens,
         gen_tokens: plan.gen_tokens,
         ttft_prompt_tokens: plan.ttft_prompt_tokens,
@@ -180,7 +183,7 @@ mod tests {
             eprintln!("skipped: {PYTHON_ENV} is not set");
             return;
         }
-        let base = peregrine_engine::synthetic::preset("qwen2.5-coder-1.5b").expect("preset");
+        let base = peregrine_engine::lab::synthetic::preset("qwen2.5-coder-1.5b").expect("preset");
         let tiny = ModelConfig {
             name: "tiny-qwen".into(),
             vocab_size: 512,
@@ -200,7 +203,7 @@ mod tests {
 
     #[test]
     fn a_missing_interpreter_is_an_error() {
-        let config = peregrine_engine::synthetic::preset("smollm2-135m").expect("preset");
+        let config = peregrine_engine::lab::synthetic::preset("smollm2-135m").expect("preset");
         let plan = BaselinePlan { prompt_tokens: 4, gen_tokens: 4, ttft_prompt_tokens: 8, runs: 1, seed: 1 };
         let script = find_script().expect("script");
         let err = run(Path::new("/nonexistent/python"), &script, &[config], &plan, &mut |_| {}).expect_err("no interpreter");

@@ -46,7 +46,7 @@ mod tests {
 
     #[test]
     fn each_rule_has_its_own_message() {
-        let config = crate::synthetic::preset("smollm2-135m").expect("preset");
+        let config = crate::lab::synthetic::preset("smollm2-135m").expect("preset");
         let ok = SamplingParams::default();
         assert!(admit(&config, &[1, 2], 8, &ok, 0).is_ok());
         let err = |r: Result<()>| r.expect_err("refused").to_string();

@@ -15,18 +15,31 @@ use crate::stop::StopMatcher;
 use crate::template::ChatTemplate;
 use crate::tokenizer::{Detokenizer, Tokenizer};
 
-/// A runtime with the text side of the model (what the loaders build).
+/// A runtime with the text side of the model (what the loaders build): opaque to the
+/// facade, which hands it from [`crate::build_generator`] to [`crate::EngineHandle::start`].
 pub struct Generator {
-    pub runtime: Box<dyn Runtime>,
+    pub(crate) runtime: Box<dyn Runtime>,
     /// `None` for synthetic models: only token prompts are accepted then.
-    pub tokenizer: Option<Tokenizer>,
-    pub template: Option<ChatTemplate>,
+    pub(crate) tokenizer: Option<Tokenizer>,
+    pub(crate) template: Option<ChatTemplate>,
 }
 
 impl Generator {
+    /// A generator of any runtime: the tests' scripted ones, the apparatus's.
+    #[cfg(feature = "lab")]
+    pub fn new(runtime: Box<dyn Runtime>, tokenizer: Option<Tokenizer>, template: Option<ChatTemplate>) -> Generator {
+        Generator { runtime, tokenizer, template }
+    }
+
+    /// The runtime alone (the benchmarks drive it without the engine thread).
+    #[cfg(feature = "lab")]
+    pub fn into_runtime(self) -> Box<dyn Runtime> {
+        self.runtime
+    }
+
     /// Splits the generator into what the engine thread runs and the text side that
     /// request handlers share (they tokenize and check prompts before queueing).
-    pub fn into_runner(self) -> Runner {
+    pub(crate) fn into_runner(self) -> Runner {
         let vocab_size = self.runtime.config().vocab_size;
         let text = TextModel { tokenizer: self.tokenizer, template: self.template, vocab_size };
         Runner { runtime: self.runtime, text: Arc::new(text) }

@@ -5,11 +5,13 @@
 //! generator for the device the [`EngineOptions`] name ([`build_generator`]), run it on
 //! its own thread ([`EngineHandle`]) and stream a [`Request`]'s [`Event`]s. Everything
 //! else is crate-internal; the `lab` feature (the measuring apparatus in
-//! backend/bench and the integration tests) makes the internal modules public. A
-//! build without it (the `peregrine` binary) sees the facade alone.
+//! backend/bench and the integration tests) makes the internal modules public and
+//! builds `lab`. A build without it (the `peregrine` binary) sees the facade alone,
+//! with dead-code warnings on: code only the apparatus reaches is gated on `lab`.
 
-// Without `lab`, code only the apparatus and tests reach looks dead to the compiler.
-#![cfg_attr(not(feature = "lab"), allow(dead_code, unused_imports))]
+// The facade must name every type its signatures use: a public function returning a
+// type of a crate-private module would leave a non-lab user unable to name it.
+#![cfg_attr(not(feature = "lab"), warn(unnameable_types))]
 
 /// Declares internal modules: crate-private, public under the `lab` feature.
 macro_rules! internal_modules {
@@ -25,15 +27,45 @@ macro_rules! internal_modules {
     };
 }
 
+/// A function of an exported type that only the tests and the apparatus call, taking
+/// internal types: `pub` under `lab`, crate-private otherwise (so the facade's
+/// signatures name facade types only).
+macro_rules! lab_pub_fn {
+    ($(#[$attr:meta])* fn $($rest:tt)*) => {
+        $(#[$attr])*
+        #[cfg(feature = "lab")]
+        pub fn $($rest)*
+        $(#[$attr])*
+        #[cfg(not(feature = "lab"))]
+        pub(crate) fn $($rest)*
+    };
+}
+
 internal_modules!(
-    admission, config, cpu, cuda, dtp, generator, gguf, handle, hf, laneformer, model, options, request, rng, runtime, sampling, scheduler,
-    stop, synthetic, teacher_forced, template, tensor, tokenizer, weights,
+    admission, config, cpu, dtp, generator, gguf, handle, hf, laneformer, model, options, request, runtime, sampling, scheduler, stop,
+    template, tensor, tokenizer, weights,
+);
+internal_modules!(
+    // The CUDA runtime still carries its measuring hooks (phase trace, quantized matvec
+    // check, copy bandwidth, compile-only builds) next to the product path: until they
+    // are gated, only the apparatus calls them, so they look dead without `lab`.
+    #[cfg_attr(not(feature = "lab"), allow(dead_code, unused_imports))]
+    cuda
 );
 mod error;
 pub mod infill;
+/// The measuring apparatus (synthetic weights, teacher-forced scoring, logit
+/// comparisons): backend/bench and the tests, never the `peregrine` binary.
+#[cfg(feature = "lab")]
+pub mod lab;
 
 pub use error::{CudaError, Error, Result};
-pub use generator::TextModel;
+
+/// Whether this build carries the measuring apparatus (the `lab` feature). The
+/// `peregrine` binary reports it, and the test script checks that the binary it serves
+/// was built without.
+pub const LAB: bool = cfg!(feature = "lab");
+pub use generator::{Generator, TextModel};
 pub use handle::{CancelHandle, EngineHandle, EngineInfo, EngineLimits, Rejected, Submission, DEFAULT_MAX_QUEUE};
 pub use model::{build_generator, load_model, parse_gpus, resolve_model_path, ModelFiles, DEFAULT_MODEL_FILE};
 pub use options::{
@@ -45,7 +77,9 @@ pub use sampling::{Sampled, SamplingParams, TokenLogprob, MAX_TOP_LOGPROBS};
 pub mod sampling_limits {
     pub use crate::sampling::{MAX_LOGIT_BIAS, MAX_PENALTY};
 }
-pub use template::ChatMessage;
+pub use template::{ChatMessage, ChatTemplate};
+/// The tokenizer a [`TextModel`] carries, and what its methods return.
+pub use tokenizer::{Detokenizer, FimTokens, Tokenizer};
 
 /// Activation precision of the fast CPU runtime (`--cpu-act-bits`).
 pub use cpu::act_quant::ActPrecision;

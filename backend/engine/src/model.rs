@@ -15,13 +15,34 @@ use crate::weights::Weights;
 /// File name of the default model inside the model cache.
 pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
-/// Everything read from a model's files.
+/// Everything read from a model's files: opaque to the facade, which hands it from
+/// [`load_model`] to [`build_generator`].
 pub struct ModelFiles {
-    pub path: PathBuf,
-    pub config: ModelConfig,
-    pub weights: Weights,
-    pub tokenizer: Tokenizer,
-    pub template: Option<ChatTemplate>,
+    pub(crate) path: PathBuf,
+    pub(crate) config: ModelConfig,
+    pub(crate) weights: Weights,
+    pub(crate) tokenizer: Tokenizer,
+    pub(crate) template: Option<ChatTemplate>,
+}
+
+/// What the tests and the apparatus read of loaded files.
+#[cfg(feature = "lab")]
+impl ModelFiles {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    pub fn weights(&self) -> &Weights {
+        &self.weights
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
 }
 
 /// The model path to use: `explicit` (the CLI's `--model` / `$PEREGRINE_MODEL`), else
@@ -221,7 +242,7 @@ mod gpu_list_tests {
 
     #[test]
     fn a_laneformer_folds_its_lanes_onto_the_gpus() {
-        let mut c = crate::synthetic::preset("laneformer-2b").expect("preset");
+        let mut c = crate::lab::synthetic::preset("laneformer-2b").expect("preset");
         assert_eq!(rank_devices(&c, &[0]).expect("one GPU"), vec![0; 8]);
         assert_eq!(rank_devices(&c, &[3, 1]).expect("two GPUs"), vec![3, 3, 3, 3, 1, 1, 1, 1]);
         assert_eq!(rank_devices(&c, &(0..8).collect::<Vec<_>>()).expect("eight GPUs"), (0..8).collect::<Vec<_>>());

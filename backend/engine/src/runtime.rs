@@ -111,6 +111,7 @@ pub trait Runtime: Send {
         None
     }
     /// [`Runtime::generate`] to the run's end, every sampled token kept (checks and benchmarks).
+    #[cfg(feature = "lab")]
     fn generate_all(&mut self, job: &DecodeJob<'_>) -> Result<(Vec<Sampled>, RunEnd)> {
         let mut out = Vec::new();
         let end = self.generate(job, &mut |s: &Sampled| {

@@ -105,6 +105,7 @@ impl Tensor {
     }
 
     /// An owned f32 tensor (used by synthetic models and tests).
+    #[cfg(feature = "lab")]
     pub fn from_f32(name: impl Into<String>, shape: Vec<usize>, values: &[f32]) -> Tensor {
         let mut bytes = Vec::with_capacity(values.len() * 4);
         for v in values {

@@ -27,6 +27,7 @@ pub struct LayerWeights {
 
 impl LayerWeights {
     /// Every tensor of the layer (biases where present).
+    #[cfg(feature = "lab")]
     pub fn tensors(&self) -> impl Iterator<Item = &Tensor> {
         [&self.attn_norm, &self.q, &self.k, &self.v, &self.o, &self.ffn_norm, &self.gate, &self.up, &self.down]
             .into_iter()

@@ -143,7 +143,7 @@ fn default_engine() -> (EngineHandle, usize) {
         move || {
             let rt = FastRuntime::new(&config, &weights, FastOptions::defaults())?;
             eprintln!("engine: {}", rt.backend().devices.join(", "));
-            Ok(Generator { runtime: Box::new(rt), tokenizer: None, template: None })
+            Ok(Generator::new(Box::new(rt), None, None))
         },
         4,
     )

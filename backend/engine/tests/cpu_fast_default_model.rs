@@ -5,10 +5,11 @@
 
 mod common;
 
-use common::llamacpp::{argmax, default_model, forward_fixture};
+use common::llamacpp::{default_model, forward_fixture};
 use peregrine_engine::cpu::fast_runtime::{FastOptions, FastRuntime};
 use peregrine_engine::cpu::reference::{KvCache, ReferenceModel};
 use peregrine_engine::gguf::load_gguf;
+use peregrine_engine::lab::logits::argmax;
 use peregrine_engine::runtime::{Cancel, DecodeJob, Flow, Runtime};
 use peregrine_engine::sampling::SamplingParams;
 

@@ -9,7 +9,8 @@ use peregrine_engine::cpu::act_quant::ActPrecision;
 use peregrine_engine::cpu::fast_runtime::{FastOptions, FastRuntime};
 use peregrine_engine::cpu::isa::Isa;
 use peregrine_engine::hf::load_hf_dir;
-use peregrine_engine::runtime::{Cancel, DecodeJob, Runtime};
+use peregrine_engine::lab::runs::{collect, ids};
+use peregrine_engine::runtime::Runtime;
 use peregrine_engine::sampling::SamplingParams;
 use serde::Deserialize;
 
@@ -40,9 +41,7 @@ fn runtime(name: &str, threads: usize, isa: Isa, prefill_batch: usize) -> FastRu
 }
 
 fn greedy(rt: &mut FastRuntime, prompt: &[u32], n: usize) -> Vec<u32> {
-    let sampling = SamplingParams::default();
-    let job = DecodeJob { prompt, max_tokens: n, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false };
-    rt.generate_all(&job).unwrap().0.iter().map(|s| s.id).collect()
+    ids(&collect(rt, prompt, n, &SamplingParams::default(), &[], 0).unwrap().0)
 }
 
 #[test]
@@ -87,8 +86,7 @@ fn decoding_token_by_token_equals_scoring_the_sequence() {
     let scored = rt.score(&all).unwrap();
     for (i, &id) in ids.iter().enumerate() {
         let row = &scored[prompt.len() - 1 + i];
-        let argmax = row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u32;
-        assert_eq!(argmax, id, "step {i}");
+        assert_eq!(peregrine_engine::lab::logits::argmax(row), id, "step {i}");
     }
 }
 
@@ -106,7 +104,7 @@ fn bad_tokens_and_overlong_prompts_are_errors() {
 #[test]
 fn heads_that_do_not_align_with_row_groups_match_the_reference() {
     use peregrine_engine::cpu::reference::{KvCache, ReferenceModel};
-    use peregrine_engine::synthetic::{preset, synthetic_weights};
+    use peregrine_engine::lab::synthetic::{preset, synthetic_weights};
     // 6 heads of 8 (a head is half a 16-row group), hidden 48 (not whole 32-blocks).
     let mut config = preset("smollm2-135m").unwrap();
     (config.vocab_size, config.hidden_size, config.intermediate_size, config.num_layers) = (100, 48, 80, 2);

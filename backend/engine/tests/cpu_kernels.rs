@@ -10,7 +10,7 @@ use peregrine_engine::cpu::act_quant::{ActPrecision, QuantActs, HI_SCALE, QBLOCK
 use peregrine_engine::cpu::isa::Isa;
 use peregrine_engine::cpu::kernels::{matmul, MatmulIo};
 use peregrine_engine::cpu::packed::PackedMatrix;
-use peregrine_engine::rng::SplitMix64;
+use peregrine_engine::lab::rng::SplitMix64;
 use peregrine_engine::tensor::{DType, Storage, Tensor};
 
 /// Every weight type the loaders accept.

@@ -56,9 +56,7 @@ fn gated_engine() -> (EngineHandle, mpsc::Sender<()>) {
     let (tx, rx) = mpsc::channel();
     let gate = Arc::new(Mutex::new(rx));
     let config = tiny_config();
-    let engine =
-        EngineHandle::start(move || Ok(Generator { runtime: Box::new(GatedRuntime { config, gate }), tokenizer: None, template: None }), 4)
-            .unwrap();
+    let engine = EngineHandle::start(move || Ok(Generator::new(Box::new(GatedRuntime { config, gate }), None, None)), 4).unwrap();
     (engine, tx)
 }
 
@@ -164,7 +162,7 @@ async fn a_full_queue_is_refused_and_bad_requests_are_errors() {
     let engine = EngineHandle::start(
         move || {
             let (config, weights) = peregrine_engine::hf::load_hf_dir(&dir)?;
-            Ok(Generator { runtime: Box::new(ReferenceRuntime::new(&config, &weights)?), tokenizer: None, template: None })
+            Ok(Generator::new(Box::new(ReferenceRuntime::new(&config, &weights)?), None, None))
         },
         4,
     )

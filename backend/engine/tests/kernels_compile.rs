@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use peregrine_engine::config::{LaneConfig, ModelConfig};
 use peregrine_engine::cuda::{compile_only, layout, nvrtc, KernelOptions};
 use peregrine_engine::dtp::DtpSchedule;
-use peregrine_engine::synthetic::{check_shapes, ordinary, preset, PRESET_NAMES};
+use peregrine_engine::lab::synthetic::{check_shapes, ordinary, preset, PRESET_NAMES};
 use peregrine_engine::Diagnostics;
 
 const ARCH: &str = "sm_90a";

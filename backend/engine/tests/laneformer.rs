@@ -14,7 +14,9 @@ use peregrine_engine::cpu::reference_runtime::ReferenceRuntime;
 use peregrine_engine::dtp::reference::{Execution, ShardedModel};
 use peregrine_engine::dtp::DtpSchedule;
 use peregrine_engine::hf::load_hf_dir;
-use peregrine_engine::runtime::{Cancel, DecodeJob, Runtime};
+use peregrine_engine::lab::logits::{argmax, rel_err};
+use peregrine_engine::lab::runs::{collect, ids};
+use peregrine_engine::runtime::Runtime;
 use peregrine_engine::sampling::SamplingParams;
 use serde::Deserialize;
 
@@ -50,16 +52,6 @@ fn reference(name: &str) -> (Reference, Vec<f32>) {
     let logits =
         std::fs::read(dir.join("ref_logits.f32")).unwrap().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
     (r, logits)
-}
-
-fn rel_err(got: &[f32], want: &[f32]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let diff: f64 = got.iter().zip(want).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>().sqrt();
-    diff / want.iter().map(|b| (*b as f64).powi(2)).sum::<f64>().sqrt()
-}
-
-fn argmax(row: &[f32]) -> u32 {
-    row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u32
 }
 
 #[test]
@@ -116,17 +108,8 @@ fn fast(name: &str, threads: usize, isa: Isa, prefill_batch: usize) -> FastRunti
 /// A runtime's logits of the fixture's prompt and its greedy continuation.
 fn run(rt: &mut dyn Runtime, r: &Reference) -> (Vec<f32>, Vec<u32>) {
     let logits = rt.score(&r.prompt).unwrap().concat();
-    let sampling = SamplingParams::default();
-    let job = DecodeJob {
-        prompt: &r.greedy_prompt,
-        max_tokens: r.greedy_tokens.len(),
-        sampling: &sampling,
-        stop_tokens: &[],
-        top_logprobs: 0,
-        cancel: Cancel::NEVER,
-        reuse_prefix: false,
-    };
-    (logits, rt.generate_all(&job).unwrap().0.iter().map(|s| s.id).collect())
+    let (out, _) = collect(rt, &r.greedy_prompt, r.greedy_tokens.len(), &SamplingParams::default(), &[], 0).unwrap();
+    (logits, ids(&out))
 }
 
 #[test]
@@ -235,13 +218,13 @@ fn a_dtp_block_with_fixed_lanes_runs_its_lanes_on_the_cpu() {
     json["dtp"] = serde_json::json!({ "lanes": 2, "delay": 1, "early_layers": "none" });
     std::fs::write(dir.join("config.json"), json.to_string()).unwrap();
     let files = peregrine_engine::model::load_model(&dir).unwrap();
-    assert_eq!((files.config.lanes.count, files.config.lanes.delay, files.config.lanes.early_comm), (2, 1, false));
+    assert_eq!((files.config().lanes.count, files.config().lanes.delay, files.config().lanes.early_comm), (2, 1, false));
 
     let tokens: Vec<u32> = (0..12).map(|i| (i * 29 % 300 + 3) as u32).collect();
-    let schedule = DtpSchedule::of_laneformer(&files.config).unwrap();
-    let lanes = ShardedModel::new(&files.config, &files.weights, 2).unwrap();
+    let schedule = DtpSchedule::of_laneformer(files.config()).unwrap();
+    let lanes = ShardedModel::new(files.config(), files.weights(), 2).unwrap();
     let want = lanes.session(Execution::Delayed(schedule)).unwrap().forward(&tokens).unwrap().concat();
-    let mut rt = FastRuntime::new(&files.config, &files.weights, FastOptions::defaults()).unwrap();
+    let mut rt = FastRuntime::new(files.config(), files.weights(), FastOptions::defaults()).unwrap();
     let got = rt.score(&tokens).unwrap().concat();
     let rel = rel_err(&got, &want);
     assert!(rel <= MAX_REL_ERR_F16_KV, "fast lane pass vs the lane reference: {rel:.3e}");

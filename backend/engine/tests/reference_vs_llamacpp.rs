@@ -4,9 +4,10 @@
 
 mod common;
 
-use common::llamacpp::{argmax, default_model, forward_fixture};
+use common::llamacpp::{default_model, forward_fixture};
 use peregrine_engine::cpu::reference::{KvCache, ReferenceModel};
 use peregrine_engine::gguf::load_gguf;
+use peregrine_engine::lab::logits::argmax;
 
 /// Required teacher-forced top-1 agreement with llama.cpp (its activations are 8-bit,
 /// ours float32: near-ties may flip).

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use peregrine_engine::cpu::reference::{KvCache, ReferenceModel};
 use peregrine_engine::hf::load_hf_dir;
+use peregrine_engine::lab::logits::{argmax, rel_err};
 use serde::Deserialize;
 
 /// Largest allowed ‖Δ‖/‖ref‖ of the logits.
@@ -44,15 +45,12 @@ fn check(name: &str) {
     let logits = model.forward(&mut cache, &reference.prompt_ids, true).unwrap();
     let got: Vec<f32> = logits.concat();
     assert_eq!(got.len(), expected.len());
-    let diff: f64 = got.iter().zip(&expected).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>().sqrt();
-    let norm: f64 = expected.iter().map(|b| (*b as f64).powi(2)).sum::<f64>().sqrt();
-    let rel = diff / norm;
+    let rel = rel_err(&got, &expected);
     eprintln!("{name}: ‖Δ‖/‖ref‖ = {rel:.2e} over {} positions", logits.len());
     assert!(rel <= MAX_REL_ERR, "{name}: relative error {rel:.3e} > {MAX_REL_ERR:e}");
     for (pos, row) in logits.iter().enumerate() {
         if reference.top2_gap[pos] > MIN_DECISIVE_GAP {
-            let argmax = row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u32;
-            assert_eq!(argmax, reference.argmax[pos], "{name}: argmax differs at position {pos}");
+            assert_eq!(argmax(row), reference.argmax[pos], "{name}: argmax differs at position {pos}");
         }
     }
 
@@ -62,7 +60,7 @@ fn check(name: &str) {
     let mut last = model.forward(&mut cache, prompt, false).unwrap().pop().unwrap();
     let mut greedy = Vec::new();
     for _ in 0..reference.greedy_ids.len() {
-        let next = last.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u32;
+        let next = argmax(&last);
         greedy.push(next);
         last = model.forward(&mut cache, &[next], false).unwrap().pop().unwrap();
     }

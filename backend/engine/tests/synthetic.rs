@@ -2,7 +2,7 @@
 //! and the presets carry the published model shapes.
 
 use peregrine_engine::config::{Architecture, RopeScaling};
-use peregrine_engine::synthetic::{preset, synthetic_weights, PRESET_NAMES};
+use peregrine_engine::lab::synthetic::{preset, synthetic_weights, PRESET_NAMES};
 
 fn small_qwen() -> peregrine_engine::config::ModelConfig {
     let mut c = preset("qwen2.5-coder-1.5b").unwrap();

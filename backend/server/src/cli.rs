@@ -7,9 +7,15 @@ pub const DEFAULT_PORT: u16 = 8080;
 /// Default bind address: loopback, so nothing is exposed by accident.
 pub const DEFAULT_HOST: &str = "127.0.0.1";
 
+/// `--version`'s second line says whether the engine was built with its measuring
+/// apparatus (the `lab` feature, which only backend/bench and the tests want): the test
+/// script checks that the binary it serves says `lab: off`.
+pub const LONG_VERSION: &str =
+    if peregrine_engine::LAB { concat!(env!("CARGO_PKG_VERSION"), "\nlab: on") } else { concat!(env!("CARGO_PKG_VERSION"), "\nlab: off") };
+
 /// Fast single-request LLM inference with a playground.
 #[derive(Debug, clap::Parser)]
-#[command(name = "peregrine", version, about)]
+#[command(name = "peregrine", version, long_version = LONG_VERSION, about)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

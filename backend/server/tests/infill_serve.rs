@@ -32,7 +32,7 @@ fn fim_engine() -> EngineHandle {
             let mut options = FastOptions::defaults();
             options.threads = 2;
             let runtime = FastRuntime::new(&config, &weights, options)?;
-            Ok(Generator { runtime: Box::new(runtime), tokenizer: Some(tokenizer), template: None })
+            Ok(Generator::new(Box::new(runtime), Some(tokenizer), None))
         },
         2,
     )

@@ -146,7 +146,8 @@ async fn load(batch: usize) {
     // A client that leaves as its last tokens are sent may still have been served to
     // the end: the server counts it complete, the client cancelled. Every request that
     // was not refused ends one of the two ways on both sides.
-    let (served, dropped) = (m("peregrine_requests_total{finish_reason=\"length\"}"), m("peregrine_requests_total{finish_reason=\"cancelled\"}"));
+    let (served, dropped) =
+        (m("peregrine_requests_total{finish_reason=\"length\"}"), m("peregrine_requests_total{finish_reason=\"cancelled\"}"));
     assert!(served >= completed, "the server counted {served} complete, the clients {completed}");
     assert_eq!(served + dropped, completed + cancelled, "requests ended: server {served} + {dropped}, clients {completed} + {cancelled}");
     server.stop().await;

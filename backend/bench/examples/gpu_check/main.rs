@@ -1,23 +1,13 @@
-//! GPU engine check and benchmark in one binary (the GPU host has no Rust: build
-//! here, carry it there). `gpu_check all` runs correctness against the CPU float32
-//! reference on synthetic random-weight models, then times decode on the benchmark
-//! shapes; `gpu_check prefill` compares the batched prefill with the per-token prompt
-//! path (first-step logits and greedy tokens); `gpu_check precompile` fills the cubin
-//! cache without a GPU.
+//! The persistent kernel's measuring tools (the GPU host has no Rust: build here,
+//! carry the binary there): `trace` prints the phase trace of kernel builds side by
+//! side, `precompile` / `precompile-tp` fill the cubin cache without a GPU, `defines`
+//! prints the NVRTC `-D` options of a shape, `tune` times the load-time choice of
+//! threads per block. Every correctness check is a trial of the engine's GPU test
+//! suite (backend/engine/tests/gpu.rs); the decode benchmark is `peregrine-bench
+//! --device cuda --shape …`.
 //!
-//! `gpu_check tp --shapes a,b` checks tensor parallelism on GPUs 0 and 1 against
-//! one GPU, with the chaos race check on each rank.
-//!
-//! `--kernel NAME` runs `correctness` (and `kernel-check`) with that build instead of
-//! the default; `gpu_check kernel-check --kernel default+threads384 --shapes a,b` scores
-//! long prompts with it against the default kernel (every position's logits: the
-//! split-attention merge path included) and runs the chaos race check with it;
-//! `gpu_check trace --shapes a,b [--variants default,default+threads448]` prints the
-//! phase trace (`--weights q8_0` etc.: of random quantized weights streamed natively).
-//! Builds are named as `variant` below says.
-//!
-//! Usage: gpu_check [all|correctness|bench|sanitize|prefill|precompile|precompile-tp|tp|tp-prefill|trace|kernel-check|defines] [--quick]
-//!        [--tp N] [--shapes a,b] [--runs N] [--prompt N] [--gen N] [--variants v1,v2,...] [--kernel NAME] [--no-tiny] [--no-chaos] [--dtp SPEC;SPEC] [--weights MIX]
+//! Kernel builds are named as `peregrine_engine::lab::variants::kernel_variant` reads
+//! them: `default`, then `+` modifiers (`threads384`, `nosplit`, `tp-evict`, …).
 
 #[cfg(feature = "cuda")]
 fn main() {

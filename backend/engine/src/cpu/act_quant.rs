@@ -78,11 +78,13 @@ impl QuantActs {
     }
 
     /// Elements per token.
+    #[cfg(feature = "lab")]
     pub fn cols(&self) -> usize {
         self.cols
     }
 
     /// Tokens it can hold.
+    #[cfg(feature = "lab")]
     pub fn capacity(&self) -> usize {
         self.capacity
     }

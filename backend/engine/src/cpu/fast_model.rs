@@ -97,6 +97,7 @@ impl FastModel {
     }
 
     /// Bytes of packed weights (for the load message).
+    #[cfg(feature = "lab")]
     pub fn packed_bytes(&self) -> usize {
         let layer = |l: &FastLayer| [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down].iter().map(|m| m.size_bytes()).sum::<usize>();
         self.layers.iter().map(layer).sum::<usize>() + self.head.size_bytes()

@@ -52,6 +52,7 @@ impl FastOptions {
     }
 
     /// [`Self::from_options`] of the default CPU options.
+    #[cfg(feature = "lab")]
     pub fn defaults() -> FastOptions {
         Self::from_options(&crate::options::CpuOptions::default())
     }
@@ -117,7 +118,6 @@ impl Sequence {
 pub struct FastRuntime {
     pass: Pass,
     isa: Isa,
-    packed_bytes: usize,
     pool: Pool,
     /// The one-at-a-time path's sequence (kept between runs for prompt reuse).
     seq: Sequence,
@@ -145,12 +145,8 @@ impl FastRuntime {
             let ws = Workspace::new(&model, batch, threads, options.act_precision);
             Pass::Ordinary { model, ws }
         };
-        let packed_bytes = match &pass {
-            Pass::Ordinary { model, .. } => model.packed_bytes(),
-            Pass::Lanes { model, .. } => model.packed_bytes(),
-        };
         let pool = Pool::new(threads).map_err(|e| Error::Unavailable(format!("cannot start CPU worker threads: {e}")))?;
-        Ok(FastRuntime { pass, isa: options.isa, packed_bytes, pool, seq: Sequence::new(config), reused: 0, slots: Vec::new() })
+        Ok(FastRuntime { pass, isa: options.isa, pool, seq: Sequence::new(config), reused: 0, slots: Vec::new() })
     }
 
     /// Threads in the team.
@@ -164,12 +160,17 @@ impl FastRuntime {
     }
 
     /// Bytes of repacked weights.
+    #[cfg(feature = "lab")]
     pub fn packed_bytes(&self) -> usize {
-        self.packed_bytes
+        match &self.pass {
+            Pass::Ordinary { model, .. } => model.packed_bytes(),
+            Pass::Lanes { model, .. } => model.packed_bytes(),
+        }
     }
 
     /// Runs `tokens` after what is cached, in batches; returns the logits of every
     /// position (`all`) or of the last only, one row per position.
+    #[cfg(feature = "lab")]
     pub fn forward(&mut self, tokens: &[u32], all: bool) -> Result<Vec<Vec<f32>>> {
         Ok(self.forward_unless(tokens, all, Cancel::NEVER)?.unwrap_or_default())
     }
@@ -195,6 +196,7 @@ impl FastRuntime {
     }
 
     /// Forgets the cached sequence.
+    #[cfg(feature = "lab")]
     pub fn reset(&mut self) {
         self.seq.truncate(0);
     }

@@ -51,11 +51,13 @@ impl KvCache {
     }
 
     /// True when nothing is cached.
+    #[cfg(feature = "lab")]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Forgets every position (the memory stays for the next sequence).
+    #[cfg(feature = "lab")]
     pub fn clear(&mut self) {
         self.len = 0;
     }
@@ -107,6 +109,7 @@ impl KvCache {
     /// Index of `(layer, kv_head, position 0)` in [`Self::keys_values_mut`]'s buffers.
     /// Within a run, value `i` of position `p` is at `p·head_dim + i` and key `i` of
     /// position `p` at [`key_offset`]`(p, i, head_dim)`.
+    #[cfg(feature = "lab")]
     pub fn run_start(&self, layer: usize, kv_head: usize) -> usize {
         (layer * self.kv_heads + kv_head) * self.head_stride()
     }
@@ -186,7 +189,7 @@ mod tests {
 
     #[test]
     fn growing_keeps_partial_key_tiles_and_values() {
-        let mut config = crate::synthetic::preset("smollm2-135m").expect("preset");
+        let mut config = crate::lab::synthetic::preset("smollm2-135m").expect("preset");
         config.num_layers = 2;
         config.max_context = 1000;
         let mut cache = KvCache::new(&config);

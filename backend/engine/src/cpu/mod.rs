@@ -14,7 +14,6 @@ pub mod kv_half;
 pub mod lanes;
 pub mod packed;
 pub mod pool;
-pub mod read_bandwidth;
 pub mod reference;
 pub mod reference_runtime;
 pub mod rope;

@@ -201,6 +201,7 @@ impl PackedMatrix {
     }
 
     /// Bytes in memory (for load-time reporting).
+    #[cfg(feature = "lab")]
     pub fn size_bytes(&self) -> usize {
         self.lines.len() * 64
     }
@@ -270,6 +271,7 @@ impl PackedMatrix {
 
     /// Row `r` as f32, computed from the packed form (`d·c + m`): tests check that it
     /// equals the loader's dequantization bit for bit.
+    #[cfg(feature = "lab")]
     pub fn row_to_f32(&self, r: usize) -> Vec<f32> {
         assert!(r < self.rows);
         let (g, lane) = (r / GROUP_ROWS, r % GROUP_ROWS);

@@ -59,11 +59,13 @@ impl KvCache {
     }
 
     /// Positions filled so far.
+    #[cfg(feature = "lab")]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// True when nothing is cached.
+    #[cfg(feature = "lab")]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

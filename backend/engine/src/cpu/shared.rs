@@ -32,11 +32,13 @@ impl<'a, T> SharedSlice<'a, T> {
     }
 
     /// Elements in the slice.
+    #[cfg(feature = "lab")]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// True when empty.
+    #[cfg(feature = "lab")]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -332,7 +332,7 @@ pub fn table(rows: &[PhaseRow]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rng::SplitMix64;
+    use crate::lab::rng::SplitMix64;
 
     /// A synthetic step with known latencies: every dependency wakes its first waiter
     /// `sync` ns after the producers' last arrival, and each waiter works `work(b)` ns.

@@ -31,7 +31,8 @@ pub enum EarlyLayers {
 }
 
 impl EarlyLayers {
-    /// The name used in every file form.
+    /// The name used in every file form (the CUDA runtime's description, the tests').
+    #[cfg(any(feature = "cuda", feature = "lab"))]
     pub fn name(self) -> &'static str {
         match self {
             EarlyLayers::Present => "present",
@@ -98,6 +99,7 @@ impl DtpBlock {
 
 impl DtpConfig {
     /// The block written into `config.json` for this config.
+    #[cfg(feature = "lab")]
     pub fn to_block(&self) -> DtpBlock {
         DtpBlock {
             lanes: match self.lanes {
@@ -230,6 +232,7 @@ impl DtpSchedule {
     }
 
     /// Standard tensor parallelism on `lanes` lanes, written as a schedule (delay 0).
+    #[cfg(feature = "lab")]
     pub fn standard(model: &ModelConfig, lanes: usize) -> Result<DtpSchedule> {
         DtpSchedule::new(&DtpConfig { lanes: Lanes::RunTime, delay: 0, early_layers: EarlyLayers::Present }, model, lanes)
     }
@@ -265,6 +268,7 @@ impl DtpSchedule {
 
     /// Layers whose partials travel between lanes: those with a layer `d` later (every
     /// layer when delay is 0), none without communication.
+    #[cfg(feature = "lab")]
     pub fn sent_layers(&self) -> std::ops::Range<usize> {
         if self.comm {
             0..self.num_layers - self.delay

@@ -9,8 +9,13 @@ pub mod shard;
 #[cfg(test)]
 mod tests;
 
-pub use config::{Combine, DtpBlock, DtpConfig, DtpSchedule, EarlyLayers, Lanes};
-pub use shard::{LaneShard, ShardPlan};
+pub use config::{Combine, DtpConfig, DtpSchedule, EarlyLayers, Lanes};
+pub use shard::ShardPlan;
+// The config.json block and one lane's shard, for the tests and the apparatus.
+#[cfg(feature = "lab")]
+pub use config::DtpBlock;
+#[cfg(feature = "lab")]
+pub use shard::LaneShard;
 
 use std::path::Path;
 

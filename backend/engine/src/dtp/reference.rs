@@ -63,6 +63,7 @@ pub struct ShardedModel {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Execution {
     /// Standard tensor parallelism: one residual stream, every block all-reduced at once.
+#[cfg(feature = "lab")]
     Standard,
     /// Delayed Tensor Parallelism: one residual stream per lane, combined per the schedule.
     Delayed(DtpSchedule),
@@ -140,6 +141,8 @@ impl ShardedModel {
 
     /// A fresh sequence run as `execution` (a DTP schedule must be bound to this model and degree).
     pub fn session(&self, execution: Execution) -> Result<ShardedSession<'_>> {
+        // Without `lab` (no `Standard`) the pattern always matches.
+        #[allow(irrefutable_let_patterns)]
         if let Execution::Delayed(s) = &execution {
             if s.lanes != self.degree() || s.num_layers != self.config.num_layers {
                 return Err(Error::InvalidRequest(format!(
@@ -262,16 +265,19 @@ pub struct ShardedSession<'m> {
 
 impl ShardedSession<'_> {
     /// Positions run so far.
+    #[cfg(feature = "lab")]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// True before the first token.
+    #[cfg(feature = "lab")]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Teacher-forced logits of every token of `tokens`, after the positions already run.
+    #[cfg(feature = "lab")]
     pub fn forward(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
         tokens.iter().map(|&t| self.step(t)).collect()
     }
@@ -288,6 +294,7 @@ impl ShardedSession<'_> {
         let d = c.hidden_size;
         let embedded = &self.model.embed[token as usize * d..(token as usize + 1) * d];
         let logits = match self.execution.clone() {
+            #[cfg(feature = "lab")]
             Execution::Standard => self.standard(embedded),
             Execution::Delayed(schedule) => self.delayed(&schedule, embedded),
         };
@@ -296,6 +303,7 @@ impl ShardedSession<'_> {
     }
 
     /// Standard TP: `r += Σ_j p_j` after every block, summed in lane order.
+    #[cfg(feature = "lab")]
     fn standard(&mut self, embedded: &[f32]) -> Vec<f32> {
         let (m, c) = (self.model, &self.model.config);
         let mut r = embedded.to_vec();

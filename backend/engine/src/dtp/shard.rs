@@ -82,6 +82,7 @@ impl ShardPlan {
     }
 
     /// How many lanes hold each KV head (1 unless the degree exceeds the KV heads).
+    #[cfg(feature = "lab")]
     pub fn kv_replication(&self, config: &ModelConfig) -> usize {
         (self.degree / config.num_kv_heads).max(1)
     }

@@ -6,7 +6,7 @@ use super::reference::{Execution, ShardedModel};
 use super::*;
 use crate::config::{Architecture, LaneConfig, ModelConfig, RopeLayout, SlidingWindow};
 use crate::cpu::reference::{KvCache, ReferenceModel};
-use crate::synthetic::{ordinary, preset, synthetic_weights};
+use crate::lab::synthetic::{ordinary, preset, synthetic_weights};
 use crate::weights::Weights;
 
 /// Relative logits bound of sharded vs unsharded runs (the required 1e-5).
@@ -29,7 +29,7 @@ fn tiny_qwen() -> ModelConfig {
 }
 
 fn tokens(c: &ModelConfig) -> Vec<u32> {
-    crate::rng::SplitMix64(7).tokens(10, c.vocab_size)
+    crate::lab::rng::SplitMix64(7).tokens(10, c.vocab_size)
 }
 
 fn unsharded(c: &ModelConfig, w: &Weights) -> Vec<Vec<f32>> {

@@ -6,6 +6,8 @@ mod hparams;
 mod loader;
 mod meta;
 pub mod quant;
+// Q8_0 at load (`--gpu-weights q8_0`): the CUDA runtime's, and the tests'.
+#[cfg(any(feature = "cuda", feature = "lab"))]
 pub mod quantize;
 mod reader;
 mod rope_freqs;
@@ -18,10 +20,16 @@ use memmap2::Mmap;
 
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Storage, Tensor};
+// Hyperparameter parsing, tensor names and RoPE factors, for the tests and the
+// apparatus that write GGUF files.
+#[cfg(feature = "lab")]
 pub use hparams::{model_config, GgufHparams, DEFAULT_ROPE_FREQ_BASE};
-pub use loader::{load_gguf, tensor_name};
+pub use loader::load_gguf;
+#[cfg(feature = "lab")]
+pub use loader::tensor_name;
 pub use meta::MetaValue;
 use reader::Cursor;
+#[cfg(feature = "lab")]
 pub use rope_freqs::{llama3_factors, llama3_from_factors};
 
 /// `"GGUF"` read as a little-endian u32.

@@ -50,7 +50,7 @@ pub fn q8_0_tensor(name: impl Into<String>, shape: Vec<usize>, values: &[f32]) -
 mod tests {
     use super::*;
     use crate::gguf::quant::dequantize;
-    use crate::rng::SplitMix64;
+    use crate::lab::rng::SplitMix64;
 
     #[test]
     fn hand_made_block_has_known_bytes() {

@@ -2,14 +2,17 @@
 //! (names as in transformers' `LlamaForCausalLM` / `Qwen2ForCausalLM`).
 
 mod config;
-mod export;
 mod shards;
 
 use std::path::Path;
 
-pub use config::{HfConfig, HfRopeParameters, DEFAULT_RMS_NORM_EPS, DEFAULT_ROPE_THETA};
-pub use export::hf_config_json;
-pub use shards::{SafetensorsDir, INDEX_FILE, SINGLE_FILE};
+pub use config::HfConfig;
+// The constants and file names the tests and the apparatus write checkpoints with.
+#[cfg(feature = "lab")]
+pub use config::{HfRopeParameters, DEFAULT_RMS_NORM_EPS, DEFAULT_ROPE_THETA};
+pub use shards::SafetensorsDir;
+#[cfg(feature = "lab")]
+pub use shards::{INDEX_FILE, SINGLE_FILE};
 
 use crate::config::ModelConfig;
 use crate::error::Result;

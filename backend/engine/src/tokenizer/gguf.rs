@@ -20,62 +20,66 @@ const TOKEN_TYPE_CONTROL: i64 = 3;
 const TOKEN_TYPE_USER_DEFINED: i64 = 4;
 
 impl Tokenizer {
-    /// The tokenizer embedded in a GGUF model file.
-    pub fn from_gguf(file: &GgufFile) -> Result<Self> {
-        Self::from_gguf_metadata(&file.metadata).map_err(|e| match e {
-            Error::Tokenizer(msg) => Error::Tokenizer(format!("{}: {msg}", file.path.display())),
-            other => other,
-        })
-    }
-
-    /// The tokenizer described by GGUF metadata (the `tokenizer.ggml.*` and
-    /// `tokenizer.chat_template` keys).
-    pub fn from_gguf_metadata(meta: &BTreeMap<String, MetaValue>) -> Result<Self> {
-        let model = meta
-            .get("tokenizer.ggml.model")
-            .and_then(MetaValue::as_str)
-            .ok_or_else(|| Error::Tokenizer("GGUF has no tokenizer.ggml.model".into()))?;
-        match model {
-            "gpt2" => {}
-            "llama" => {
-                return Err(Error::UnsupportedTokenizer(
-                    "GGUF SentencePiece (`llama`) vocabularies are not supported; \
-                     load the model's tokenizer.json instead"
-                        .into(),
-                ))
-            }
-            other => {
-                return Err(Error::UnsupportedTokenizer(format!(
-                    "GGUF tokenizer model `{other}` (only byte-level BPE, `gpt2`, is supported)"
-                )))
-            }
+    lab_pub_fn!(
+        /// The tokenizer embedded in a GGUF model file.
+        fn from_gguf(file: &GgufFile) -> Result<Self> {
+            Self::from_gguf_metadata(&file.metadata).map_err(|e| match e {
+                Error::Tokenizer(msg) => Error::Tokenizer(format!("{}: {msg}", file.path.display())),
+                other => other,
+            })
         }
-        let tokens = string_array(meta, "tokenizer.ggml.tokens")?;
-        let types = token_types(meta, tokens.len())?;
-        let merges = parse_merges(&string_array(meta, "tokenizer.ggml.merges")?)?;
-        // llama.cpp reads a missing name as "default" (old converters wrote none).
-        let pre_name = meta.get("tokenizer.ggml.pre").and_then(MetaValue::as_str).unwrap_or("default");
-        let spec = pretok::spec_for(pre_name)?;
+    );
 
-        let mut inner = byte_level_bpe(&tokens, merges, &spec)?;
-        add_special_tokens(&mut inner, &tokens, &types);
+    lab_pub_fn!(
+        /// The tokenizer described by GGUF metadata (the `tokenizer.ggml.*` and
+        /// `tokenizer.chat_template` keys).
+        fn from_gguf_metadata(meta: &BTreeMap<String, MetaValue>) -> Result<Self> {
+            let model = meta
+                .get("tokenizer.ggml.model")
+                .and_then(MetaValue::as_str)
+                .ok_or_else(|| Error::Tokenizer("GGUF has no tokenizer.ggml.model".into()))?;
+            match model {
+                "gpt2" => {}
+                "llama" => {
+                    return Err(Error::UnsupportedTokenizer(
+                        "GGUF SentencePiece (`llama`) vocabularies are not supported; \
+                         load the model's tokenizer.json instead"
+                            .into(),
+                    ))
+                }
+                other => {
+                    return Err(Error::UnsupportedTokenizer(format!(
+                        "GGUF tokenizer model `{other}` (only byte-level BPE, `gpt2`, is supported)"
+                    )))
+                }
+            }
+            let tokens = string_array(meta, "tokenizer.ggml.tokens")?;
+            let types = token_types(meta, tokens.len())?;
+            let merges = parse_merges(&string_array(meta, "tokenizer.ggml.merges")?)?;
+            // llama.cpp reads a missing name as "default" (old converters wrote none).
+            let pre_name = meta.get("tokenizer.ggml.pre").and_then(MetaValue::as_str).unwrap_or("default");
+            let spec = pretok::spec_for(pre_name)?;
 
-        let is_added = |i: usize| matches!(types[i], TOKEN_TYPE_CONTROL | TOKEN_TYPE_USER_DEFINED);
-        let pieces = TokenPieces::new(tokens.iter().enumerate().map(|(i, t)| (i as u32, t.as_str(), is_added(i))), PieceStyle::ByteLevel);
-        let id = |key: &str| special_id(meta, key, tokens.len());
-        let flag = |key: &str| meta.get(key).and_then(MetaValue::as_bool);
-        Ok(Tokenizer::assemble(Parts {
-            inner,
-            pieces,
-            bos: id("tokenizer.ggml.bos_token_id"),
-            eos: id("tokenizer.ggml.eos_token_id"),
-            add_bos: flag("tokenizer.ggml.add_bos_token").unwrap_or(spec.default_add_bos),
-            add_eos: flag("tokenizer.ggml.add_eos_token").unwrap_or(false),
-            extra_stops: ["tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"].iter().filter_map(|k| id(k)).collect(),
-            chat_template: meta.get("tokenizer.chat_template").and_then(MetaValue::as_str).map(str::to_owned),
-            fim: super::FimIds::from_keys(id),
-        }))
-    }
+            let mut inner = byte_level_bpe(&tokens, merges, &spec)?;
+            add_special_tokens(&mut inner, &tokens, &types);
+
+            let is_added = |i: usize| matches!(types[i], TOKEN_TYPE_CONTROL | TOKEN_TYPE_USER_DEFINED);
+            let pieces = TokenPieces::new(tokens.iter().enumerate().map(|(i, t)| (i as u32, t.as_str(), is_added(i))), PieceStyle::ByteLevel);
+            let id = |key: &str| special_id(meta, key, tokens.len());
+            let flag = |key: &str| meta.get(key).and_then(MetaValue::as_bool);
+            Ok(Tokenizer::assemble(Parts {
+                inner,
+                pieces,
+                bos: id("tokenizer.ggml.bos_token_id"),
+                eos: id("tokenizer.ggml.eos_token_id"),
+                add_bos: flag("tokenizer.ggml.add_bos_token").unwrap_or(spec.default_add_bos),
+                add_eos: flag("tokenizer.ggml.add_eos_token").unwrap_or(false),
+                extra_stops: ["tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"].iter().filter_map(|k| id(k)).collect(),
+                chat_template: meta.get("tokenizer.chat_template").and_then(MetaValue::as_str).map(str::to_owned),
+                fim: super::FimIds::from_keys(id),
+            }))
+        }
+    );
 }
 
 /// A metadata array whose every element is a string.

@@ -55,6 +55,7 @@ impl Weights {
     }
 
     /// Checks every tensor's presence and shape against `config`.
+    #[cfg(feature = "lab")]
     pub fn check(&self, config: &ModelConfig, path: &str) -> Result<()> {
         if self.layers.len() != config.num_layers {
             return Err(Error::BadConfig {
@@ -85,6 +86,7 @@ impl Weights {
 
 impl LayerWeights {
     /// The tensor playing `role`, if this layer has one.
+    #[cfg(feature = "lab")]
     pub fn get(&self, role: LayerRole) -> Option<&Tensor> {
         Some(match role {
             LayerRole::AttnNorm => &self.attn_norm,

@@ -22,6 +22,7 @@ pub enum LayerRole {
 
 impl LayerRole {
     /// Every role, in file order.
+    #[cfg(feature = "lab")]
     pub const ALL: [LayerRole; 12] = [
         LayerRole::AttnNorm,
         LayerRole::Q,
@@ -38,6 +39,7 @@ impl LayerRole {
     ];
 
     /// q/k/v biases, present only when the config has `attention_bias`.
+    #[cfg(feature = "lab")]
     pub fn is_bias(self) -> bool {
         matches!(self, LayerRole::QBias | LayerRole::KBias | LayerRole::VBias)
     }

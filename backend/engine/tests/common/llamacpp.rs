@@ -40,8 +40,3 @@ pub fn default_model() -> PathBuf {
     assert!(path.exists(), "default model missing at {}: run scripts/fetch-model.sh", path.display());
     path
 }
-
-/// Index of the largest logit.
-pub fn argmax(row: &[f32]) -> u32 {
-    row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u32
-}

@@ -8,15 +8,16 @@ use peregrine_engine::cpu::fast_runtime::{FastOptions, FastRuntime};
 use peregrine_engine::cuda::qcheck::quant_matvec;
 use peregrine_engine::cuda::quant::{repack, GpuFormat};
 use peregrine_engine::cuda::{CudaRuntime, KernelOptions};
-use peregrine_engine::rng::SplitMix64;
+use peregrine_engine::lab::logits::argmax;
+use peregrine_engine::lab::rng::SplitMix64;
+use peregrine_engine::lab::synthetic::{check_shapes, random_quant_tensor, synthetic_quant_weights, QuantMix};
 use peregrine_engine::runtime::Runtime;
 use peregrine_engine::sampling::SamplingParams;
-use peregrine_engine::synthetic::{check_shapes, random_quant_tensor, synthetic_quant_weights, QuantMix};
 use peregrine_engine::tensor::DType;
 use peregrine_engine::weights::Weights;
 use peregrine_engine::{CudaOptions, Diagnostics, GpuWeights};
 
-use super::{argmax, cuda_options, ensure, ids, run, Check};
+use super::{cuda_options, ensure, ids, run, Check};
 
 /// Normwise error allowed against float64: |y − y64| / Σ|w·x| per row (f32 accumulation).
 const MAX_MATVEC_ERR: f64 = 1e-5;
@@ -139,7 +140,7 @@ fn top1_agreement(config: &ModelConfig, weights: &Weights, min_top1: f64) -> Che
     ensure(g.len() == POSITIONS && c.len() == POSITIONS, || format!("{} and {} scored positions", g.len(), c.len()))?;
     // The GPU's pick at each position is its own top-1 there.
     let picks: Vec<u32> = g.iter().map(|row| argmax(row)).collect();
-    let a = peregrine_engine::teacher_forced::agreement(&picks, &g, &c);
+    let a = peregrine_engine::lab::teacher_forced::agreement(&picks, &g, &c);
     let rate = a.agree as f64 / POSITIONS as f64;
     println!(
         "  top-1 agreement {}/{POSITIONS} ({:.1} %), {} disagreements near-ties, logits max rel diff {:.2e}",
@@ -179,14 +180,14 @@ fn tp_quant_check() -> Check {
     let gpus = super::tp_gpus();
     let rt = runtime_on(&config, &weights, &gpus, GpuWeights::Native)?;
     println!("  {}", rt.describe());
-    super::tp_agrees(rt, &one, &tokens, 100)
+    super::tp::tp_agrees(rt, &one, &tokens, 100)
 }
 
 /// `--gpu-weights q8_0` quantizes float matrices at load (ggml's Q8_0): the same bits as
 /// a model whose matrices were quantized on the host first and run natively.
 fn q8_at_load_check() -> Check {
     let config = check_shapes()[0].clone();
-    let float = peregrine_engine::synthetic::synthetic_weights(&config, 99);
+    let float = peregrine_engine::lab::synthetic::synthetic_weights(&config, 99);
     let mut host = float.clone();
     let q8 = |t: &peregrine_engine::tensor::Tensor| -> Result<peregrine_engine::tensor::Tensor, Failed> {
         let v = t.to_f32().map_err(|e| e.to_string())?;

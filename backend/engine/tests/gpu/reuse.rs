@@ -2,15 +2,23 @@
 //! last ran keeps those KV rows (the batched prefill and the token path both start past
 //! them) and generates what a run from an empty cache generates.
 
-use libtest_mimic::Failed;
+use libtest_mimic::{Failed, Trial};
 use peregrine_engine::config::ModelConfig;
 use peregrine_engine::cuda::{CudaRuntime, KernelOptions};
-use peregrine_engine::rng::SplitMix64;
+use peregrine_engine::lab::logits::top1_or_near_tie;
+use peregrine_engine::lab::rng::SplitMix64;
+use peregrine_engine::lab::synthetic::{check_shapes, synthetic_weights};
 use peregrine_engine::runtime::{Cancel, DecodeJob, Runtime};
 use peregrine_engine::sampling::SamplingParams;
-use peregrine_engine::synthetic::synthetic_weights;
 
-use super::{ensure, ids, runtime, top1_or_near_tie, Check, WEIGHT_SEED};
+use super::{ensure, ids, runtime, Check, WEIGHT_SEED};
+
+pub fn trials() -> Vec<Trial> {
+    check_shapes()
+        .into_iter()
+        .map(|c| Trial::test(format!("{}: a reused prompt prefix changes no token", c.name), move || reuse_check(&c)))
+        .collect()
+}
 
 /// Greedy tokens and each step's raw logits of `prompt`, and the prompt tokens reused.
 fn greedy(rt: &mut CudaRuntime, prompt: &[u32], reuse: bool) -> Result<(Vec<u32>, Vec<Vec<f32>>, usize), Failed> {
@@ -32,7 +40,7 @@ fn greedy(rt: &mut CudaRuntime, prompt: &[u32], reuse: bool) -> Result<(Vec<u32>
 /// reuses 20; a second turn (last prompt + its answer + more) reuses all but the answer's
 /// last token; a prompt sharing nothing reuses none; each run's tokens equal those of
 /// the same prompt from an empty cache (or first differ at a near-tie).
-pub fn reuse_check(config: &ModelConfig) -> Check {
+fn reuse_check(config: &ModelConfig) -> Check {
     let weights = synthetic_weights(config, WEIGHT_SEED);
     let base = KernelOptions { prefill_chunk: 16, ..KernelOptions::default() };
     let mut rt = runtime(config, &weights, &[0], base.clone(), None)?;

@@ -219,7 +219,7 @@ pub fn scripted_batch_engine(pace: Pace, max_queue: usize, batch: usize) -> Scri
             // " hello world" repeated: ordinary text tokens.
             let output = tokenizer.encode(" hello world", false)?;
             let runtime = ScriptedRuntime { config, pace, output, ran: thread_ran, batch, slot_steps: Vec::new(), step_logits: Vec::new() };
-            Ok(Generator { runtime: Box::new(runtime), tokenizer: Some(tokenizer), template })
+            Ok(Generator::new(Box::new(runtime), Some(tokenizer), template))
         },
         EngineLimits { max_queue, max_batch: Some(batch), kv_budget: None },
     )

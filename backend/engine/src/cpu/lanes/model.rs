@@ -123,6 +123,7 @@ impl LaneModel {
     }
 
     /// Bytes of packed weights.
+    #[cfg(feature = "lab")]
     pub fn packed_bytes(&self) -> usize {
         let block = |b: &LaneBlock| [&b.q, &b.k, &b.v, &b.o, &b.gate, &b.up, &b.down].iter().map(|m| m.size_bytes()).sum::<usize>();
         self.blocks.iter().flatten().map(block).sum::<usize>() + self.heads.iter().map(|m| m.size_bytes()).sum::<usize>()

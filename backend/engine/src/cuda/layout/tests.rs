@@ -23,7 +23,7 @@ fn names_become_screaming_snake() {
 
 #[test]
 fn shards_split_heads_ffn_and_vocab_or_say_why_not() {
-    let qwen = crate::synthetic::preset("qwen2.5-coder-1.5b").expect("preset");
+    let qwen = crate::lab::synthetic::preset("qwen2.5-coder-1.5b").expect("preset");
     let s2 = shard(&qwen, 2).expect("tp 2");
     assert_eq!((s2.num_heads, s2.num_kv_heads, s2.intermediate_size, s2.vocab_size), (6, 1, 4480, qwen.vocab_size / 2));
     assert_eq!((s2.hidden_size, s2.num_layers, s2.head_dim), (qwen.hidden_size, qwen.num_layers, qwen.head_dim));
@@ -33,7 +33,7 @@ fn shards_split_heads_ffn_and_vocab_or_say_why_not() {
     assert!(shard(&qwen, 8).expect_err("12 heads over 8").contains("query heads"));
     assert!(shard(&qwen, 0).is_err() && shard(&qwen, 16).is_err());
     assert_eq!(shard(&qwen, 1).expect("tp 1"), qwen);
-    let smol = crate::synthetic::preset("smollm2-135m").expect("preset");
+    let smol = crate::lab::synthetic::preset("smollm2-135m").expect("preset");
     assert!(shard(&smol, 2).is_err(), "9 heads do not split over 2");
     let d = defines_tp(&s2, &KernelOptions::default(), 2, qwen.vocab_size, None, H200);
     let get = |k: &str| d.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
@@ -50,8 +50,8 @@ fn every_rank_gets_the_shard_shape_the_kernel_is_compiled_for() {
     // `shard` reports, for every preset and degree the kernel accepts.
     // Laneformer presets by their matrices: their lanes shard them as tensor parallelism does.
     let mut checked = 0;
-    for name in crate::synthetic::PRESET_NAMES.iter().chain(crate::synthetic::LANEFORMER_PRESETS) {
-        let c = crate::synthetic::ordinary(&crate::synthetic::preset(name).expect("preset"));
+    for name in crate::lab::synthetic::PRESET_NAMES.iter().chain(crate::lab::synthetic::LANEFORMER_PRESETS) {
+        let c = crate::lab::synthetic::ordinary(&crate::lab::synthetic::preset(name).expect("preset"));
         for tp in [1, 2, 4, 8] {
             let Ok(sh) = shard(&c, tp) else { continue };
             let plan = ShardPlan::new(&c, tp).expect("shard accepted it");
@@ -67,7 +67,7 @@ fn every_rank_gets_the_shard_shape_the_kernel_is_compiled_for() {
 
 #[test]
 fn exchange_table_follows_the_dtp_schedule() {
-    let shape = crate::synthetic::preset("laneformer-2b").expect("preset");
+    let shape = crate::lab::synthetic::preset("laneformer-2b").expect("preset");
     let sched = DtpSchedule::of_laneformer(&shape).expect("schedule");
     let t = exchange_table(shape.num_layers, Some(&sched));
     // delay 1, 15 layers, early layer all-reduced: 0 all-reduces, 1..13 add layer n-1
@@ -81,14 +81,14 @@ fn exchange_table_follows_the_dtp_schedule() {
     let none = ModelConfig { lanes: crate::config::LaneConfig { early_comm: false, ..shape.lanes }, ..shape.clone() };
     let t = exchange_table(shape.num_layers, Some(&DtpSchedule::of_laneformer(&none).expect("schedule")));
     assert_eq!(&t[..2], &[(XMode::Local, -1, true), (XMode::Delayed, 0, true)]);
-    let standard = DtpSchedule::standard(&crate::synthetic::ordinary(&shape), 2).expect("standard");
+    let standard = DtpSchedule::standard(&crate::lab::synthetic::ordinary(&shape), 2).expect("standard");
     assert!(exchange_table(shape.num_layers, Some(&standard)).iter().all(|&e| e == (XMode::All, -1, true)));
     assert_eq!(exchange_table(3, None), vec![(XMode::All, -1, true); 3]);
 }
 
 #[test]
 fn defines_cover_every_slot_once() {
-    let config = crate::synthetic::preset("smollm2-135m").expect("preset");
+    let config = crate::lab::synthetic::preset("smollm2-135m").expect("preset");
     let d = defines(&config, &KernelOptions::default(), H200);
     let names: std::collections::HashSet<_> = d.iter().map(|(k, _)| k.clone()).collect();
     assert_eq!(names.len(), d.len(), "duplicate define");
@@ -98,15 +98,15 @@ fn defines_cover_every_slot_once() {
 
 #[test]
 fn prefill_shape_covers_every_benchmark_head_dim() {
-    for name in crate::synthetic::PRESET_NAMES.iter().chain(crate::synthetic::LANEFORMER_PRESETS) {
-        let config = crate::synthetic::preset(name).expect("preset");
+    for name in crate::lab::synthetic::PRESET_NAMES.iter().chain(crate::lab::synthetic::LANEFORMER_PRESETS) {
+        let config = crate::lab::synthetic::preset(name).expect("preset");
         let pf = prefill_shape(&config).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(pf.queries_per_block * pf.dim_lanes * pf.key_lanes, PREFILL_ATTN_THREADS, "{name}");
         assert!(config.head_dim as u32 / pf.dim_lanes <= 64 && pf.key_tile.is_multiple_of(pf.key_lanes), "{name}: {pf:?}");
         let d = defines(&config, &KernelOptions::default(), H200);
         assert!(d.iter().any(|(k, v)| k == "PG_PF_TPQ" && *v == pf.dim_lanes.to_string()), "{name}");
     }
-    let base = crate::synthetic::preset("smollm2-135m").expect("preset");
+    let base = crate::lab::synthetic::preset("smollm2-135m").expect("preset");
     for (hd, lanes, mma) in [(64, 1, true), (96, 2, true), (128, 2, true), (256, 4, false), (144, 4, false), (40, 1, false)] {
         let pf = prefill_shape(&ModelConfig { head_dim: hd, ..base.clone() });
         assert_eq!(pf.map(|p| (p.dim_lanes, p.mma)), Ok((lanes, mma)), "head_dim {hd}");
@@ -121,7 +121,7 @@ fn prefill_shape_covers_every_benchmark_head_dim() {
 fn one_gpu_and_tensor_parallel_kernels_get_their_schedules() {
     // A define of `name`'s kernel (rank 0) at degree `tp`.
     let define = |name: &str, o: &KernelOptions, tp: usize, key: &str| {
-        let config = crate::synthetic::preset(name).expect("preset");
+        let config = crate::lab::synthetic::preset(name).expect("preset");
         let shard = shard(&config, tp).expect("shard");
         defines_tp(&shard, o, tp, config.vocab_size, None, H200).into_iter().find(|(k, _)| k == key).map(|(_, v)| v)
     };
@@ -141,7 +141,7 @@ fn one_gpu_and_tensor_parallel_kernels_get_their_schedules() {
     assert_eq!(define(qwen, &base, 1, "PG_ATTN_OWN").as_deref(), Some("1"));
     assert_eq!(define(qwen, &base, 2, "PG_ATTN_OWN").as_deref(), Some("1"), "6 heads per rank");
     assert_eq!(define("smollm2-1.7b", &base, 2, "PG_ATTN_OWN").as_deref(), Some("0"), "16 heads per rank");
-    let config = crate::synthetic::preset(qwen).expect("preset");
+    let config = crate::lab::synthetic::preset(qwen).expect("preset");
     // Per layer: q/k/v (1536 + 2·256), attention output 1536, two residuals of 1536, activations 8960.
     assert_eq!(tagged_words(&config), 28 * (2048 + 1536 + 2 * 1536 + 8960));
     assert!(unsupported(&config, &KernelOptions { threads: 100, ..base }).is_some());
@@ -149,7 +149,7 @@ fn one_gpu_and_tensor_parallel_kernels_get_their_schedules() {
 
 #[test]
 fn start_step_has_a_slot() {
-    let d = defines(&crate::synthetic::preset("llama-3.2-1b").expect("preset"), &KernelOptions::default(), H200);
+    let d = defines(&crate::lab::synthetic::preset("llama-3.2-1b").expect("preset"), &KernelOptions::default(), H200);
     let slot = d.iter().find(|(k, _)| k == "PG_ARG_START_STEP").map(|(_, v)| v.clone());
     assert_eq!(slot, Some(Arg::StartStep.index().to_string()));
 }
@@ -157,7 +157,7 @@ fn start_step_has_a_slot() {
 #[cfg(feature = "cuda")]
 #[test]
 fn every_define_the_kernel_names_is_generated() {
-    let config = crate::synthetic::preset("llama-3.2-1b").expect("preset");
+    let config = crate::lab::synthetic::preset("llama-3.2-1b").expect("preset");
     let generated: std::collections::HashSet<String> = defines(
         &config,
         &KernelOptions { diagnostics: Diagnostics { chaos: true, trace: true, chaos_rank: 0 }, ..Default::default() },

@@ -135,7 +135,7 @@ impl WeightPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::synthetic::{preset, synthetic_quant_weights, synthetic_weights, QuantMix};
+    use crate::lab::synthetic::{preset, synthetic_quant_weights, synthetic_weights, QuantMix};
     use crate::tensor::DType;
 
     /// 12 heads of 64 (o's 768 columns split over 2 GPUs: 384 each, off Q4_K's

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use half::{bf16, f16};
 
 use super::*;
-use crate::rng::SplitMix64;
+use crate::lab::rng::SplitMix64;
 use crate::tensor::{DType, Storage, Tensor};
 
 const QUANT: [DType; 5] = [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q6_K];

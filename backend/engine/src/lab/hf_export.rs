@@ -65,8 +65,8 @@ mod tests {
 
     #[test]
     fn every_preset_round_trips_through_config_json() {
-        for name in crate::synthetic::PRESET_NAMES {
-            let want = crate::synthetic::preset(name).expect("preset");
+        for name in crate::lab::synthetic::PRESET_NAMES {
+            let want = crate::lab::synthetic::preset(name).expect("preset");
             let hf: HfConfig = serde_json::from_value(hf_config_json(&want)).expect("parses as config.json");
             let got = hf.to_model_config(std::path::Path::new("config.json"), &want.name, false).expect("valid");
             assert_eq!(got, want, "{name}");

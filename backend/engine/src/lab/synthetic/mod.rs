@@ -13,7 +13,7 @@ pub use presets::{check_shapes, ordinary, preset, LANEFORMER_PRESETS, PRESET_NAM
 pub use quantized::{q4_k_m_type, random_quant_tensor, synthetic_quant_weights, QuantMix, MIX_NAMES};
 
 use crate::config::ModelConfig;
-use crate::rng::SplitMix64;
+use crate::lab::rng::SplitMix64;
 use crate::tensor::{DType, Storage, Tensor};
 use crate::weights::{LayerRole, LayerWeights, WeightRole, Weights};
 

@@ -4,7 +4,7 @@
 //! the GPU's is within twice the largest logit difference at that position). Used by
 //! the GPU tests and the CUDA bench's verified runs.
 
-use crate::sampling::top_k_indices;
+use super::logits::{rel_err_max, NearTie};
 
 /// How a run's tokens fared against the CPU's logits.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -34,19 +34,20 @@ pub fn agreement(tokens: &[u32], gpu: &[Vec<f32>], cpu: &[Vec<f32>]) -> Agreemen
     let mut a = Agreement::default();
     for ((&token, g), c) in tokens.iter().zip(gpu).zip(cpu) {
         a.positions += 1;
-        let max_diff = g.iter().zip(c).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
-        let scale = c.iter().map(|y| y.abs()).fold(0.0f32, f32::max).max(1e-6);
-        a.worst_rel = a.worst_rel.max((max_diff / scale) as f64);
-        let best = top_k_indices(c, 1).first().map_or(0, |t| t.0);
-        if best == token {
+        a.worst_rel = a.worst_rel.max(rel_err_max(g, c));
+        let tie = NearTie::of(c, g, token);
+        if tie.best == token {
             a.agree += 1;
-            continue;
-        }
-        let margin = c.get(best as usize).copied().unwrap_or(0.0) - c.get(token as usize).copied().unwrap_or(f32::NEG_INFINITY);
-        if margin <= 2.0 * max_diff {
+        } else if tie.explained() {
             a.near_ties += 1;
         } else {
-            a.unexplained.push(format!("step {}: GPU {token}, CPU {best}, margin {margin:.2e} > 2 × {max_diff:.2e}", a.positions - 1));
+            a.unexplained.push(format!(
+                "step {}: GPU {token}, CPU {}, margin {:.2e} > 2 × {:.2e}",
+                a.positions - 1,
+                tie.best,
+                tie.margin,
+                tie.max_diff
+            ));
         }
     }
     a

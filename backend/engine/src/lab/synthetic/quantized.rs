@@ -10,7 +10,7 @@ use half::{bf16, f16};
 use super::{build_weights, name_and_seed, random_tensor};
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
-use crate::rng::SplitMix64;
+use crate::lab::rng::SplitMix64;
 use crate::tensor::{DType, Storage, Tensor};
 use crate::weights::{LayerRole, WeightRole, Weights};
 
@@ -252,7 +252,7 @@ fn pack_scale_min_k4(sc: &[u8; 8], mn: &[u8; 8]) -> [u8; 12] {
 mod tests {
     use super::*;
     use crate::cpu::source_blocks::scale_min_k4;
-    use crate::synthetic::{preset, synthetic_weights};
+    use crate::lab::synthetic::{preset, synthetic_weights};
 
     #[test]
     fn every_mix_name_parses_and_others_do_not() {
