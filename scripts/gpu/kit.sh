@@ -10,7 +10,9 @@
 #   scripts/gpu/kit.sh run [SUITE...]      on the GPU host, with .carry/kit carried
 #
 # Suites (default: tests bench):
-#   tests     the GPU correctness suite (backend/engine/tests/gpu.rs), one check at a time
+#   tests     the GPU correctness suite (backend/engine/tests/gpu.rs), one check at a time,
+#             less its exhaustive trials (KIT_TESTS_SKIP: ';'-separated name patterns)
+#   tests-all every trial of the suite (a call of its own)
 #   bench     peregrine-bench on every benchmark shape and weight format, PyTorch beside it
 #   peers     llama.cpp's CUDA build and llama-bench on the same shapes and formats; its
 #             build starts first, in the background, while the other suites run
@@ -121,9 +123,20 @@ run() {
       timed 300 "$OUT/peers.log" nice -n 19 scripts/bench/llamacpp_cuda.sh models ${KIT_SHAPES//,/ } ) &
     peers_pid=$!
   fi
-  if has tests; then
-    echo "== tests: bin/gpu-tests --test-threads 1"
-    timed 300 "$OUT/tests.log" bin/gpu-tests --test-threads 1
+  if has tests || has tests-all; then
+    # `tests` leaves out the exhaustive trials (each kernel variant, the benchmark-sized
+    # presets, long prompts at tp 2), which do not fit one call beside the other suites;
+    # `tests-all` runs every trial. The summary says how many were filtered out.
+    local skip=()
+    if ! has tests-all; then
+      local IFS=';'
+      for pattern in ${KIT_TESTS_SKIP:-kernel default+;over long prompts;tp 2 qwen2.5-coder-1.5b;laneformer-2b lanes on tp 2;1000 greedy tokens;sanitize:}; do
+        skip+=(--skip "$pattern")
+      done
+      unset IFS
+    fi
+    echo "== tests: bin/gpu-tests --test-threads 1 ${skip[*]}"
+    timed "$(has tests-all && echo 540 || echo 330)" "$OUT/tests.log" bin/gpu-tests --test-threads 1 "${skip[@]}"
     grep -E "^test .*(FAILED|ok)$|^test result" "$OUT/tests.log" | grep -vE " ok$" | tail -20
   fi
   if has sanitize; then
@@ -177,5 +190,5 @@ PY
 case "${1:-}" in
   build) shift; build "$@" ;;
   run) shift; run "$@" ;;
-  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

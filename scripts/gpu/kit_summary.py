@@ -27,10 +27,10 @@ def tests_section():
     if log is None:
         return ["- GPU tests: not run"]
     lines = []
-    result = re.findall(r"^test result: (\w+)\. (\d+) passed; (\d+) failed; (\d+) ignored", log, re.M)
+    result = re.findall(r"^test result: (\w+)\. (\d+) passed; (\d+) failed; (\d+) ignored; \d+ measured; (\d+) filtered out", log, re.M)
     if result:
-        verdict, passed, failed, ignored = result[-1]
-        lines.append(f"- GPU tests: **{verdict}**, {passed} passed, {failed} failed, {ignored} ignored")
+        verdict, passed, failed, ignored, filtered = result[-1]
+        lines.append(f"- GPU tests: **{verdict}**, {passed} passed, {failed} failed, {ignored} ignored, {filtered} filtered out")
     else:
         # A check that prints figures puts its verdict on a later line of its own.
         done = len(re.findall(r"(?:\.\.\. |^)ok$", log, re.M))

@@ -8,7 +8,7 @@ use peregrine_engine::lab::rng::SplitMix64;
 use peregrine_engine::lab::runs::{collect, ids};
 use peregrine_engine::lab::synthetic::{synthetic_mix_weights, QuantMix, MIX_NAMES};
 use peregrine_engine::sampling::SamplingParams;
-use peregrine_engine::{CudaOptions, Error, GpuWeights};
+use peregrine_engine::{CudaOptions, GpuWeights};
 
 use super::*;
 
