@@ -19,7 +19,7 @@ use peregrine_engine::Diagnostics;
 
 use super::{ensure, ids, kernel_trial, preset_shape, race, run, run_top, runtime, tp_gpus, Check, MAX_REL_ERR, WEIGHT_SEED};
 
-/// The preset the full TP checks run on (scripts/gpu/tp_check.sh's default shape).
+/// The preset the full TP checks run on.
 const TP_SHAPE: &str = "qwen2.5-coder-1.5b";
 /// Greedy tokens of the race checks on the presets, per chaos rank.
 const RACE_TOKENS: usize = 2000;
