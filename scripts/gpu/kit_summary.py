@@ -28,7 +28,11 @@ def tests_section():
         return ["- GPU tests: not run"]
     lines = []
     result = re.findall(r"^test result: (\w+)\. (\d+) passed; (\d+) failed; (\d+) ignored; \d+ measured; (\d+) filtered out", log, re.M)
-    if result:
+    if len(result) > 1:
+        totals = [sum(int(r[i]) for r in result) for i in (1, 2, 3)]
+        verdict = "ok" if totals[1] == 0 else "FAILED"
+        lines.append(f"- GPU tests ({len(result)} filtered runs): **{verdict}**, {totals[0]} passed, {totals[1]} failed, {totals[2]} ignored")
+    elif result:
         verdict, passed, failed, ignored, filtered = result[-1]
         lines.append(f"- GPU tests: **{verdict}**, {passed} passed, {failed} failed, {ignored} ignored, {filtered} filtered out")
     else:
