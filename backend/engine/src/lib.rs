@@ -42,15 +42,8 @@ macro_rules! lab_pub_fn {
 }
 
 internal_modules!(
-    admission, config, cpu, dtp, generator, gguf, handle, hf, laneformer, model, options, request, runtime, sampling, scheduler, stop,
-    template, tensor, tokenizer, weights,
-);
-internal_modules!(
-    // The CUDA runtime still carries its measuring hooks (phase trace, quantized matvec
-    // check, copy bandwidth, compile-only builds) next to the product path: until they
-    // are gated, only the apparatus calls them, so they look dead without `lab`.
-    #[cfg_attr(not(feature = "lab"), allow(dead_code, unused_imports))]
-    cuda
+    admission, config, cpu, cuda, dtp, generator, gguf, handle, hf, laneformer, model, options, request, runtime, sampling, scheduler,
+    stop, template, tensor, tokenizer, weights,
 );
 mod error;
 pub mod infill;

@@ -56,7 +56,9 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
 pub const MAIN_SOURCE: &str = "decode.cu";
 /// The batched prefill's translation unit (kernels named `pg_pf_*`).
 pub const PREFILL_SOURCE: &str = "prefill.cu";
-/// The quantized matrix-vector check (kernels/qcheck.cu, kernel `pg_qcheck`).
+/// The quantized matrix-vector check (kernels/qcheck.cu, kernel `pg_qcheck`): the GPU
+/// tests' (it stays in [`KERNEL_SOURCES`], whose hash keys the tune files).
+#[cfg(feature = "lab")]
 pub const QCHECK_SOURCE: &str = "qcheck.cu";
 /// The kernel's entry point.
 pub const KERNEL_NAME: &str = "pg_decode";
@@ -116,6 +118,7 @@ pub fn arch_for(major: i32, minor: i32) -> String {
 
 /// Shared memory one block may opt in to on `arch`, for compiles without the device
 /// (CI's NVRTC check, precompiled caches); a runtime reads its device's own value.
+#[cfg(feature = "lab")]
 pub fn shared_per_block_of(arch: &str) -> usize {
     match arch.trim_start_matches("sm_").trim_end_matches('a') {
         "80" | "87" => 163 * 1024,

@@ -6,7 +6,8 @@ use std::time::Duration;
 /// Timings of the last `generate` run.
 #[derive(Debug, Clone, Default)]
 pub struct RunStats {
-    /// Prompt tokens run through the kernel.
+    /// Prompt tokens run through the kernel (the tests and benchmarks read it).
+    #[cfg(feature = "lab")]
     pub prompt_tokens: usize,
     /// Tokens published by the kernel (including any generated after a host stop).
     pub published: usize,
@@ -17,7 +18,8 @@ pub struct RunStats {
     pub first_token: Option<Duration>,
     pub total: Duration,
     /// Prompt positions run by the batched prefill before the persistent kernel (0: the
-    /// kernel ran every prompt token), and their GPU time (CUDA events).
+    /// kernel ran every prompt token; the tests read it), and their GPU time (CUDA events).
+    #[cfg(feature = "lab")]
     pub prefill_positions: usize,
     pub prefill_gpu_ms: Option<f64>,
 }

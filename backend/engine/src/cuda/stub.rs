@@ -1,7 +1,9 @@
 //! The CUDA API in a build without the `cuda` feature: same names, and every entry
 //! point says how to get the real one.
 
-use super::{PrefillSplit, RunStats};
+#[cfg(feature = "lab")]
+use super::PrefillSplit;
+use super::RunStats;
 use crate::config::ModelConfig;
 use crate::cuda::layout::KernelOptions;
 use crate::error::{CudaError, Result};
@@ -20,6 +22,7 @@ pub fn devices() -> Result<Vec<String>> {
 }
 
 /// Always an error: no CUDA in this build.
+#[cfg(feature = "lab")]
 pub fn compile_only(
     _config: &ModelConfig,
     _options: &KernelOptions,
@@ -37,6 +40,7 @@ pub struct CudaRuntime {
 }
 
 impl CudaRuntime {
+    #[cfg(feature = "lab")]
     pub fn new(
         _config: &ModelConfig,
         _weights: &Weights,
@@ -56,6 +60,7 @@ impl CudaRuntime {
     ) -> Result<CudaRuntime> {
         disabled()
     }
+    #[cfg(feature = "lab")]
     pub fn tp(&self) -> usize {
         1
     }
@@ -71,6 +76,7 @@ impl CudaRuntime {
     pub fn last_run(&self) -> &RunStats {
         unreachable!("a CudaRuntime cannot exist without the cuda feature")
     }
+    #[cfg(feature = "lab")]
     pub fn streamed_bytes_per_token(&self) -> u64 {
         0
     }
@@ -125,6 +131,7 @@ pub fn tune_file_in(_paths: &crate::options::CudaPaths, _key: &str) -> Option<st
 }
 
 /// Always an error: no CUDA in this build.
+#[cfg(feature = "lab")]
 pub fn measure_copy_bandwidth(_ordinal: usize, _bytes: usize, _repeats: usize) -> Result<f64> {
     disabled()
 }

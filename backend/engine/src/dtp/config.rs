@@ -257,6 +257,8 @@ impl DtpSchedule {
 
     /// The schedule as NVRTC `-D` values (name, value), so the kernel never restates the
     /// rule's constants: lanes, delay, early-layer mode (1 = `none`) and its lane-local scale.
+    /// Only cuda/layout reads them, which has no user in a build without `cuda` or `lab`.
+    #[cfg_attr(not(any(feature = "cuda", feature = "lab")), allow(dead_code))]
     pub fn kernel_defines(&self) -> Vec<(&'static str, String)> {
         vec![
             ("DTP_LANES", self.lanes.to_string()),

@@ -436,7 +436,8 @@ pub fn exchange_table(num_layers: usize, dtp: Option<&DtpSchedule>) -> Vec<(XMod
 }
 
 /// The defines of kernels/qcheck.cu (the quantized matrix-vector product alone, every
-/// format compiled in) for rows of `k` elements.
+/// format compiled in) for rows of `k` elements: the GPU tests' kernel, not the product's.
+#[cfg(feature = "lab")]
 pub fn qcheck_defines(k: usize) -> Vec<(String, String)> {
     let all_formats = (1..=5).fold(0u8, |m, t| m | (1 << t));
     [("PG_QCHECK_K", k.to_string()), ("PG_UNROLL", UNROLL.to_string()), ("PG_QFMTS", all_formats.to_string())]

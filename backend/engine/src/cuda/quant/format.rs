@@ -70,7 +70,8 @@ pub struct Planes {
 }
 
 impl GpuFormat {
-    /// Every format, in tag order.
+    /// Every format, in tag order (the tests iterate over them).
+    #[cfg(feature = "lab")]
     pub const ALL: [GpuFormat; 6] = [GpuFormat::Bf16, GpuFormat::Q8_0, GpuFormat::Q4_0, GpuFormat::Q4_1, GpuFormat::Q4_K, GpuFormat::Q6_K];
 
     /// The tag the kernel dispatches on.
@@ -79,6 +80,7 @@ impl GpuFormat {
     }
 
     /// The format of `tag`, if any.
+    #[cfg(feature = "lab")]
     pub fn from_tag(tag: u8) -> Option<GpuFormat> {
         GpuFormat::ALL.get(tag as usize).copied()
     }

@@ -5,12 +5,22 @@
 
 pub mod format;
 pub mod plan;
+/// The CPU model of the kernel's reads: the tests', never the product's.
+#[cfg(feature = "lab")]
 pub mod reader;
 pub mod repack;
 #[cfg(test)]
 mod tests;
 
-pub use format::{original_group, GpuFormat, Planes};
-pub use plan::{LayerFormats, WeightPlan};
+pub use format::GpuFormat;
+pub use plan::WeightPlan;
+pub use repack::{repack, repack_rows_interleaved};
+// Names the tests reach the layout contract and the plan by.
+#[cfg(feature = "lab")]
+pub use format::{original_group, Planes};
+#[cfg(feature = "lab")]
+pub use plan::LayerFormats;
+#[cfg(feature = "lab")]
 pub use reader::dequant_row;
-pub use repack::{repack, repack_bf16, repack_rows_interleaved};
+#[cfg(feature = "lab")]
+pub use repack::repack_bf16;

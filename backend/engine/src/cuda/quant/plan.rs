@@ -115,6 +115,7 @@ impl WeightPlan {
     }
 
     /// Whether anything is quantized (the batched prefill then needs bf16 copies).
+    #[cfg(feature = "lab")]
     pub fn any_quantized(&self) -> bool {
         self.layer_mask() != 0 || self.lm_head != GpuFormat::Bf16
     }

@@ -24,7 +24,7 @@ const CHUNKS_PER_SUPER: usize = 8;
 /// Rows `rows` and columns `cols` of the matrix `t` (`[rows, cols]`, GGUF blocks along a
 /// row) in `t`'s native GPU format, row after row at `row_bytes` each. Quantized column
 /// ranges must start and end on `t`'s block boundaries; the error says so, and the
-/// caller can fall back to [`repack_bf16`].
+/// caller can fall back to bf16 (`repack_bf16`).
 pub fn repack(t: &Tensor, rows: Range<usize>, cols: Range<usize>) -> Result<(GpuFormat, Vec<u8>)> {
     let src = RowSource::new(t, &rows, cols)?;
     let mut out = vec![0u8; packed_len(t, rows.len(), src.row_bytes)?];
@@ -58,7 +58,9 @@ pub fn repack_rows_interleaved(a: &Tensor, b: &Tensor, rows: Range<usize>) -> Re
 }
 
 /// Rows `rows` and columns `cols` of `t` as little-endian bf16 whatever `t`'s type (any
-/// column range): the fallback for slices a quantized layout cannot express.
+/// column range): the fallback for slices a quantized layout cannot express. Only the
+/// tests call it.
+#[cfg(feature = "lab")]
 pub fn repack_bf16(t: &Tensor, rows: Range<usize>, cols: Range<usize>) -> Result<Vec<u8>> {
     let (_, n_cols) = matrix_shape(t, &rows, &cols)?;
     let mut row = vec![0.0f32; n_cols];

@@ -222,7 +222,9 @@ fn enable_peer_access(ranks: &[Gpu]) -> Result<()> {
 
 /// Device-to-device copy bandwidth (bytes read + written per second) of a `bytes`
 /// buffer on device `ordinal`: the ceiling the decode kernel is judged against,
-/// measured in the same process. Median of `repeats` copies timed with events.
+/// measured in the same process. Median of `repeats` copies timed with events. The
+/// benchmarks' ceiling: the product never measures it.
+#[cfg(feature = "lab")]
 pub fn measure_copy_bandwidth(ordinal: usize, bytes: usize, repeats: usize) -> Result<f64> {
     devices()?;
     let ctx = CudaContext::new(ordinal).map_err(cuda_err("cuCtxCreate"))?;

@@ -6,9 +6,11 @@ use cudarc::driver::{sys, CudaFunction, DeviceRepr};
 
 use super::devices::{Devices, Gpu};
 use super::{cuda_err, Shape};
+#[cfg(feature = "lab")]
 use crate::config::ModelConfig;
 use crate::cuda::layout::{self, Arg, KernelOptions};
 use crate::cuda::nvrtc;
+#[cfg(feature = "lab")]
 use crate::dtp::DtpSchedule;
 use crate::error::{CudaError, Result};
 use crate::options::CudaPaths;
@@ -46,7 +48,8 @@ pub(super) struct Kernel {
 /// Compiles the decode kernel, and the batched prefill's kernels where the shape
 /// supports them, for `config` at tensor-parallel degree `tp` (DTP with a schedule)
 /// without a GPU (CI's NVRTC check; precompiling a cache). Returns the cubins' total
-/// size in bytes.
+/// size in bytes. The measuring apparatus's: the product compiles for its own device.
+#[cfg(feature = "lab")]
 pub fn compile_only(
     config: &ModelConfig,
     options: &KernelOptions,

@@ -27,10 +27,14 @@ use std::mem::ManuallyDrop;
 use self::buffers::Buffers;
 pub(crate) use self::devices::shared_per_block;
 use self::devices::Devices;
-pub use self::devices::{devices, measure_copy_bandwidth};
+pub use self::devices::devices;
+#[cfg(feature = "lab")]
+pub use self::devices::measure_copy_bandwidth;
+#[cfg(feature = "lab")]
 pub use self::kernel::compile_only;
 use self::kernel::Kernels;
 use self::launch::Launch;
+#[cfg(feature = "lab")]
 pub use self::launch::DEFAULT_STALL_TIMEOUT;
 use self::prefill::BatchedPrefill;
 use self::probes::Probes;
@@ -103,6 +107,8 @@ impl CudaRuntime {
     /// Uploads `weights` to the GPUs `ordinals` (several: tensor parallelism, each GPU
     /// gets its shard and its own persistent kernel; with `dtp`, Delayed Tensor
     /// Parallelism with lanes = `ordinals`) and compiles the kernel `cuda` asks for.
+    /// The tests' and benchmarks' entry point: the engine builds through [`Self::with_kernel`].
+    #[cfg(feature = "lab")]
     pub fn new(
         config: &ModelConfig,
         weights: &Weights,
@@ -172,6 +178,7 @@ impl CudaRuntime {
     }
 
     /// Tensor-parallel degree (GPUs in use).
+    #[cfg(feature = "lab")]
     pub fn tp(&self) -> usize {
         self.devices.tp()
     }
@@ -227,7 +234,9 @@ impl CudaRuntime {
         &self.last_run
     }
 
-    /// Bytes each GPU must read from memory per token at least (its weights once).
+    /// Bytes each GPU must read from memory per token at least (its weights once): the
+    /// benchmarks' bandwidth figure.
+    #[cfg(feature = "lab")]
     pub fn streamed_bytes_per_token(&self) -> u64 {
         self.weights.streamed_bytes_per_token()
     }

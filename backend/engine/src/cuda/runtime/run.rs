@@ -270,7 +270,13 @@ impl CudaRuntime {
             a.set(Arg::StartStep, prefill.positions as u64);
         }
         self.launch(&run.args)?;
-        let mut stats = RunStats { prompt_tokens: job.prompt.len(), prefill_positions: prefill.positions - keep, ..Default::default() };
+        let mut stats = RunStats {
+            #[cfg(feature = "lab")]
+            prompt_tokens: job.prompt.len(),
+            #[cfg(feature = "lab")]
+            prefill_positions: prefill.positions - keep,
+            ..Default::default()
+        };
         let mut published_ids = Vec::new();
         let mut next = 0usize;
         let mut outcome: Option<RunEnd> = None;

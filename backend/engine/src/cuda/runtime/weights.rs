@@ -34,7 +34,9 @@ pub(super) struct DeviceWeights {
     pub(super) lm_head: u64,
     pub(super) final_norm: u64,
     pub(super) inv_freq: u64,
-    /// bf16 + f32 bytes the kernel streams per token (every matrix once, norms, LM head).
+    /// bf16 + f32 bytes the kernel streams per token (every matrix once, norms, LM head):
+    /// the benchmarks' figure.
+    #[cfg(feature = "lab")]
     pub(super) streamed_bytes: u64,
 }
 
@@ -59,6 +61,7 @@ impl WeightShards {
     }
 
     /// Bytes each GPU must read from memory per token at least (its weights once).
+    #[cfg(feature = "lab")]
     pub(super) fn streamed_bytes_per_token(&self) -> u64 {
         self.ranks.iter().map(|w| w.streamed_bytes).max().unwrap_or(0)
     }
@@ -126,6 +129,9 @@ fn upload_rank(
     debug_assert_eq!((q1 - q0, k1 - k0, f1 - f0, v1 - v0), (sh.num_heads * hd, sh.num_kv_heads * hd, sh.intermediate_size, sh.vocab_size));
     let mut bf16s: Vec<CudaSlice<u16>> = Vec::new();
     let mut f32s: Vec<CudaSlice<f32>> = Vec::new();
+    // Bytes the kernel streams per token, counted as the matrices go up: the benchmarks'
+    // figure (`streamed_bytes`, `lab` only). Nothing reads the count in a build without
+    // `lab`, which leaves out its last corrections below.
     let mut streamed: u64 = 0;
     let put_bf16 = |values: Vec<f32>, streamed_too: bool, bf16s: &mut Vec<CudaSlice<u16>>, streamed: &mut u64| -> Result<u64> {
         if streamed_too {
@@ -249,7 +255,10 @@ fn upload_rank(
     let embed = put_bf16(embed_f32, false, &mut bf16s, &mut streamed)?;
     let mut lm_head = lm_head.unwrap_or(embed);
     if formats.lm_head != GpuFormat::Bf16 {
-        streamed -= 2 * ((v1 - v0) * d) as u64;
+        #[cfg(feature = "lab")]
+        {
+            streamed -= 2 * ((v1 - v0) * d) as u64;
+        }
         lm_head = put_bytes(
             matrix_bytes(w.lm_head(), formats.lm_head, v0..v1, 0..d, formats.quantize_floats)?,
             &mut quants,
@@ -259,7 +268,10 @@ fn upload_rank(
     let final_norm = put_f32(lane_row(&w.final_norm.to_f32()?, d, rank), &mut f32s)?;
     let inv_freq = put_f32(&rope::inv_freq(c), &mut f32s)?;
     // The embedding row read per token.
-    streamed += 2 * d as u64 + 4 * d as u64;
+    #[cfg(feature = "lab")]
+    {
+        streamed += 2 * d as u64 + 4 * d as u64;
+    }
     let layer_table = stream.clone_htod(&table).map_err(alloc_err("the layer table", 8 * table.len()))?;
     Ok(DeviceWeights {
         _bf16: bf16s,
@@ -271,6 +283,7 @@ fn upload_rank(
         lm_head,
         final_norm,
         inv_freq,
+        #[cfg(feature = "lab")]
         streamed_bytes: streamed + quant_streamed,
     })
 }
