@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""CUDA engine vs transformers on random-weight HF directories (issue 7's correctness
+"""CUDA engine vs transformers on random-weight HF directories (the engine's correctness
 check), on the GPU host.
 
 For each shape (the engine's own preset, as config.json from `hf_score config NAME`):
@@ -38,7 +38,7 @@ except ImportError as missing:  # a machine without the GPU host's Python stack
     sys.exit(0)
 
 DEFAULT_SHAPES = "smollm2-135m,qwen2.5-coder-1.5b"
-# 8 × 256 = 2,048 positions per shape (the issue asks for ≥ 2,000).
+# 8 × 256 = 2,048 positions per shape (at least 2,000 scored positions per shape).
 DEFAULT_SEQS = 8
 DEFAULT_LEN = 256
 SEED = 20261130
