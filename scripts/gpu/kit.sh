@@ -127,24 +127,19 @@ run() {
     # `tests` leaves out the exhaustive trials (each kernel variant, the benchmark-sized
     # presets, long prompts at tp 2), which do not fit one call beside the other suites;
     # `tests-all` runs every trial. The summary says how many were filtered out.
-    local skip=()
+    local skip=() pattern filters
     if ! has tests-all; then
-      local IFS=';'
-      for pattern in ${KIT_TESTS_SKIP:-kernel default+;over long prompts;tp 2 qwen2.5-coder-1.5b;laneformer-2b lanes on tp 2;1000 greedy tokens;sanitize:}; do
-        skip+=(--skip "$pattern")
-      done
-      unset IFS
+      IFS=';' read -ra filters <<< "${KIT_TESTS_SKIP:-kernel default+;over long prompts;tp 2 qwen2.5-coder-1.5b;laneformer-2b lanes on tp 2;1000 greedy tokens;sanitize:}"
+      for pattern in "${filters[@]}"; do skip+=(--skip "$pattern"); done
     fi
     if [ -n "${KIT_TESTS_FILTER:-}" ]; then
       # Only the trials whose names contain one of these (';'-separated) patterns: the
       # rest of a run a deadline cut short.
-      local IFS=';' filter
-      for filter in $KIT_TESTS_FILTER; do
-        unset IFS
-        echo "== tests: bin/gpu-tests --test-threads 1 '$filter'"
-        timed 540 "$OUT/tests.log" bin/gpu-tests --test-threads 1 "$filter"
+      IFS=';' read -ra filters <<< "$KIT_TESTS_FILTER"
+      for pattern in "${filters[@]}"; do
+        echo "== tests: bin/gpu-tests --test-threads 1 '$pattern'"
+        timed 540 "$OUT/tests.log" bin/gpu-tests --test-threads 1 "$pattern"
       done
-      unset IFS
     else
       echo "== tests: bin/gpu-tests --test-threads 1 ${skip[*]}"
       timed "$(has tests-all && echo 540 || echo 330)" "$OUT/tests.log" bin/gpu-tests --test-threads 1 "${skip[@]}"
@@ -152,9 +147,9 @@ run() {
     grep -E "^test .*(FAILED|ok)$|^test result" "$OUT/tests.log" | grep -vE " ok$" | tail -20
   fi
   if has sanitize; then
-    echo "== sanitize: compute-sanitizer memcheck on '${KIT_SANITIZE:-llama-3.2-1b: scored}'"
+    echo "== sanitize: compute-sanitizer memcheck on '${KIT_SANITIZE:-sanitize:}'"
     timed 240 "$OUT/sanitize.log" compute-sanitizer --tool memcheck --error-exitcode 9 \
-      bin/gpu-tests --test-threads 1 "${KIT_SANITIZE:-llama-3.2-1b: scored}"
+      bin/gpu-tests --test-threads 1 "${KIT_SANITIZE:-sanitize:}"
     tail -3 "$OUT/sanitize.log"
   fi
   if has bench; then

@@ -1,8 +1,8 @@
-//! Runs to completion, for checks that compare whole outputs: a job's sampled tokens
-//! and how the run ended, and the ids alone.
+//! Runs for checks that compare whole outputs: a job's sampled tokens and how the run
+//! ended, the ids alone, and a run its token callback stops.
 
 use crate::error::Result;
-use crate::runtime::{Cancel, DecodeJob, RunEnd, Runtime};
+use crate::runtime::{Cancel, DecodeJob, Flow, RunEnd, Runtime};
 use crate::sampling::{Sampled, SamplingParams};
 
 /// Generates up to `max_tokens` after `prompt` (no prompt reuse, never cancelled),
@@ -17,6 +17,28 @@ pub fn collect<R: Runtime + ?Sized>(
 ) -> Result<(Vec<Sampled>, RunEnd)> {
     let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: stops, top_logprobs: top, cancel: Cancel::NEVER, reuse_prefix: false };
     rt.generate_all(&job)
+}
+
+/// Generates up to `max_tokens` after `prompt` and stops the run from its token
+/// callback at the `n`-th token: the ids the callback saw and how the run ended.
+pub fn stopped_after<R: Runtime + ?Sized>(
+    rt: &mut R,
+    prompt: &[u32],
+    max_tokens: usize,
+    sampling: &SamplingParams,
+    n: usize,
+) -> Result<(Vec<u32>, RunEnd)> {
+    let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false };
+    let mut seen = Vec::new();
+    let end = rt.generate(&job, &mut |s: &Sampled| {
+        seen.push(s.id);
+        if seen.len() == n {
+            Flow::Stop
+        } else {
+            Flow::Continue
+        }
+    })?;
+    Ok((seen, end))
 }
 
 /// The token ids of a run.

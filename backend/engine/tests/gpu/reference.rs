@@ -11,9 +11,10 @@ use peregrine_engine::cpu::reference_runtime::ReferenceRuntime;
 use peregrine_engine::cuda::KernelOptions;
 use peregrine_engine::lab::logits::{argmax, rel_err, rel_err_max, top1_or_near_tie};
 use peregrine_engine::lab::rng::SplitMix64;
+use peregrine_engine::lab::runs::stopped_after;
 use peregrine_engine::lab::synthetic::{check_shapes, synthetic_weights};
-use peregrine_engine::runtime::{Cancel, DecodeJob, Flow, RunEnd, Runtime};
-use peregrine_engine::sampling::{log_softmax, sample, top_k_indices, Sampled, SamplingParams};
+use peregrine_engine::runtime::{RunEnd, Runtime};
+use peregrine_engine::sampling::{log_softmax, sample, top_k_indices, SamplingParams};
 
 use super::{ensure, ids, kernel_trial, preset_shape, race, run, run_top, runtime, Check, MAX_REL_ERR, WEIGHT_SEED};
 
@@ -159,26 +160,7 @@ fn stop_check(config: &ModelConfig) -> Check {
     let many: Vec<u32> = (0..config.vocab_size as u32).filter(|t| !g.contains(t) && !prompt.contains(t)).take(20).chain([g[k]]).collect();
     let (s, end) = run(&mut rt, &prompt, 12, &greedy, &many)?;
     ensure(end == RunEnd::StopToken && ids(&s) == g[..k], || format!("21 stop tokens: {} tokens, end {end:?}", s.len()))?;
-    let mut got = Vec::new();
-    let job = DecodeJob {
-        prompt: &prompt,
-        max_tokens: 12,
-        sampling: &greedy,
-        stop_tokens: &[],
-        top_logprobs: 0,
-        cancel: Cancel::NEVER,
-        reuse_prefix: false,
-    };
-    let end = rt
-        .generate(&job, &mut |s: &Sampled| {
-            got.push(s.id);
-            if got.len() == 3 {
-                Flow::Stop
-            } else {
-                Flow::Continue
-            }
-        })
-        .map_err(|e| e.to_string())?;
+    let (got, end) = stopped_after(&mut rt, &prompt, 12, &greedy, 3).map_err(|e| e.to_string())?;
     ensure(end == RunEnd::Stopped && got == g[..3], || format!("cancel after 3 tokens: {} tokens, end {end:?}", got.len()))?;
     let (again, _) = run(&mut rt, &prompt, 12, &greedy, &[])?;
     ensure(ids(&again) == g, || "a run after a cancelled one repeats the greedy tokens".into())
@@ -296,26 +278,7 @@ pub fn correctness(config: &ModelConfig, base: &KernelOptions) -> Check {
         let (s2, e2) = run(&mut rt, &prompt, n_gen, &greedy, &many)?;
         ensure(e2 == RunEnd::StopToken && ids(&s2) == g_ids[..k], || format!("{name}: 21 stop tokens: {} tokens, end {e2:?}", s2.len()))?;
     }
-    let mut got = Vec::new();
-    let job = DecodeJob {
-        prompt: &prompt,
-        max_tokens: n_gen,
-        sampling: &greedy,
-        stop_tokens: &[],
-        top_logprobs: 0,
-        cancel: Cancel::NEVER,
-        reuse_prefix: false,
-    };
-    let c_end = rt
-        .generate(&job, &mut |s: &Sampled| {
-            got.push(s.id);
-            if got.len() == 3 {
-                Flow::Stop
-            } else {
-                Flow::Continue
-            }
-        })
-        .map_err(|e| e.to_string())?;
+    let (got, c_end) = stopped_after(&mut rt, &prompt, n_gen, &greedy, 3).map_err(|e| e.to_string())?;
     ensure(c_end == RunEnd::Stopped && got == g_ids[..3.min(g_ids.len())], || {
         format!("{name}: cancel after 3 tokens: {} tokens, end {c_end:?}", got.len())
     })?;

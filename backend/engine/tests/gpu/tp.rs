@@ -11,8 +11,9 @@ use peregrine_engine::dtp::reference::{Execution, ShardedModel};
 use peregrine_engine::dtp::{DtpConfig, DtpSchedule, EarlyLayers, Lanes};
 use peregrine_engine::lab::logits::{argmax, rel_err, rel_err_max};
 use peregrine_engine::lab::rng::SplitMix64;
+use peregrine_engine::lab::runs::stopped_after;
 use peregrine_engine::lab::synthetic::{check_shapes, preset, synthetic_weights};
-use peregrine_engine::runtime::{Cancel, DecodeJob, Flow, RunEnd, Runtime};
+use peregrine_engine::runtime::{RunEnd, Runtime};
 use peregrine_engine::sampling::{Sampled, SamplingParams};
 use peregrine_engine::weights::Weights;
 use peregrine_engine::Diagnostics;
@@ -165,26 +166,8 @@ fn tp_full(config: &ModelConfig, n: usize, opts: &KernelOptions) -> Check {
     ensure(st_end == RunEnd::StopToken && st.len() == first, || {
         format!("{name}: stop token ended the run after {} tokens, end {st_end:?}", st.len())
     })?;
-    let mut count = 0;
-    let job = DecodeJob {
-        prompt: &prompt,
-        max_tokens: 200,
-        sampling: &greedy,
-        stop_tokens: &[],
-        top_logprobs: 0,
-        cancel: Cancel::NEVER,
-        reuse_prefix: false,
-    };
-    let c_end = rt
-        .generate(&job, &mut |_: &Sampled| {
-            count += 1;
-            if count == 3 {
-                Flow::Stop
-            } else {
-                Flow::Continue
-            }
-        })
-        .map_err(|e| e.to_string())?;
+    let (seen, c_end) = stopped_after(&mut rt, &prompt, 200, &greedy, 3).map_err(|e| e.to_string())?;
+    let count = seen.len();
     ensure(c_end == RunEnd::Stopped && count <= 4, || format!("{name}: cancellation after 3 tokens: {count} seen, end {c_end:?}"))?;
     race_each_rank(&mut rt, 2, &prompt, n, &sp, &s1, opts)
 }
