@@ -4,11 +4,13 @@
 Decode speed depends on the shapes and formats of the weights, not their values, so
 llama.cpp (quantizing this file with its own `llama-quantize`) streams the same bytes per
 token as `peregrine-bench --shape NAME --weights ...` does with its synthetic weights.
-Every shape is written as the `llama` architecture with tied embeddings: Qwen2's q/k/v
-biases (a few KB) are left out. The vocabulary is llama.cpp's `none` tokenizer with
+Every shape is written as the `llama` architecture with tied embeddings (an untied
+model's output matrix streams the same bytes per token): Qwen2's q/k/v biases (a few KB)
+are left out. The vocabulary is llama.cpp's `none` tokenizer with
 `vocab_size` dummy tokens (llama-bench feeds random token ids). Needs numpy only.
 
     random_gguf.py SHAPE OUT.gguf [q4_1]   SHAPE: one of SHAPES below
+    random_gguf.py --f16-bytes SHAPE       the F16 file's size in bytes (before writing it)
 
 With `q4_1` the matrices are written as Q4_1 blocks (a scale and a minimum per 32
 weights, as llama.cpp's quantizer rounds them), for the CPU runtime's batched step
@@ -25,6 +27,9 @@ SHAPES = {
     "llama-3.2-1b": (128256, 2048, 8192, 16, 32, 8, 64, 500000.0, 1e-5),
     "qwen2.5-coder-1.5b": (151936, 1536, 8960, 28, 12, 2, 128, 1000000.0, 1e-6),
     "smollm2-1.7b": (49152, 2048, 8192, 24, 32, 32, 64, 130000.0, 1e-5),
+    "qwen2.5-coder-3b": (151936, 2048, 11008, 36, 16, 2, 128, 1000000.0, 1e-6),
+    "qwen2.5-coder-7b": (152064, 3584, 18944, 28, 28, 4, 128, 1000000.0, 1e-6),
+    "llama-3.1-8b": (128256, 4096, 14336, 32, 32, 8, 128, 500000.0, 1e-5),
 }
 ALIGN = 32
 F32, F16, Q4_1 = 0, 1, 3
@@ -83,8 +88,12 @@ def tensors(shape, matrix=F16):
 
 
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--f16-bytes" and sys.argv[2] in SHAPES:
+        # The F16 file's size, so the caller can check the disk before writing it.
+        print(sum(r * c * 2 for _, r, c, _ in tensors(SHAPES[sys.argv[2]])))
+        return
     if len(sys.argv) not in (3, 4) or sys.argv[1] not in SHAPES or sys.argv[3:] not in ([], ["q4_1"]):
-        sys.exit(f"usage: random_gguf.py {{{'|'.join(SHAPES)}}} OUT.gguf [q4_1]")
+        sys.exit(f"usage: random_gguf.py {{{'|'.join(SHAPES)}}} OUT.gguf [q4_1]  |  random_gguf.py --f16-bytes SHAPE")
     name, path = sys.argv[1], sys.argv[2]
     matrices = Q4_1 if sys.argv[3:] == ["q4_1"] else F16
     shape = SHAPES[name]

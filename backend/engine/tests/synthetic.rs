@@ -48,9 +48,7 @@ fn values_are_scaled() {
 #[test]
 fn presets_match_published_shapes() {
     for name in PRESET_NAMES {
-        let c = preset(name).unwrap();
-        c.validate().unwrap();
-        assert!(c.tie_embeddings, "{name}");
+        preset(name).unwrap().validate().unwrap();
     }
     assert!(preset("gpt-5").is_none());
     assert_eq!(preset("SmolLM2-135M").unwrap().parameter_count(), 134_515_008);
@@ -64,4 +62,11 @@ fn presets_match_published_shapes() {
     assert_eq!((q.architecture, q.attention_bias, q.head_dim), (Architecture::Qwen2, true, 128));
     assert_eq!(q.parameter_count(), 1_543_714_304);
     assert_eq!(preset("smollm2-1.7b").unwrap().parameter_count(), 1_711_376_384);
+    // The 3–8B presets: tied embeddings only on the 3B, as published.
+    for (name, params, tied) in
+        [("qwen2.5-coder-3b", 3_085_938_688, true), ("qwen2.5-coder-7b", 7_615_616_512, false), ("llama-3.1-8b", 8_030_261_248, false)]
+    {
+        let c = preset(name).unwrap();
+        assert_eq!((c.parameter_count(), c.tie_embeddings), (params, tied), "{name}");
+    }
 }

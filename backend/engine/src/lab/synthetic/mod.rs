@@ -9,7 +9,7 @@ mod quantized;
 
 use std::sync::Arc;
 
-pub use presets::{check_shapes, ordinary, preset, LANEFORMER_PRESETS, PRESET_NAMES};
+pub use presets::{check_shapes, ordinary, preset, LANEFORMER_PRESETS, PRESET_NAMES, SMALL_PRESETS};
 pub use quantized::{q4_k_m_type, random_quant_tensor, synthetic_quant_weights, QuantMix, MIX_NAMES};
 
 use crate::config::ModelConfig;

@@ -4,7 +4,11 @@
 use crate::config::{Architecture, LaneConfig, ModelConfig, RopeLayout, RopeScaling, SlidingWindow};
 
 /// The ordinary models' presets: every name [`preset`] accepts besides [`LANEFORMER_PRESETS`].
-pub const PRESET_NAMES: &[&str] = &["smollm2-135m", "llama-3.2-1b", "qwen2.5-coder-1.5b", "smollm2-1.7b"];
+pub const PRESET_NAMES: &[&str] = &["smollm2-135m", "llama-3.2-1b", "qwen2.5-coder-1.5b", "smollm2-1.7b", "qwen2.5-coder-3b", "qwen2.5-coder-7b", "llama-3.1-8b"];
+
+/// The benchmark's usual shapes: the 0.1–2B models of [`PRESET_NAMES`] (the 3–8B ones
+/// are measured by name).
+pub const SMALL_PRESETS: &[&str] = &["smollm2-135m", "llama-3.2-1b", "qwen2.5-coder-1.5b", "smollm2-1.7b"];
 
 /// Laneformer presets (their lanes and windows are part of the shape; outside
 /// [`PRESET_NAMES`], whose shapes every runtime and exporter takes as ordinary models).
@@ -39,34 +43,37 @@ pub fn preset(name: &str) -> Option<ModelConfig> {
         sliding_window: SlidingWindow::default(),
         lanes: LaneConfig::default(),
     };
+    // The Llama 3 family's vocabulary, context and RoPE base.
+    let llama3 = |name: &str| ModelConfig { vocab_size: 128_256, max_context: 131_072, rope_theta: 500_000.0, ..llama(name) };
+    // The Qwen2.5(-Coder) family's: q/k/v bias, head dim 128, a 152k vocabulary.
+    let qwen = |name: &str| ModelConfig {
+        architecture: Architecture::Qwen2,
+        vocab_size: 151_936,
+        head_dim: 128,
+        max_context: 32_768,
+        rms_norm_eps: 1e-6,
+        rope_theta: 1_000_000.0,
+        attention_bias: true,
+        ..llama(name)
+    };
     Some(match name.to_ascii_lowercase().as_str() {
         "smollm2-135m" => llama("SmolLM2-135M"),
         "llama-3.2-1b" => ModelConfig {
-            vocab_size: 128_256,
             hidden_size: 2048,
             intermediate_size: 8192,
             num_layers: 16,
             num_heads: 32,
             num_kv_heads: 8,
-            max_context: 131_072,
-            rope_theta: 500_000.0,
             rope_scaling: RopeScaling::Llama3 { factor: 32.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position: 8192 },
-            ..llama("Llama-3.2-1B")
+            ..llama3("Llama-3.2-1B")
         },
         "qwen2.5-coder-1.5b" => ModelConfig {
-            architecture: Architecture::Qwen2,
-            vocab_size: 151_936,
             hidden_size: 1536,
             intermediate_size: 8960,
             num_layers: 28,
             num_heads: 12,
             num_kv_heads: 2,
-            head_dim: 128,
-            max_context: 32_768,
-            rms_norm_eps: 1e-6,
-            rope_theta: 1_000_000.0,
-            attention_bias: true,
-            ..llama("Qwen2.5-Coder-1.5B")
+            ..qwen("Qwen2.5-Coder-1.5B")
         },
         "smollm2-1.7b" => ModelConfig {
             hidden_size: 2048,
@@ -76,6 +83,35 @@ pub fn preset(name: &str) -> Option<ModelConfig> {
             num_kv_heads: 32,
             rope_theta: 130_000.0,
             ..llama("SmolLM2-1.7B")
+        },
+        "qwen2.5-coder-3b" => ModelConfig {
+            hidden_size: 2048,
+            intermediate_size: 11_008,
+            num_layers: 36,
+            num_heads: 16,
+            num_kv_heads: 2,
+            ..qwen("Qwen2.5-Coder-3B")
+        },
+        "qwen2.5-coder-7b" => ModelConfig {
+            vocab_size: 152_064,
+            hidden_size: 3584,
+            intermediate_size: 18_944,
+            num_layers: 28,
+            num_heads: 28,
+            num_kv_heads: 4,
+            tie_embeddings: false,
+            ..qwen("Qwen2.5-Coder-7B")
+        },
+        "llama-3.1-8b" => ModelConfig {
+            hidden_size: 4096,
+            intermediate_size: 14_336,
+            num_layers: 32,
+            num_heads: 32,
+            num_kv_heads: 8,
+            head_dim: 128,
+            rope_scaling: RopeScaling::Llama3 { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position: 8192 },
+            tie_embeddings: false,
+            ..llama3("Llama-3.1-8B")
         },
         // Kog's released Laneformer-2B-it shape (2,320,069,632 parameters): 8 lanes, the
         // first 10 layers windowed to 512 positions. Its delay and head kind are this
