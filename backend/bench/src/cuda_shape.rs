@@ -290,7 +290,9 @@ pub fn bench_shape(
     bandwidth: f64,
 ) -> Result<ShapeFigures> {
     let options = plan.kernel_options(config, cuda)?;
-    let mut rt = CudaRuntime::with_kernel(config, weights, ordinals, cuda, options, dtp.cloned())?;
+    let mut rt = tune::with_fitting_kernel(config, weights, ordinals, cuda, options, dtp.cloned(), &mut |line| {
+        eprintln!("{}: {line}", config.name)
+    })?;
     // The block size serve would run with (measured at load, or cached).
     let threads = match cuda.threads {
         ThreadsPolicy::Fixed(threads) => ThreadsChoice { threads, source: ThreadsSource::Forced },

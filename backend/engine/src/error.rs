@@ -114,6 +114,10 @@ pub enum CudaError {
     /// A model shape, kernel option or parallelism the runtime cannot run.
     #[error("{0}")]
     Unsupported(String),
+    /// The decode kernel built for `threads` per block needs more shared memory per block
+    /// than the device lets a block opt in to (fewer threads need less).
+    #[error("the decode kernel at {threads} threads per block needs {needs} B of shared memory per block; the device offers {offers} B")]
+    SharedMemory { threads: u32, needs: u32, offers: usize },
     /// A run of the kernels failed on the device: a fault, a stall, an unknown end, or a
     /// runtime left unusable by an earlier one.
     #[error("{0}")]

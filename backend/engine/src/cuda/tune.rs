@@ -7,7 +7,7 @@
 use super::{CudaRuntime, KernelOptions};
 use crate::config::ModelConfig;
 use crate::dtp::DtpSchedule;
-use crate::error::Result;
+use crate::error::{CudaError, Error, Result};
 use crate::options::{CudaOptions, ThreadsPolicy};
 use crate::runtime::{Cancel, DecodeJob, Flow, Runtime};
 use crate::sampling::SamplingParams;
@@ -113,12 +113,41 @@ pub fn build_tuned(
             }
         }
     }
-    let mut rt = CudaRuntime::with_kernel(config, weights, gpus, cuda, base, dtp)?;
+    let mut rt = with_fitting_kernel(config, weights, gpus, cuda, base, dtp, log)?;
     let choice = match cuda.threads {
         ThreadsPolicy::Fixed(threads) => ThreadsChoice { threads, source: ThreadsSource::Forced },
         ThreadsPolicy::Tuned => choose_threads(&mut rt, log)?,
     };
     Ok((rt, choice))
+}
+
+/// [`CudaRuntime::with_kernel`] at `options`' block size or, where that kernel needs more
+/// shared memory than the device offers and the block size is tuned (not fixed by the
+/// options), at the next smaller candidate that fits.
+pub fn with_fitting_kernel(
+    config: &ModelConfig,
+    weights: &Weights,
+    gpus: &[usize],
+    cuda: &CudaOptions,
+    options: KernelOptions,
+    dtp: Option<DtpSchedule>,
+    log: &mut dyn FnMut(&str),
+) -> Result<CudaRuntime> {
+    let smaller: Vec<u32> = candidates(&options).iter().copied().filter(|&t| t < options.threads).collect();
+    let mut threads = options.threads;
+    let mut rest = smaller.into_iter();
+    loop {
+        match CudaRuntime::with_kernel(config, weights, gpus, cuda, KernelOptions { threads, ..options.clone() }, dtp.clone()) {
+            Err(Error::Cuda(e @ CudaError::SharedMemory { .. })) if cuda.threads == ThreadsPolicy::Tuned => match rest.next() {
+                Some(next) => {
+                    log(&format!("threads per block: {e}; trying {next}"));
+                    threads = next;
+                }
+                None => return Err(e.into()),
+            },
+            built => return built,
+        }
+    }
 }
 
 /// The key a measurement of kernels with `base` options on a runtime of `identity` is kept under.

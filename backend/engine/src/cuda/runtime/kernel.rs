@@ -95,7 +95,8 @@ impl Kernels {
 fn load_kernel(gpu: &Gpu, shape: &Shape, options: &KernelOptions, paths: &CudaPaths, tp: usize, arch: &str) -> Result<Kernel> {
     let (ctx, stream, config, shard) = (&gpu.ctx, &gpu.stream, &shape.config, &shape.shard);
     let dtp = shape.dtp.as_ref();
-    let defines = layout::defines_tp(shard, options, tp, config.vocab_size, dtp, super::devices::shared_per_block(ctx)?);
+    let offers = super::devices::shared_per_block(ctx)?;
+    let defines = layout::defines_tp(shard, options, tp, config.vocab_size, dtp, offers);
     let (cubin, from_cache) = nvrtc::cubin(paths.cubin_cache.as_deref(), arch, &defines)?;
     let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(cuda_err("cuModuleLoadData"))?;
     let func = module.load_function(nvrtc::KERNEL_NAME).map_err(cuda_err("cuModuleGetFunction"))?;
@@ -122,6 +123,11 @@ fn load_kernel(gpu: &Gpu, shape: &Shape, options: &KernelOptions, paths: &CudaPa
             layout::tagged_words(shard)
         ))
         .into());
+    }
+    // The plan's regions that do not shrink with the budget (the main vector, the
+    // residual, a quantized model's prepared input) can outgrow it on wide models.
+    if smem_bytes as usize > offers {
+        return Err(CudaError::SharedMemory { threads: options.threads, needs: smem_bytes, offers }.into());
     }
     func.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes as i32)
         .map_err(cuda_err("raise the kernel's shared-memory limit"))?;
