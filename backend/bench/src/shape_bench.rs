@@ -26,7 +26,7 @@ pub const WEIGHT_SEED: u64 = 1234;
 /// The CUDA-only arguments of `peregrine-bench`.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct CudaBenchArgs {
-    /// Synthetic shapes to benchmark on the GPU (comma-separated): smollm2-135m, llama-3.2-1b, qwen2.5-coder-1.5b, smollm2-1.7b, laneformer-2b.
+    /// Synthetic shapes to benchmark on the GPU (comma-separated): smollm2-135m, llama-3.2-1b, qwen2.5-coder-1.5b, smollm2-1.7b, qwen2.5-coder-3b, qwen2.5-coder-7b, llama-3.1-8b, laneformer-2b.
     #[arg(long, value_delimiter = ',')]
     pub shape: Vec<String>,
     /// With --shape: prompt tokens before the decode measurement.
