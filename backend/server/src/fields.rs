@@ -56,6 +56,7 @@ const NOT_IMPLEMENTED: &[(&str, &str)] = &[
     ("tools", "tool calls are not implemented yet"),
     ("response_format", "structured output is not implemented yet"),
     ("text", "structured output is not implemented yet"),
+    ("output_config", "structured output is not implemented yet"),
     ("return_tokens", "token ids in the answer are not implemented"),
     ("post_sampling_probs", "post-sampling probabilities are not implemented"),
     ("timings_per_token", "per-token timings are not implemented"),

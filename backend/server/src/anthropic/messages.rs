@@ -1,8 +1,8 @@
 //! `POST /v1/messages`: Anthropic's Messages API for text: `messages` (user and
 //! assistant turns, content as a string or `text` blocks), `system` (a string or
 //! `text` blocks), `max_tokens` (required, as Anthropic requires it), `temperature`
-//! (0–1), `top_p`, `top_k`, `stop_sequences`, `stream`; `metadata` and blocks'
-//! `cache_control` only label (prompt reuse is automatic here). Anything else that
+//! (0–1), `top_p`, `top_k`, `stop_sequences`, `stream`; `metadata` and
+//! `cache_control` (top-level and on blocks) only label (prompt reuse is automatic here). Anything else that
 //! would change the answer (tools, images, thinking) is a 400 naming the field.
 
 use axum::extract::State;
@@ -47,6 +47,7 @@ impl crate::fields::Fields for MessagesRequest {
     const ROUTE: &'static str = "/v1/messages";
     const ACCEPTED: &'static [&'static [&'static str]] = &[
         &["model", "messages", "system", "max_tokens", "temperature", "top_p", "top_k", "stop_sequences", "stream", "tools"],
+        &["cache_control"],
         crate::fields::LABELS,
     ];
 }

@@ -15,7 +15,6 @@ pub const DEFAULT_TEMPERATURE: f32 = 1.0;
 /// Largest temperature OpenAI accepts.
 pub const MAX_TEMPERATURE: f32 = 2.0;
 
-
 /// Fields both endpoints take.
 #[derive(Debug, Default, Deserialize)]
 pub struct CommonParams {

@@ -120,7 +120,7 @@ fn conversation(req: &ResponsesRequest) -> Result<Vec<ChatMessage>> {
                 messages.push(ChatMessage::new(role, content));
             }
         }
-        Value::Array(_) => return Err(Error::bad("input", "input must hold at least one message")),
+        Value::Array(_) => return Err(Error::bad("input", "`input` must hold at least one message")),
         _ => return Err(Error::bad("input", "input must be a string or a list of messages")),
     }
     Ok(messages)
@@ -129,16 +129,16 @@ fn conversation(req: &ResponsesRequest) -> Result<Vec<ChatMessage>> {
 /// The fields that are accepted only with the value that changes nothing.
 fn check_unimplemented(req: &ResponsesRequest) -> Result<()> {
     if req.store == Some(true) {
-        return Err(Error::bad("store", "stored responses are not implemented; send store: false"));
+        return Err(Error::bad("store", "`store: true` is not supported: stored responses are not implemented; send store: false"));
     }
     if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-        return Err(Error::bad("tools", "tool calls are not implemented yet"));
+        return Err(Error::bad("tools", "`tools` is not supported yet: tool calls are not implemented"));
     }
     if let Some(text) = &req.text {
         let format = text.get("format").and_then(|f| f.get("type")).and_then(Value::as_str);
         let only_format = text.as_object().is_some_and(|o| o.keys().all(|k| k == "format"));
         if !only_format || !matches!(format, None | Some("text")) {
-            return Err(Error::bad("text", "only the text format is supported (structured output is not implemented yet)"));
+            return Err(Error::bad("text", "`text.format` must be text: structured output is not implemented yet"));
         }
     }
     Ok(())
