@@ -17,7 +17,7 @@ use super::events::MessageAnswer;
 use crate::app::AppState;
 use crate::error::{Error, Result};
 use crate::extract::JsonBody;
-use crate::ids::response_id;
+use crate::ids::item_id;
 use crate::jobs::{self, JobSpec};
 use crate::openai::params::CommonParams;
 use crate::openai::steps::Steps;
@@ -149,7 +149,7 @@ pub async fn messages(
     let request = common.request(ids, max_tokens, sampling, stop);
     let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/v1/messages", caller, ticker: false })?;
     let steps = Steps { job, text: engine.handle.text().clone(), logprobs: false };
-    let out = MessageAnswer::new(response_id("msg"), engine.model_id(), prompt_n);
+    let out = MessageAnswer::new(item_id("msg"), engine.model_id(), prompt_n);
     if req.stream.unwrap_or(false) {
         return Ok(crate::openai::stream::sse_named(steps, out, state.settings.keep_alive));
     }

@@ -19,7 +19,7 @@ use super::steps::Steps;
 use crate::app::AppState;
 use crate::error::{Error, Result};
 use crate::extract::JsonBody;
-use crate::ids::{response_id, unix_now};
+use crate::ids::{item_id, unix_now};
 use crate::jobs::{self, JobSpec};
 use crate::prompt;
 use crate::request_context::Caller;
@@ -64,7 +64,7 @@ fn content_text(content: &Value, at: &str) -> Result<String> {
                 if !matches!(kind, "input_text" | "output_text" | "text") {
                     return Err(Error::bad(
                         &format!("{at}.type"),
-                        format!("only text parts are supported, not `{}`", crate::error::shorten(kind)),
+                        format!("{at}.type: only text parts are supported, not `{}`", crate::error::shorten(kind)),
                     ));
                 }
                 let object = part.as_object().into_iter().flat_map(Map::keys);
@@ -74,11 +74,11 @@ fn content_text(content: &Value, at: &str) -> Result<String> {
                 part.get("text")
                     .and_then(Value::as_str)
                     .map(str::to_string)
-                    .ok_or_else(|| Error::bad(&format!("{at}.text"), "a text part needs `text`"))
+                    .ok_or_else(|| Error::bad(&format!("{at}.text"), format!("{at}.text is required")))
             })
             .collect::<Result<Vec<_>>>()
             .map(|texts| texts.concat()),
-        _ => Err(Error::bad(at, "content must be a string or a list of text parts")),
+        _ => Err(Error::bad(at, format!("{at} must be a string or a list of text parts"))),
     }
 }
 
@@ -92,7 +92,7 @@ fn conversation(req: &ResponsesRequest) -> Result<Vec<ChatMessage>> {
             for (i, item) in items.iter().enumerate() {
                 let at = format!("input[{i}]");
                 let Some(object) = item.as_object() else {
-                    return Err(Error::bad(&at, "each input item must be a message object"));
+                    return Err(Error::bad(&at, format!("{at} must be a message object")));
                 };
                 match object.get("type").and_then(Value::as_str) {
                     None | Some("message") => {}
@@ -104,7 +104,7 @@ fn conversation(req: &ResponsesRequest) -> Result<Vec<ChatMessage>> {
                         };
                         return Err(Error::bad(
                             &format!("{at}.type"),
-                            format!("`{}` items are not supported: {why}", crate::error::shorten(kind)),
+                            format!("{at}.type: `{}` items are not supported: {why}", crate::error::shorten(kind)),
                         ));
                     }
                 }
@@ -114,14 +114,14 @@ fn conversation(req: &ResponsesRequest) -> Result<Vec<ChatMessage>> {
                 let role = match object.get("role").and_then(Value::as_str) {
                     Some("developer") | Some("system") => "system",
                     Some(r @ ("user" | "assistant")) => r,
-                    _ => return Err(Error::bad(&format!("{at}.role"), "role must be user, assistant, system or developer")),
+                    _ => return Err(Error::bad(&format!("{at}.role"), format!("{at}.role must be user, assistant, system or developer"))),
                 };
                 let content = content_text(object.get("content").unwrap_or(&Value::Null), &format!("{at}.content"))?;
                 messages.push(ChatMessage::new(role, content));
             }
         }
         Value::Array(_) => return Err(Error::bad("input", "`input` must hold at least one message")),
-        _ => return Err(Error::bad("input", "input must be a string or a list of messages")),
+        _ => return Err(Error::bad("input", "`input` must be a string or a list of messages")),
     }
     Ok(messages)
 }
@@ -166,8 +166,8 @@ pub async fn responses(
     let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/v1/responses", caller, ticker: false })?;
     let steps = Steps { job, text: engine.handle.text().clone(), logprobs: false };
     let out = ResponseAnswer::new(
-        response_id("resp"),
-        response_id("msg"),
+        item_id("resp"),
+        item_id("msg"),
         unix_now(),
         engine.model_id(),
         req.instructions.clone(),
