@@ -16,6 +16,7 @@ use axum::Router;
 use common::{scripted_engine, Pace, Scripted};
 use http_body_util::BodyExt;
 use peregrine_server::app::{app, AppState};
+use peregrine_server::config::Settings;
 use serde_json::{json, Value};
 
 const MODEL_ID: &str = "test-model";
@@ -26,7 +27,11 @@ fn scripted() -> &'static Scripted {
 }
 
 fn test_app() -> Router {
-    let state = AppState::new(common::dist_with_index()).with_engine(scripted().engine.clone(), MODEL_ID);
+    test_app_with(Settings::default())
+}
+
+fn test_app_with(settings: Settings) -> Router {
+    let state = AppState::new(common::dist_with_index()).with_engine(scripted().engine.clone(), MODEL_ID).with_settings(settings);
     app(state).layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 4000))))
 }
 
@@ -108,6 +113,15 @@ async fn native_completion_answers_in_llama_cpp_shape() {
     assert_names("/completion", status, &text, "n_predict");
     let (status, text) = call(&app, "POST", "/completion", json!({ "n_predict": 1 })).await;
     assert_names("/completion", status, &text, "prompt");
+}
+
+#[tokio::test]
+async fn native_completion_without_n_predict_takes_the_servers_default_length() {
+    let app = test_app_with(Settings { default_max_tokens: 4, ..Settings::default() });
+    let v = call_json(&app, "/completion", json!({ "prompt": "Hi" })).await;
+    assert_eq!((v["tokens_predicted"].clone(), v["stop_type"].clone()), (json!(4), json!("limit")), "{v}");
+    let v = call_json(&app, "/completion", json!({ "prompt": "Hi", "n_predict": 6 })).await;
+    assert_eq!(v["tokens_predicted"], 6, "an explicit length is not capped by the default: {v}");
 }
 
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! `POST /completion`: llama.cpp's native completion endpoint. The request is
 //! llama.cpp's: `prompt` (text, token ids, or a one-element array of either),
-//! `n_predict` (−1 or absent: until EOS or the end of the context; `max_tokens` is
-//! taken as well), `n_probs`, `stream`, `cache_prompt`, its sampling names with its
+//! `n_predict` (−1: until EOS or the end of the context; absent: `--default-max-tokens`;
+//! `max_tokens` is taken as well), `n_probs`, `stream`, `cache_prompt`, its sampling names with its
 //! defaults (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05; seed −1 = random) and
 //! `stop`; the answer is llama.cpp's object, streamed as its `data: {…}` pieces.
 
@@ -82,12 +82,17 @@ pub async fn completion(
     let stop = req.common.stops()?;
     let probs = req.n_probs.filter(|&n| n > 0).map(|n| check_top_logprobs("n_probs", n)).transpose()?;
     let (input, _) = parse_prompt(req.prompt.as_ref())?;
+    // −1 asks for the rest of the context; absent, the server's default length (as
+    // llama-server's `--n-predict`).
+    let to_the_end = req.n_predict == Some(-1) && req.max_tokens.is_none();
     let limit = max_tokens_or_n_predict(req.max_tokens, req.n_predict)?;
     let ids = prompt::tokenize(&engine, input, "prompt").await?;
+    let room = prompt::room_left(&engine, ids.len());
     let max_tokens = match limit {
         Some(0) => return Err(Error::bad("n_predict", "n_predict must be at least 1 (or -1: until the end)").into()),
         Some(n) => n as usize,
-        None => prompt::room_left(&engine, ids.len()),
+        None if to_the_end => room,
+        None => room.min(state.settings.default_max_tokens).max(1),
     };
     let text = engine.handle.text().clone();
     let prompt_text = text.tokenizer.as_ref().and_then(|t| t.decode(&ids).ok()).unwrap_or_default();
