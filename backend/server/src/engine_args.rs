@@ -116,12 +116,7 @@ impl ModelArgs {
 
     /// The engine options of a single-degree run.
     pub fn engine_options(&self) -> Result<EngineOptions> {
-        Ok(EngineOptions {
-            device: self.device.into(),
-            gpus: self.gpus()?,
-            cpu: self.engine.cpu_options()?,
-            cuda: self.engine.cuda_options()?,
-        })
+        Ok(EngineOptions { device: self.device.into(), gpus: self.gpus()?, cpu: self.engine.cpu_options()?, cuda: self.engine.cuda_options()? })
     }
 }
 
@@ -221,8 +216,7 @@ mod tests {
         for (value, want) in [("auto", GpuWeights::Auto), ("native", GpuWeights::Native), ("q8_0", GpuWeights::Q8_0)] {
             assert_eq!(flags(&["--gpu-weights", value]).expect(value).cuda_options().expect(value).weights, want);
         }
-        let cpu =
-            flags(&["--cpu-isa", "avx512", "--cpu-act-bits", "8", "--cpu-runtime", "ref"]).expect("cpu flags").cpu_options().expect("cpu");
+        let cpu = flags(&["--cpu-isa", "avx512", "--cpu-act-bits", "8", "--cpu-runtime", "ref"]).expect("cpu flags").cpu_options().expect("cpu");
         assert_eq!((cpu.isa_cap, cpu.act_precision, cpu.runtime), (Some(Isa::Avx512Vnni), ActPrecision::Int8, CpuRuntimeKind::Reference));
         let hidden = [flags(&["--tp-share-gpu", "--tp-evict-first", "--tp-down-waves"]).expect("hidden switches still parse")];
         assert!(hidden[0].tp_share_gpu && hidden[0].tp_evict_first && hidden[0].tp_down_waves);
