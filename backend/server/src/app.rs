@@ -114,7 +114,9 @@ pub fn app(state: AppState) -> Router {
         .route("/infill", post(routes::infill::infill))
         .route("/tokenize", post(routes::tokenize::tokenize))
         .route("/detokenize", post(routes::tokenize::detokenize))
+        .route("/completion", post(routes::completion::completion))
         .nest("/v1", crate::openai::router())
+        .merge(crate::openai::routes())
         .fallback_service(crate::static_files::service(&state.playground))
         .layer(DefaultBodyLimit::max(state.settings.max_body_bytes));
     if let Some(keys) = &state.settings.api_keys {
@@ -150,10 +152,9 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
     } else {
         AllowOrigin::list(origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
     };
-    Some(
-        CorsLayer::new()
-            .allow_origin(allow)
-            .allow_methods([Method::GET, Method::POST])
-            .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION]),
-    )
+    Some(CorsLayer::new().allow_origin(allow).allow_methods([Method::GET, Method::POST]).allow_headers([
+        header::CONTENT_TYPE,
+        header::AUTHORIZATION,
+        header::HeaderName::from_static("x-api-key"),
+    ]))
 }

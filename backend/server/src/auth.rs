@@ -1,5 +1,6 @@
 //! API keys: with `--api-key` given, the API routes want `Authorization: Bearer KEY`
-//! and answer 401 (in the route's own error shape, with `WWW-Authenticate`) without
+//! (or Anthropic's `x-api-key: KEY`, which its clients send) and answer 401 (in the
+//! route's own error shape, with `WWW-Authenticate`) without
 //! it; `/health`, the playground's files and share pages stay public.
 
 use std::path::Path;
@@ -113,13 +114,25 @@ fn bearer(request: &Request) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
+/// The key of an `x-api-key` header (Anthropic's clients send the key this way).
+fn x_api_key(request: &Request) -> Option<&str> {
+    request.headers().get("x-api-key")?.to_str().ok().map(str::trim)
+}
+
+/// Whether `path` answers errors in OpenAI's shape (the `/v1` routes, their aliases
+/// without the prefix, llama.cpp's native routes).
+fn openai_shaped(path: &str) -> bool {
+    let under = |p: &str| path == p || path.strip_prefix(p).is_some_and(|rest| rest.starts_with('/'));
+    ["/v1", "/completion", "/completions", "/chat/completions", "/models", "/responses", "/infill"].iter().any(|p| under(p))
+}
+
 /// Refuses a guarded route without a valid key (401 with `WWW-Authenticate`).
 pub async fn require_key(keys: Arc<ApiKeys>, request: Request, next: Next) -> Response {
     let path = request.uri().path();
     if !keys.guards(path) {
         return next.run(request).await;
     }
-    let (error, challenge) = match bearer(&request) {
+    let (error, challenge) = match bearer(&request).or_else(|| x_api_key(&request)) {
         Some(token) if keys.accepts(token) => return next.run(request).await,
         Some(_) => {
             (Error::Unauthorized("the API key is not valid for this server".into()), "Bearer realm=\"peregrine\", error=\"invalid_token\"")
@@ -128,7 +141,13 @@ pub async fn require_key(keys: Arc<ApiKeys>, request: Request, next: Next) -> Re
             (Error::Unauthorized("this server requires an API key: send `Authorization: Bearer KEY`".into()), "Bearer realm=\"peregrine\"")
         }
     };
-    let mut response = if path == "/v1" || path.starts_with("/v1/") { OpenAiError(error).into_response() } else { error.into_response() };
+    let mut response = if path == "/v1/messages" {
+        crate::anthropic::error::AnthropicError(error).into_response()
+    } else if openai_shaped(path) {
+        OpenAiError(error).into_response()
+    } else {
+        error.into_response()
+    };
     response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
     response
 }
@@ -148,7 +167,21 @@ mod tests {
     #[test]
     fn api_routes_are_guarded_and_the_page_is_not() {
         let keys = ApiKeys::new(&["k".into()], false).unwrap();
-        for p in ["/v1", "/v1/models", "/api/info", "/api/shares/abc", "/infill", "/tokenize", "/detokenize", "/metrics"] {
+        for p in [
+            "/v1",
+            "/v1/models",
+            "/api/info",
+            "/api/shares/abc",
+            "/infill",
+            "/tokenize",
+            "/detokenize",
+            "/metrics",
+            "/completion",
+            "/completions",
+            "/chat/completions",
+            "/models",
+            "/models/x",
+        ] {
             assert!(keys.guards(p), "{p}");
         }
         for p in ["/", "/health", "/index.html", "/s/abc", "/v1x", "/apix.js", "/metricsx"] {

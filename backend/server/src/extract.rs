@@ -1,5 +1,6 @@
 //! Request extractors: a JSON body whose every failure is a clear 400 (or 413, or
-//! 415 when it is not declared JSON).
+//! 415 when it is not declared JSON), its top-level fields held to the route's
+//! allow-list (`fields.rs`).
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
@@ -11,10 +12,11 @@ use std::time::Duration;
 use crate::config::DEFAULT_BODY_TIMEOUT_SECS;
 use crate::connections::BodyDeadline;
 use crate::error::Error;
+use crate::fields::Fields;
 
 /// A JSON body declared as `application/json` (or a `+json` type): a web page of
 /// another site can send a form or `text/plain` post without asking, but not that
-/// (CSRF). Errors name the field at fault.
+/// (CSRF). Errors name the field at fault; a field outside `T`'s allow-list is one.
 pub struct JsonBody<T>(pub T);
 
 /// Whether a `Content-Type` value declares JSON.
@@ -26,7 +28,7 @@ pub fn is_json_type(value: &str) -> bool {
 impl<S, T> FromRequest<S> for JsonBody<T>
 where
     S: Send + Sync,
-    T: DeserializeOwned,
+    T: DeserializeOwned + Fields,
 {
     type Rejection = Error;
 
@@ -57,13 +59,18 @@ where
     }
 }
 
-/// Parses `bytes` as one JSON value of type `T`.
-pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
+/// Parses `bytes` as one JSON value of type `T`, its fields checked against `T`'s
+/// allow-list first.
+pub fn parse_json<T: DeserializeOwned + Fields>(bytes: &[u8]) -> Result<T, Error> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(Error::BadRequest { message: "the request body is empty; send a JSON object".into(), param: None });
     }
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| Error::BadRequest { message: format!("malformed JSON: {e}"), param: None })?;
+    if let Some(object) = value.as_object() {
+        crate::fields::check::<T>(object)?;
+    }
+    let value: T = serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         let kind = if inner.is_syntax() || inner.is_eof() { "malformed JSON" } else { "invalid request" };
@@ -73,7 +80,6 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
             Error::BadRequest { message: format!("{kind} at `{path}`: {inner}"), param: Some(path) }
         }
     })?;
-    de.end().map_err(|e| Error::BadRequest { message: format!("malformed JSON: {e}"), param: None })?;
     Ok(value)
 }
 

@@ -35,6 +35,11 @@ pub fn response_id(prefix: &str) -> String {
     format!("{prefix}-{}", random_id(24).unwrap_or_else(|_| format!("{:016x}", random_seed())))
 }
 
+/// An id in the Responses and Messages APIs' form, such as `resp_…` or `msg_…`.
+pub fn item_id(prefix: &str) -> String {
+    format!("{prefix}_{}", random_id(24).unwrap_or_else(|_| format!("{:016x}", random_seed())))
+}
+
 /// Seconds since the Unix epoch.
 pub fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)

@@ -2,6 +2,7 @@
 //! API, OpenAI-compatible API, shares, metrics) and the request queue glue.
 
 pub mod access_args;
+pub mod anthropic;
 pub mod app;
 pub mod auth;
 pub mod blocking;
@@ -16,6 +17,7 @@ pub mod engine_slot;
 pub mod engine_start;
 pub mod error;
 pub mod extract;
+pub mod fields;
 pub mod generate;
 pub mod ids;
 pub mod jobs;

@@ -68,9 +68,21 @@ pub async fn track(proxies: Arc<TrustedProxies>, mut request: Request, next: Nex
 
 /// The API routes: logged at `info`, and what API keys guard.
 pub fn is_api_path(path: &str) -> bool {
-    ["/v1", "/api", "/infill", "/tokenize", "/detokenize", "/metrics"]
-        .iter()
-        .any(|p| path == *p || path.strip_prefix(p).is_some_and(|rest| rest.starts_with('/')))
+    [
+        "/v1",
+        "/api",
+        "/infill",
+        "/tokenize",
+        "/detokenize",
+        "/metrics",
+        "/completion",
+        "/completions",
+        "/chat/completions",
+        "/models",
+        "/responses",
+    ]
+    .iter()
+    .any(|p| path == *p || path.strip_prefix(p).is_some_and(|rest| rest.starts_with('/')))
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Caller {

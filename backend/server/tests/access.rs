@@ -28,6 +28,11 @@ fn guarded_routes() -> Vec<(&'static str, &'static str, Option<Value>)> {
         ("POST", "/tokenize", Some(json!({"content": "hello"}))),
         ("POST", "/detokenize", Some(json!({"tokens": [1, 2]}))),
         ("GET", "/metrics", None),
+        ("POST", "/completion", Some(json!({"prompt": "def f():", "n_predict": 1}))),
+        ("GET", "/models", None),
+        ("POST", "/chat/completions", Some(json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}))),
+        ("POST", "/v1/responses", Some(json!({"input": "hi", "max_output_tokens": 1}))),
+        ("POST", "/v1/messages", Some(json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}))),
     ]
 }
 
@@ -50,7 +55,12 @@ async fn expect_401(r: reqwest::Response, path: &str, invalid_token: bool) {
     assert!(challenge.starts_with("Bearer realm=\"peregrine\""), "{path}: {challenge}");
     assert_eq!(challenge.contains("invalid_token"), invalid_token, "{path}: {challenge}");
     let body: Value = r.json().await.expect("JSON 401");
-    let code = if path.starts_with("/v1") { &body["error"]["code"] } else { &body["code"] };
+    if path == "/v1/messages" {
+        assert_eq!(body["error"]["type"], "authentication_error", "{path}: {body}");
+        return;
+    }
+    let openai = ["/v1", "/completion", "/models", "/chat", "/infill"].iter().any(|p| path.starts_with(p));
+    let code = if openai { &body["error"]["code"] } else { &body["code"] };
     assert_eq!(code, "invalid_api_key", "{path}: {body}");
 }
 

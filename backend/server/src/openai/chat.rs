@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::error::OpenAiError;
 use super::logprobs;
-use super::params::{check_top_logprobs, CommonParams};
+use super::params::{check_top_logprobs, max_tokens_or_n_predict, CommonParams};
 use super::steps::{finish_reason, Step, Steps};
 use super::stream::Render;
 use crate::app::AppState;
@@ -23,6 +23,7 @@ use crate::request_context::Caller;
 
 /// One message of the request.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct MessageIn {
     pub role: String,
     /// A string, an array of `{type: "text", text}` parts, or null.
@@ -36,6 +37,8 @@ pub struct ChatRequest {
     pub messages: Vec<MessageIn>,
     pub max_tokens: Option<u32>,
     pub max_completion_tokens: Option<u32>,
+    /// llama.cpp's name for `max_tokens` (−1: the default).
+    pub n_predict: Option<i64>,
     #[serde(default)]
     pub logprobs: bool,
     pub top_logprobs: Option<u32>,
@@ -43,6 +46,16 @@ pub struct ChatRequest {
     pub response_format: Option<Value>,
     #[serde(flatten)]
     pub common: CommonParams,
+}
+
+impl crate::fields::Fields for ChatRequest {
+    const ROUTE: &'static str = "/v1/chat/completions";
+    const ACCEPTED: &'static [&'static [&'static str]] = &[
+        &["messages", "max_tokens", "max_completion_tokens", "n_predict", "logprobs", "top_logprobs", "tools", "response_format"],
+        crate::fields::COMMON,
+        crate::fields::LABELS,
+        crate::fields::SPECULATIVE,
+    ];
 }
 
 /// The messages as template input; only text content is supported.
@@ -83,11 +96,11 @@ pub async fn chat_completions(
     let engine = state.engine.get()?;
     req.common.check_model(&engine)?;
     if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-        return Err(Error::bad("tools", "tools are not supported").into());
+        return Err(Error::bad("tools", "`tools` is not supported yet: tool calls are not implemented").into());
     }
     if let Some(f) = &req.response_format {
         if f.get("type").and_then(Value::as_str).is_some_and(|t| t != "text") {
-            return Err(Error::bad("response_format", "only the text response format is supported").into());
+            return Err(Error::bad("response_format", "`response_format` must be text: structured output is not implemented yet").into());
         }
     }
     let n = super::choices::count(req.common.n)?;
@@ -99,7 +112,7 @@ pub async fn chat_completions(
         (true, n) => Some(check_top_logprobs("top_logprobs", n.unwrap_or(0))?),
     };
     let ids = prompt::tokenize(&engine, Prompt::Chat(messages(&req)?), "messages").await?;
-    let max_tokens = match req.max_completion_tokens.or(req.max_tokens) {
+    let max_tokens = match max_tokens_or_n_predict(req.max_completion_tokens.or(req.max_tokens), req.n_predict)? {
         Some(0) => return Err(Error::bad("max_tokens", "max_tokens must be at least 1").into()),
         Some(n) => n as usize,
         None => prompt::room_left(&engine, ids.len()).min(state.settings.default_max_tokens).max(1),

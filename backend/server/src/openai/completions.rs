@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::error::OpenAiError;
 use super::logprobs::legacy;
-use super::params::{check_top_logprobs, CommonParams};
+use super::params::{check_top_logprobs, max_tokens_or_n_predict, CommonParams};
 use super::steps::{finish_reason, Step, Steps, TokenLp};
 use super::stream::Render;
 use crate::app::AppState;
@@ -34,6 +34,8 @@ pub struct CompletionRequest {
     /// A string, an array of token ids, or a one-element array of either.
     pub prompt: Option<serde_json::Value>,
     pub max_tokens: Option<u32>,
+    /// llama.cpp's name for `max_tokens` (−1: the default).
+    pub n_predict: Option<i64>,
     /// Alternatives per token (0 = only the chosen token's log-probability).
     pub logprobs: Option<u32>,
     #[serde(default)]
@@ -44,8 +46,18 @@ pub struct CompletionRequest {
     pub common: CommonParams,
 }
 
+impl crate::fields::Fields for CompletionRequest {
+    const ROUTE: &'static str = "/v1/completions";
+    const ACCEPTED: &'static [&'static [&'static str]] = &[
+        &["prompt", "max_tokens", "n_predict", "logprobs", "echo", "suffix", "best_of"],
+        crate::fields::COMMON,
+        crate::fields::LABELS,
+        crate::fields::SPECULATIVE,
+    ];
+}
+
 /// The prompt field as an engine prompt, plus its text for `echo`.
-fn parse_prompt(v: Option<&Value>) -> Result<(Prompt, Option<String>)> {
+pub(crate) fn parse_prompt(v: Option<&Value>) -> Result<(Prompt, Option<String>)> {
     let bad = || Error::bad("prompt", "prompt must be a string, an array of token ids, or a one-element array of either");
     let ids = |items: &[Value]| -> Result<Vec<u32>> {
         items
@@ -89,7 +101,7 @@ pub async fn completions(
     let stop = req.common.stops()?;
     let top = req.logprobs.map(|n| check_top_logprobs("logprobs", n)).transpose()?;
     let (input, prompt_text) = parse_prompt(req.prompt.as_ref())?;
-    let max_tokens = req.max_tokens.unwrap_or(DEFAULT_COMPLETION_MAX_TOKENS) as usize;
+    let max_tokens = max_tokens_or_n_predict(req.max_tokens, req.n_predict)?.unwrap_or(DEFAULT_COMPLETION_MAX_TOKENS) as usize;
     // 0 only scores the prompt, which only echo returns (as chat, which has no echo, refuses 0).
     if max_tokens == 0 && !req.echo {
         return Err(Error::bad("max_tokens", "max_tokens must be at least 1 (0 scores the prompt, with echo only)").into());

@@ -1,13 +1,16 @@
 //! The OpenAI-compatible API under `/v1`: models, completions, chat completions,
-//! streamed (`data: {chunk}` … `data: [DONE]`) or not, with OpenAI's error shape.
+//! streamed (`data: {chunk}` … `data: [DONE]`) or not, and responses (typed events),
+//! with OpenAI's error shape; Anthropic's `/v1/messages` sits beside them.
 
 mod chat;
 mod choices;
-mod completions;
+pub(crate) mod completions;
 pub mod error;
 mod logprobs;
 mod models;
 pub(crate) mod params;
+mod response_object;
+mod responses;
 pub(crate) mod steps;
 pub(crate) mod stream;
 
@@ -20,14 +23,22 @@ use error::OpenAiError;
 
 /// The `/v1` routes (nested by `app`).
 pub fn router() -> Router<AppState> {
+    routes().route("/messages", post(crate::anthropic::messages::messages)).fallback(unknown_route)
+}
+
+/// The OpenAI routes without their prefix: `app` serves them under `/v1` and at the
+/// root too, since an OpenAI client given a base URL without `/v1` sends exactly these.
+pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/models", get(models::list))
         .route("/models/{*id}", get(models::get))
         .route("/completions", post(completions::completions))
         .route("/chat/completions", post(chat::chat_completions))
-        .fallback(unknown_route)
+        .route("/responses", post(responses::responses))
 }
 
 async fn unknown_route() -> OpenAiError {
-    OpenAiError(Error::NotFound("no such route under /v1 (served: /v1/models, /v1/completions, /v1/chat/completions)".into()))
+    OpenAiError(Error::NotFound(
+        "no such route under /v1 (served: /v1/models, /v1/completions, /v1/chat/completions, /v1/responses, /v1/messages)".into(),
+    ))
 }

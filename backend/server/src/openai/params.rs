@@ -15,13 +15,6 @@ pub const DEFAULT_TEMPERATURE: f32 = 1.0;
 /// Largest temperature OpenAI accepts.
 pub const MAX_TEMPERATURE: f32 = 2.0;
 
-/// `stream_options`.
-#[derive(Debug, Default, Deserialize)]
-pub struct StreamOptions {
-    #[serde(default)]
-    pub include_usage: bool,
-}
-
 /// Fields both endpoints take.
 #[derive(Debug, Default, Deserialize)]
 pub struct CommonParams {
@@ -43,15 +36,24 @@ pub struct CommonParams {
     pub cache_prompt: Option<bool>,
     pub n: Option<u32>,
     pub stream: Option<bool>,
-    pub stream_options: Option<StreamOptions>,
+    /// `{include_usage}`; read as a value so that a wrong one is a 400 naming it (a
+    /// flattened struct loses the path of its nested errors).
+    pub stream_options: Option<Value>,
     pub presence_penalty: Option<f32>,
     pub frequency_penalty: Option<f32>,
-    pub logit_bias: Option<serde_json::Map<String, Value>>,
+    /// OpenAI's `{"id": bias}` or llama.cpp's `[[id, bias], …]` (`false`: never).
+    pub logit_bias: Option<Value>,
 }
 
 impl CommonParams {
-    /// 404 unless `model` is absent or names the loaded model.
+    /// 404 unless `model` is absent or names the loaded model; 400 for a
+    /// `stream_options` other than `{include_usage: bool}`.
     pub fn check_model(&self, engine: &LoadedEngine) -> Result<()> {
+        match &self.stream_options {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(o)) if o.iter().all(|(k, v)| k == "include_usage" && (v.is_boolean() || v.is_null())) => {}
+            Some(_) => return Err(Error::bad("stream_options", "stream_options takes only include_usage (true or false)")),
+        }
         match self.model.as_deref() {
             Some(m) if !m.is_empty() && !engine.serves(m) => Err(Error::ModelNotFound(m.to_string())),
             _ => Ok(()),
@@ -78,7 +80,7 @@ impl CommonParams {
 
     /// `stream_options.include_usage`.
     pub fn include_usage(&self) -> bool {
-        self.stream_options.as_ref().is_some_and(|o| o.include_usage)
+        self.stream_options.as_ref().and_then(|o| o.get("include_usage")).and_then(Value::as_bool).unwrap_or(false)
     }
 
     /// The stop strings.
@@ -142,20 +144,49 @@ impl CommonParams {
         })
     }
 
-    /// `logit_bias`: token ids (as strings, OpenAI's JSON) to a bias in −100..100.
+    /// `logit_bias`: token ids (as strings, OpenAI's JSON; or llama.cpp's `[id, bias]`
+    /// pairs) to a bias in −100..100; llama.cpp's `false` bans a token (the lowest bias).
     fn logit_bias(&self) -> Result<Vec<(u32, f32)>> {
-        let Some(map) = &self.logit_bias else { return Ok(Vec::new()) };
         let bad = |m: String| Error::bad("logit_bias", m);
-        map.iter()
+        let pairs: Vec<(String, &Value)> = match &self.logit_bias {
+            None | Some(Value::Null) => return Ok(Vec::new()),
+            Some(Value::Object(map)) => map.iter().map(|(k, v)| (k.clone(), v)).collect(),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|pair| match pair.as_array().map(Vec::as_slice) {
+                    Some([id, bias]) => Ok((id.to_string(), bias)),
+                    _ => Err(bad("logit_bias pairs are [token id, bias]".into())),
+                })
+                .collect::<Result<_>>()?,
+            Some(_) => return Err(bad("logit_bias must be an object of token ids to biases".into())),
+        };
+        pairs
+            .into_iter()
             .map(|(k, v)| {
                 let id = k.trim().parse::<u32>().map_err(|_| bad(format!("logit_bias keys are token ids; `{k}` is not one")))?;
-                let b = v.as_f64().ok_or_else(|| bad(format!("logit_bias[{k}] must be a number")))? as f32;
+                let b = match v {
+                    Value::Bool(false) => -MAX_LOGIT_BIAS,
+                    v => v.as_f64().ok_or_else(|| bad(format!("logit_bias[{k}] must be a number")))? as f32,
+                };
                 if !(b.is_finite() && b.abs() <= MAX_LOGIT_BIAS) {
                     return Err(bad(format!("logit_bias[{k}] must be between -100 and 100")));
                 }
                 Ok((id, b))
             })
             .collect()
+    }
+}
+
+/// The length limit of `max_tokens` or llama.cpp's `n_predict` (−1: none given, the
+/// route's default), never both.
+pub fn max_tokens_or_n_predict(max_tokens: Option<u32>, n_predict: Option<i64>) -> Result<Option<u32>> {
+    match (max_tokens, n_predict) {
+        (Some(_), Some(_)) => Err(Error::bad("n_predict", "give max_tokens or n_predict, not both")),
+        (m, None) => Ok(m),
+        (None, Some(-1)) => Ok(None),
+        (None, Some(n)) => u32::try_from(n)
+            .map(Some)
+            .map_err(|_| Error::bad("n_predict", "n_predict must be -1 (the default length) or a number of tokens")),
     }
 }
 

@@ -12,10 +12,13 @@ use crate::jobs::Job;
 /// One token with its log-probability and the best alternatives.
 #[derive(Debug, Clone)]
 pub struct TokenLp {
+    pub id: u32,
     pub token: String,
     /// `None` for the first prompt token (nothing conditions it).
     pub logprob: Option<f32>,
     pub top: Vec<(String, f32)>,
+    /// The ids of `top`, in its order (llama.cpp's probabilities carry them).
+    pub top_ids: Vec<u32>,
 }
 
 /// What the OpenAI renderers react to.
@@ -35,9 +38,11 @@ pub enum Step {
 
 fn token_lp(text: &TextModel, s: &Sampled) -> TokenLp {
     TokenLp {
+        id: s.id,
         token: text.token_str(s.id),
         logprob: Some(s.logprob),
         top: s.top.iter().map(|t| (text.token_str(t.id), t.logprob)).collect(),
+        top_ids: s.top.iter().map(|t| t.id).collect(),
     }
 }
 
@@ -60,7 +65,9 @@ impl Steps {
                         .iter()
                         .map(|t| match &t.scored {
                             Some(s) => TokenLp { token: self.text.token_str(t.id), ..token_lp(&self.text, s) },
-                            None => TokenLp { token: self.text.token_str(t.id), logprob: None, top: Vec::new() },
+                            None => {
+                                TokenLp { id: t.id, token: self.text.token_str(t.id), logprob: None, top: Vec::new(), top_ids: Vec::new() }
+                            }
                         })
                         .collect(),
                 ),

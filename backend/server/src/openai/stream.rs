@@ -1,7 +1,8 @@
 //! Streaming answers: each step rendered to `data: {chunk}` events, then
 //! `data: [DONE]` (OpenAI; llama.cpp's own endpoints end without it); a failure
 //! mid-stream is one `data: {"error": …}` event instead. Several choices (`n` > 1)
-//! stream interleaved, each chunk carrying its choice's index.
+//! stream interleaved, each chunk carrying its choice's index. The Responses and
+//! Messages APIs name each event (`event: <type>`) after its payload's `type`.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -19,6 +20,20 @@ use super::steps::{Step, Steps};
 pub trait Render: Send + 'static {
     /// Chunks for `step`; `Failed` never reaches it.
     fn render(&mut self, step: Step) -> Vec<Value>;
+
+    /// The event that ends a stream which failed after it started.
+    fn failure(&mut self, e: &crate::error::Error) -> Value {
+        error_body(e)
+    }
+}
+
+/// How a stream's events are framed.
+#[derive(Debug, Clone, Copy)]
+struct Framing {
+    /// End with `data: [DONE]`.
+    done_marker: bool,
+    /// Name each event after its payload's `type` (`event: response.created`).
+    named: bool,
 }
 
 struct Driver<R> {
@@ -26,7 +41,17 @@ struct Driver<R> {
     render: R,
     pending: VecDeque<SseEvent>,
     ended: bool,
-    done_marker: bool,
+    framing: Framing,
+}
+
+impl Framing {
+    fn event(self, payload: &Value) -> SseEvent {
+        let event = SseEvent::default().data(payload.to_string());
+        match payload.get("type").and_then(Value::as_str) {
+            Some(name) if self.named => event.event(name),
+            _ => event,
+        }
+    }
 }
 
 /// The SSE response for `steps`, ending with `data: [DONE]`.
@@ -36,7 +61,17 @@ pub fn sse<R: Render>(steps: Steps, render: R, keep_alive: Duration) -> Response
 
 /// [`sse`], with or without the closing `data: [DONE]`.
 pub fn sse_with<R: Render>(steps: Steps, render: R, keep_alive: Duration, done_marker: bool) -> Response {
-    let driver = Driver { steps, render, pending: VecDeque::new(), ended: false, done_marker };
+    drive(steps, render, keep_alive, Framing { done_marker, named: false })
+}
+
+/// The SSE response for `steps` with each event named after its payload's `type` and
+/// no closing marker (OpenAI's Responses API, Anthropic's Messages API).
+pub fn sse_named<R: Render>(steps: Steps, render: R, keep_alive: Duration) -> Response {
+    drive(steps, render, keep_alive, Framing { done_marker: false, named: true })
+}
+
+fn drive<R: Render>(steps: Steps, render: R, keep_alive: Duration, framing: Framing) -> Response {
+    let driver = Driver { steps, render, pending: VecDeque::new(), ended: false, framing };
     let events = stream::unfold(driver, |mut d| async move {
         loop {
             if let Some(e) = d.pending.pop_front() {
@@ -48,16 +83,17 @@ pub fn sse_with<R: Render>(steps: Steps, render: R, keep_alive: Duration, done_m
             match d.steps.next().await {
                 None => d.ended = true,
                 Some(Step::Failed(e)) => {
-                    d.pending.push_back(SseEvent::default().data(error_body(&e).to_string()));
+                    let payload = d.render.failure(&e);
+                    d.pending.push_back(d.framing.event(&payload));
                     d.ended = true;
                 }
                 Some(step) => {
                     let done = matches!(step, Step::Done { .. });
                     for chunk in d.render.render(step) {
-                        d.pending.push_back(SseEvent::default().data(chunk.to_string()));
+                        d.pending.push_back(d.framing.event(&chunk));
                     }
                     if done {
-                        if d.done_marker {
+                        if d.framing.done_marker {
                             d.pending.push_back(SseEvent::default().data("[DONE]"));
                         }
                         d.ended = true;

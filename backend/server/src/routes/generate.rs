@@ -58,6 +58,15 @@ pub async fn generate(State(state): State<AppState>, caller: Caller, body: Resul
     Ok(Sse::new(events(job)).keep_alive(KeepAlive::new().interval(state.settings.keep_alive)).into_response())
 }
 
+impl crate::fields::Fields for GenerateRequest {
+    const ROUTE: &'static str = "/api/generate";
+    const ACCEPTED: &'static [&'static [&'static str]] = &[
+        &["prompt", "mode", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "ignore_eos", "cache_prompt"],
+        &["system", "history", "suffix"],
+        crate::fields::SPECULATIVE,
+    ];
+}
+
 /// The prompt and what surrounds it: within [`MAX_PROMPT_BYTES`] together (413), and
 /// only the fields the mode uses (400).
 pub fn check_texts(prompt: &str, around: &Surroundings, mode: Mode) -> Result<()> {

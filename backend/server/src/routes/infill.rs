@@ -10,11 +10,9 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use peregrine_api::FinishReason;
 use peregrine_engine::infill::{self, ExtraFile, InfillBudget, InfillInput};
 use peregrine_engine::TextModel;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use crate::app::AppState;
 use crate::engine_slot::LoadedEngine;
@@ -23,21 +21,18 @@ use crate::extract::JsonBody;
 use crate::jobs::{self, JobSpec};
 use crate::openai::error::OpenAiError;
 use crate::openai::params::CommonParams;
-use crate::openai::steps::{Step, Steps};
-use crate::openai::stream::{sse_with, Render};
+use crate::openai::steps::Steps;
+use crate::openai::stream::sse_with;
 use crate::prompt;
 use crate::request_context::Caller;
+use crate::routes::llama_answer::LlamaAnswer;
 
 /// llama.cpp's default `n_batch`: prefix and suffix share this many tokens (¾ : ¼).
 pub const INFILL_BATCH: usize = 2048;
-/// llama.cpp's sampling defaults, for fields the request leaves out.
-const LLAMA_TEMPERATURE: f32 = 0.8;
-const LLAMA_TOP_K: u32 = 40;
-const LLAMA_TOP_P: f32 = 0.95;
-const LLAMA_MIN_P: f32 = 0.05;
 
 /// One `input_extra` entry.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ExtraChunk {
     pub text: String,
     /// llama.cpp's default name.
@@ -62,6 +57,31 @@ pub struct InfillRequest {
     pub n_predict: Option<i64>,
     #[serde(flatten)]
     pub common: CommonParams,
+}
+
+impl crate::fields::Fields for InfillRequest {
+    const ROUTE: &'static str = "/infill";
+    const ACCEPTED: &'static [&'static [&'static str]] = &[
+        &["input_prefix", "input_suffix", "input_extra", "prompt", "n_predict"],
+        &[
+            "model",
+            "temperature",
+            "top_p",
+            "top_k",
+            "min_p",
+            "repetition_penalty",
+            "repeat_penalty",
+            "seed",
+            "stop",
+            "ignore_eos",
+            "cache_prompt",
+            "stream",
+            "presence_penalty",
+            "frequency_penalty",
+            "logit_bias",
+        ],
+        crate::fields::LABELS,
+    ];
 }
 
 /// The laid-out prompt of a fill-in-the-middle request, tokenized off the engine
@@ -94,11 +114,7 @@ pub async fn infill(
         Some(n) if n >= -1 => n,
         Some(_) => return Err(Error::bad("n_predict", "n_predict must be -1 (until the end) or a number of tokens").into()),
     };
-    let c = &mut req.common;
-    c.temperature = c.temperature.or(Some(LLAMA_TEMPERATURE));
-    c.top_k = c.top_k.or(Some(LLAMA_TOP_K));
-    c.top_p = c.top_p.or(Some(LLAMA_TOP_P));
-    c.min_p = c.min_p.or(Some(LLAMA_MIN_P));
+    crate::routes::llama_answer::llama_defaults(&mut req.common);
     let sampling = req.common.sampling()?;
     let stop = req.common.stops()?;
     let extra = req.input_extra.drain(..).map(|c| ExtraFile { filename: c.filename, text: c.text }).collect();
@@ -114,81 +130,10 @@ pub async fn infill(
     let request = req.common.request(ids, max_tokens, sampling, stop);
     let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/infill", caller, ticker: false })?;
     let steps = Steps { job, text, logprobs: false };
-    let out = InfillAnswer { model: engine.model_id().to_string(), prompt: prompt_text, prompt_n, predicted: 0, content: String::new() };
+    let out = LlamaAnswer::new(engine.model_id(), prompt_text, prompt_n, false);
     if req.common.streaming() {
         Ok(sse_with(steps, out, state.settings.keep_alive, false))
     } else {
         Ok(Json(out.collect(steps).await?).into_response())
-    }
-}
-
-/// Builds llama.cpp `/completion` objects.
-struct InfillAnswer {
-    model: String,
-    /// The laid-out prompt as text (special tokens spelled out), as llama.cpp reports it.
-    prompt: String,
-    prompt_n: usize,
-    /// Text pieces sent so far.
-    predicted: usize,
-    /// All text so far (for `has_new_line`).
-    content: String,
-}
-
-/// llama.cpp's `stop_type`.
-fn stop_type(reason: FinishReason) -> &'static str {
-    match reason {
-        FinishReason::Stop => "eos",
-        FinishReason::Length => "limit",
-        FinishReason::Cancelled => "none",
-    }
-}
-
-impl InfillAnswer {
-    fn last(&self, content: &str, reason: FinishReason, predicted: u32, timings: &peregrine_api::Timings) -> Value {
-        json!({
-            "index": 0,
-            "content": content,
-            "tokens": [],
-            "id_slot": 0,
-            "stop": true,
-            "model": self.model,
-            "tokens_predicted": predicted,
-            "tokens_evaluated": self.prompt_n,
-            "prompt": self.prompt,
-            "has_new_line": self.content.contains('\n'),
-            "truncated": false,
-            "stop_type": stop_type(reason),
-            "stopping_word": "",
-            "tokens_cached": timings.cache_n,
-            "timings": timings,
-        })
-    }
-
-    async fn collect(mut self, steps: Steps) -> Result<Value> {
-        let f = steps.finish().await?;
-        self.content = f.text.clone();
-        Ok(self.last(&f.text, f.reason, f.usage.completion_tokens, &f.timings))
-    }
-}
-
-impl Render for InfillAnswer {
-    fn render(&mut self, step: Step) -> Vec<Value> {
-        match step {
-            Step::Started | Step::Prompt(_) | Step::Failed(_) => vec![],
-            Step::Text { text, .. } => {
-                self.predicted += 1;
-                self.content.push_str(&text);
-                vec![json!({
-                    "index": 0,
-                    "content": text,
-                    "tokens": [],
-                    "stop": false,
-                    "id_slot": -1,
-                    "tokens_predicted": self.predicted,
-                    "tokens_evaluated": self.prompt_n,
-                })]
-            }
-            Step::Done { reason, usage, timings } => vec![self.last("", reason, usage.completion_tokens, &timings)],
-        }
     }
 }

@@ -1,9 +1,11 @@
 //! HTTP routes of the playground API and operations, one file per area.
 
+pub mod completion;
 pub mod generate;
 pub mod health;
 pub mod infill;
 pub mod info;
+pub mod llama_answer;
 pub mod metrics;
 pub mod shares;
 pub mod tokenize;

@@ -20,6 +20,11 @@ fn store(state: &AppState) -> Result<&ShareStore> {
     state.shares.as_ref().ok_or_else(|| Error::Unavailable("share links are disabled on this server".into()))
 }
 
+impl crate::fields::Fields for ShareRequest {
+    const ROUTE: &'static str = "/api/shares";
+    const ACCEPTED: &'static [&'static [&'static str]] = &[&["prompt", "mode", "params", "run", "system", "history", "suffix"]];
+}
+
 /// Checks sizes (413) and settings (400) of a share.
 fn validate(share: &ShareRequest) -> Result<()> {
     check_texts(&share.prompt, &share.around, share.mode)?;

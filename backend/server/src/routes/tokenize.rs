@@ -23,10 +23,20 @@ pub struct TokenizeRequest {
     pub with_pieces: bool,
 }
 
+impl crate::fields::Fields for TokenizeRequest {
+    const ROUTE: &'static str = "/tokenize";
+    const ACCEPTED: &'static [&'static [&'static str]] = &[&["content", "add_special", "with_pieces"]];
+}
+
 /// Body of `POST /detokenize`.
 #[derive(Deserialize)]
 pub struct DetokenizeRequest {
     pub tokens: Vec<u32>,
+}
+
+impl crate::fields::Fields for DetokenizeRequest {
+    const ROUTE: &'static str = "/detokenize";
+    const ACCEPTED: &'static [&'static [&'static str]] = &[&["tokens"]];
 }
 
 /// Answer of `POST /detokenize`.

@@ -1,0 +1,181 @@
+//! The Responses API's answer: a `response` object holding one assistant `message`
+//! item with one `output_text` part, `status` `completed` (or `incomplete` with
+//! `incomplete_details.reason: max_output_tokens`), and its usage; streamed as OpenAI's
+//! typed events, each with a `sequence_number`: `response.created`,
+//! `response.in_progress`, `response.output_item.added`, `response.content_part.added`,
+//! `response.output_text.delta`*, `response.output_text.done`,
+//! `response.content_part.done`, `response.output_item.done`, then
+//! `response.completed` or `response.incomplete` (a failure: one `error` event).
+
+use peregrine_api::{FinishReason, Timings, Usage};
+use serde_json::{json, Value};
+
+use super::params::CommonParams;
+use super::steps::{Step, Steps};
+use super::stream::Render;
+use crate::error::{Error, Result};
+
+/// Builds response objects and their events.
+pub struct ResponseAnswer {
+    id: String,
+    item_id: String,
+    created: u64,
+    model: String,
+    instructions: Option<String>,
+    max_output_tokens: Option<u32>,
+    temperature: f32,
+    top_p: f32,
+    metadata: Value,
+    /// Text so far (streamed).
+    text: String,
+    sequence: u64,
+}
+
+impl ResponseAnswer {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: String,
+        item_id: String,
+        created: u64,
+        model: &str,
+        instructions: Option<String>,
+        max_output_tokens: Option<u32>,
+        common: &CommonParams,
+        metadata: Option<Value>,
+    ) -> ResponseAnswer {
+        ResponseAnswer {
+            id,
+            item_id,
+            created,
+            model: model.to_string(),
+            instructions,
+            max_output_tokens,
+            temperature: common.temperature.unwrap_or(super::params::DEFAULT_TEMPERATURE),
+            top_p: common.top_p.unwrap_or(1.0),
+            metadata: metadata.filter(|m| !m.is_null()).unwrap_or_else(|| json!({})),
+            text: String::new(),
+            sequence: 0,
+        }
+    }
+
+    fn item(&self, status: &str, text: Option<&str>) -> Value {
+        let content = match text {
+            Some(t) => json!([{ "type": "output_text", "text": t, "annotations": [], "logprobs": [] }]),
+            None => json!([]),
+        };
+        json!({ "id": self.item_id, "type": "message", "status": status, "role": "assistant", "content": content })
+    }
+
+    /// The response object; `end` is the finish (with the whole text) once there is one.
+    fn object(&self, end: Option<(FinishReason, &str, &Usage, &Timings)>) -> Value {
+        let (status, incomplete, output, usage, timings) = match end {
+            None => ("in_progress", Value::Null, json!([]), Value::Null, Value::Null),
+            Some((reason, text, usage, timings)) => {
+                let done = reason == FinishReason::Stop;
+                let item = self.item(if done { "completed" } else { "incomplete" }, Some(text));
+                let usage = json!({
+                    "input_tokens": usage.prompt_tokens,
+                    "input_tokens_details": { "cached_tokens": usage.prompt_tokens_details.cached_tokens },
+                    "output_tokens": usage.completion_tokens,
+                    "output_tokens_details": { "reasoning_tokens": 0 },
+                    "total_tokens": usage.total_tokens,
+                });
+                let incomplete = if done { Value::Null } else { json!({ "reason": "max_output_tokens" }) };
+                (if done { "completed" } else { "incomplete" }, incomplete, json!([item]), usage, json!(timings))
+            }
+        };
+        json!({
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+            "error": null,
+            "incomplete_details": incomplete,
+            "instructions": self.instructions,
+            "max_output_tokens": self.max_output_tokens,
+            "model": self.model,
+            "output": output,
+            "parallel_tool_calls": false,
+            "previous_response_id": null,
+            "reasoning": { "effort": null, "summary": null },
+            "store": false,
+            "temperature": self.temperature,
+            "text": { "format": { "type": "text" } },
+            "tool_choice": "none",
+            "tools": [],
+            "top_p": self.top_p,
+            "truncation": "disabled",
+            "usage": usage,
+            "metadata": self.metadata,
+            "timings": timings,
+        })
+    }
+
+    /// Waits for the end and builds the whole response.
+    pub async fn collect(self, steps: Steps) -> Result<Value> {
+        let f = steps.finish().await?;
+        Ok(self.object(Some((f.reason, &f.text, &f.usage, &f.timings))))
+    }
+
+    /// An event of `kind` with these fields and the next sequence number.
+    fn event(&mut self, kind: &str, fields: Value) -> Value {
+        let mut e = json!({ "type": kind, "sequence_number": self.sequence });
+        self.sequence += 1;
+        if let (Some(e), Value::Object(fields)) = (e.as_object_mut(), fields) {
+            e.extend(fields);
+        }
+        e
+    }
+
+    /// Fields locating the one text part, with `fields` added.
+    fn part(&self, fields: Value) -> Value {
+        let mut base = json!({ "item_id": self.item_id, "output_index": 0, "content_index": 0 });
+        if let (Some(b), Value::Object(fields)) = (base.as_object_mut(), fields) {
+            b.extend(fields);
+        }
+        base
+    }
+}
+
+impl Render for ResponseAnswer {
+    fn render(&mut self, step: Step) -> Vec<Value> {
+        match step {
+            Step::Started => {
+                let response = self.object(None);
+                let item = self.item("in_progress", None);
+                let part = self.part(json!({ "part": { "type": "output_text", "text": "", "annotations": [], "logprobs": [] } }));
+                vec![
+                    self.event("response.created", json!({ "response": response.clone() })),
+                    self.event("response.in_progress", json!({ "response": response })),
+                    self.event("response.output_item.added", json!({ "output_index": 0, "item": item })),
+                    self.event("response.content_part.added", part),
+                ]
+            }
+            Step::Prompt(_) | Step::Failed(_) => vec![],
+            Step::Text { text, .. } => {
+                self.text.push_str(&text);
+                let delta = self.part(json!({ "delta": text, "logprobs": [] }));
+                vec![self.event("response.output_text.delta", delta)]
+            }
+            Step::Done { reason, usage, timings } => {
+                let text = std::mem::take(&mut self.text);
+                let response = self.object(Some((reason, &text, &usage, &timings)));
+                let item = response["output"][0].clone();
+                let done = self.part(json!({ "text": text, "logprobs": [] }));
+                let part = self.part(json!({ "part": { "type": "output_text", "text": text, "annotations": [], "logprobs": [] } }));
+                let last = if reason == FinishReason::Stop { "response.completed" } else { "response.incomplete" };
+                vec![
+                    self.event("response.output_text.done", done),
+                    self.event("response.content_part.done", part),
+                    self.event("response.output_item.done", json!({ "output_index": 0, "item": item })),
+                    self.event(last, json!({ "response": response })),
+                ]
+            }
+        }
+    }
+
+    fn failure(&mut self, e: &Error) -> Value {
+        let fields = json!({ "code": e.code(), "message": e.to_string(), "param": e.param() });
+        self.event("error", fields)
+    }
+}
