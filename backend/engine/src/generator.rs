@@ -38,6 +38,14 @@ impl Generator {
         self.runtime
     }
 
+    /// The runtime and the text side apart (the apparatus tokenizes and drives the
+    /// runtime itself).
+    #[cfg(feature = "lab")]
+    pub fn into_parts(self) -> (Box<dyn Runtime>, TextModel) {
+        let vocab_size = self.runtime.config().vocab_size;
+        (self.runtime, TextModel { tokenizer: self.tokenizer, template: self.template, vocab_size })
+    }
+
     /// Splits the generator into what the engine thread runs and the text side that
     /// request handlers share (they tokenize and check prompts before queueing).
     /// `speculative`: whether requests draft unless they say.

@@ -41,6 +41,20 @@ pub fn stopped_after<R: Runtime + ?Sized>(
     Ok((seen, end))
 }
 
+/// [`collect`] with drafting as `draft` allows: the sampled tokens, how the run ended
+/// and the runtime's draft counts.
+pub fn collect_drafting<R: Runtime + ?Sized>(
+    rt: &mut R,
+    prompt: &[u32],
+    max_tokens: usize,
+    sampling: &SamplingParams,
+    draft: crate::speculative::DraftPlan,
+) -> Result<(Vec<Sampled>, RunEnd, crate::speculative::DraftCounts)> {
+    let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false, draft };
+    let (out, end) = rt.generate_all(&job)?;
+    Ok((out, end, rt.draft_counts()))
+}
+
 /// The token ids of a run.
 pub fn ids(sampled: &[Sampled]) -> Vec<u32> {
     sampled.iter().map(|s| s.id).collect()

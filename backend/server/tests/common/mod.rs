@@ -50,7 +50,7 @@ pub fn real_engine() -> EngineHandle {
                         &peregrine_engine::EngineOptions::cpu(),
                     )
                 },
-                EngineLimits { max_queue: REAL_MAX_QUEUE, max_batch: Some(REAL_MAX_BATCH), kv_budget: None },
+                EngineLimits { max_queue: REAL_MAX_QUEUE, max_batch: Some(REAL_MAX_BATCH), kv_budget: None, speculative: Default::default() },
             )
             .expect("the default model loads")
         })
@@ -221,7 +221,7 @@ pub fn scripted_batch_engine(pace: Pace, max_queue: usize, batch: usize) -> Scri
             let runtime = ScriptedRuntime { config, pace, output, ran: thread_ran, batch, slot_steps: Vec::new(), step_logits: Vec::new() };
             Ok(Generator::new(Box::new(runtime), Some(tokenizer), template))
         },
-        EngineLimits { max_queue, max_batch: Some(batch), kv_budget: None },
+        EngineLimits { max_queue, max_batch: Some(batch), kv_budget: None, speculative: Default::default() },
     )
     .expect("scripted engine starts");
     Scripted { engine, ran }
