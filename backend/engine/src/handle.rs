@@ -240,6 +240,11 @@ impl EngineHandle {
         &self.info
     }
 
+    /// What one step of the runtime verifies (a request's `speculative.n_max` is held to it).
+    pub fn verify_capacity(&self) -> VerifyCapacity {
+        self.verify
+    }
+
     /// The tokenizer and chat template, to tokenize and check prompts before queueing.
     pub fn text(&self) -> &Arc<TextModel> {
         &self.text

@@ -151,6 +151,10 @@ impl BatchDecode for ScriptedRuntime {
     fn logits(&self, i: usize) -> &[f32] {
         &self.step_logits[i]
     }
+    fn rollback(&mut self, slot: usize, n: usize) {
+        // The script's position stands for the cache: dropping rows steps it back.
+        self.slot_steps[slot] = self.slot_steps[slot].saturating_sub(n);
+    }
     fn close(&mut self, slot: usize) {
         self.slot_steps[slot] = 0;
     }
