@@ -269,11 +269,13 @@ impl Runtime for FastRuntime {
     }
 
     fn verify_capacity(&self) -> VerifyCapacity {
+        // A step's rows must fit the workspace, which a small prefill batch keeps small.
+        let rows = VERIFY_ROWS.min(self.pass.batch());
         match (&self.pass, self.act_precision) {
             // The lane pass runs its own schedule per token.
             (Pass::Lanes { .. }, _) => VerifyCapacity::SINGLE,
-            (Pass::Ordinary { .. }, ActPrecision::Int16) => VerifyCapacity { rows: VERIFY_ROWS, row_cost: ROW_COST_INT16 },
-            (Pass::Ordinary { .. }, ActPrecision::Int8) => VerifyCapacity { rows: VERIFY_ROWS, row_cost: ROW_COST_INT8 },
+            (Pass::Ordinary { .. }, ActPrecision::Int16) => VerifyCapacity { rows, row_cost: ROW_COST_INT16 },
+            (Pass::Ordinary { .. }, ActPrecision::Int8) => VerifyCapacity { rows, row_cost: ROW_COST_INT8 },
         }
     }
 
