@@ -354,7 +354,8 @@ impl BatchDecode for FastRuntime {
             if w.tokens.is_empty() {
                 return Err(Error::InvalidRequest(format!("slot {} has no tokens in this step", w.slot)));
             }
-            if w.logit_rows > w.tokens.len().min(VERIFY_ROWS).max(1) {
+            // Tokens is non-empty (checked above), so the bound is at least 1.
+            if w.logit_rows > w.tokens.len().min(VERIFY_ROWS) {
                 return Err(Error::InvalidRequest(format!("slot {} asks for {} logit rows of {} tokens", w.slot, w.logit_rows, w.tokens.len())));
             }
             seqs.push(SeqChunk { cache, tokens: w.tokens, logit_rows: w.logit_rows.max(1) });

@@ -97,7 +97,10 @@ impl Runtime for ReferenceRuntime {
                 job,
                 on_token,
                 |(_, _, rows), j| rows[j].as_slice(),
-                |(model, cache, rows), tokens| Ok(*rows = model.forward(cache, tokens, true)?),
+                |(model, cache, rows), tokens| {
+                    *rows = model.forward(cache, tokens, true)?;
+                    Ok(())
+                },
                 |(_, cache, _), n| cache.truncate(cache.filled() - n),
             )?;
             self.drafts = counts;
