@@ -37,7 +37,9 @@ pub const DEFAULT_BATCH: usize = 4;
 pub const VERIFY_ROWS: usize = 8;
 /// What one more row of a sequence adds to a one-token step, as a share of it, at
 /// 16-bit activations: a row's multiplies add to the weight stream rather than
-/// hiding behind it (docs/cpu-runtime.md, "Where time goes"; docs/benchmarks.md).
+/// hiding behind it (docs/cpu-runtime.md, "Where time goes"). Chosen on the dear
+/// side of what rows cost on the machines measured (docs/benchmarks.md), so drafts
+/// run only where acceptance pays for them even on a slower core.
 pub const ROW_COST_INT16: f32 = 0.38;
 /// [`ROW_COST_INT16`] at 8-bit activations, which take half the multiplies.
 pub const ROW_COST_INT8: f32 = 0.2;
