@@ -258,6 +258,7 @@ mod tests {
             predicted_per_second: 10.0,
             ttft_ms: 100.0,
             cache_n: 0,
+            ..Timings::default()
         };
         let usage = Usage { prompt_tokens: 4, completion_tokens: 3, total_tokens: 7, ..Usage::default() };
         r.apply(StreamEvent::Done { finish_reason: FinishReason::Length, usage, timings });

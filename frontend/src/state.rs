@@ -205,7 +205,7 @@ impl Playground {
                 (prefix, Surroundings { suffix, ..Surroundings::default() })
             }
         };
-        self.launch(GenerateRequest { prompt, mode, params, cache_prompt: None, around });
+        self.launch(GenerateRequest { prompt, mode, params, cache_prompt: None, speculative: Default::default(), around });
     }
 
     /// Chat: the last message again after the same conversation (a new answer).
@@ -218,7 +218,7 @@ impl Playground {
         };
         let Some(params) = self.checked_params() else { return };
         let around = Surroundings { system: self.system.get_untracked(), history: self.history.get_untracked(), ..Surroundings::default() };
-        self.launch(GenerateRequest { prompt, mode: Mode::Chat, params, cache_prompt: None, around });
+        self.launch(GenerateRequest { prompt, mode: Mode::Chat, params, cache_prompt: None, speculative: Default::default(), around });
     }
 
     /// Chat: the last message back in the editor, its answer dropped, so sending it

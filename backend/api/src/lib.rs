@@ -2,6 +2,7 @@
 //! payload is defined here once, so both sides agree by construction.
 
 pub mod playground;
+pub mod speculative;
 pub mod timing;
 
 pub use timing::{FinishReason, Stats, Timings, Usage};

@@ -138,6 +138,8 @@ pub struct GenerateRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_prompt: Option<bool>,
     #[serde(flatten)]
+    pub speculative: crate::speculative::SpeculativeParams,
+    #[serde(flatten)]
     pub around: Surroundings,
 }
 

@@ -66,6 +66,12 @@ pub struct Timings {
     pub predicted_ms: f64,
     pub predicted_per_second: f64,
     pub ttft_ms: f64,
+    /// Tokens drafted by speculative decoding and verified (llama.cpp's name).
+    #[serde(default)]
+    pub draft_n: u32,
+    /// Drafted tokens the model accepted (llama.cpp's name).
+    #[serde(default)]
+    pub draft_n_accepted: u32,
 }
 
 /// Clock readings of one request, in ms since the engine started it.
@@ -113,6 +119,8 @@ impl TokenClock {
             predicted_per_second: self.decode_tok_per_s().unwrap_or(0.0),
             ttft_ms: ttft,
             cache_n: 0,
+            draft_n: 0,
+            draft_n_accepted: 0,
         }
     }
 }

@@ -52,7 +52,7 @@ fn main() {
     }
     for b in sizes {
         let tokens = open_all(&mut rt, b, &prompt, false);
-        let work: Vec<SlotTokens> = (0..b).map(|s| SlotTokens { slot: s, tokens: &tokens[s] }).collect();
+        let work: Vec<SlotTokens> = (0..b).map(|s| SlotTokens { slot: s, tokens: &tokens[s], logit_rows: 1 }).collect();
         for _ in 0..5 {
             rt.step(&work).expect("step");
         }
@@ -70,7 +70,7 @@ fn open_all(rt: &mut FastRuntime, b: usize, prompt: &[u32], reuse: bool) -> Vec<
     for s in 0..b {
         let kept = rt.open(s, prompt.len() + 5 + STEPS, prompt, reuse).expect("open");
         for chunk in prompt[kept..].chunks(rt.step_tokens()) {
-            rt.step(&[SlotTokens { slot: s, tokens: chunk }]).expect("prompt");
+            rt.step(&[SlotTokens { slot: s, tokens: chunk, logit_rows: 1 }]).expect("prompt");
         }
     }
     (0..b as u32).map(|s| [500 + s]).collect()
@@ -88,7 +88,7 @@ fn run_steps(rt: &mut FastRuntime, work: &[SlotTokens], n: usize) -> f64 {
 /// The `serve` protocol (see the file's doc).
 fn serve(rt: &mut FastRuntime, b: usize, prompt: &[u32]) {
     let tokens = open_all(rt, b, prompt, false);
-    let work: Vec<SlotTokens> = (0..b).map(|s| SlotTokens { slot: s, tokens: &tokens[s] }).collect();
+    let work: Vec<SlotTokens> = (0..b).map(|s| SlotTokens { slot: s, tokens: &tokens[s], logit_rows: 1 }).collect();
     let mut since_reset = 0;
     serve_lines("step", |n| {
         if since_reset + n > STEPS {

@@ -27,14 +27,14 @@ fn main() {
     let prompt = tokenizer.encode(PROMPT, false).expect("the prompt encodes");
     let mut rt = FastRuntime::new(&config, &weights, FastOptions::defaults()).expect("the runtime starts");
     rt.open(0, prompt.len() + steps + 1, &prompt, false).expect("open");
-    rt.step(&[SlotTokens { slot: 0, tokens: &prompt }]).expect("prompt");
+    rt.step(&[SlotTokens { slot: 0, tokens: &prompt, logit_rows: 1 }]).expect("prompt");
     let greedy = SamplingParams::default();
     let mut all_logits = Vec::with_capacity(steps);
     for _ in 0..steps {
         let logits = rt.logits(0).to_vec();
         let next = sample(&logits, &greedy, &[], 0, 0).id;
         all_logits.push(logits);
-        rt.step(&[SlotTokens { slot: 0, tokens: &[next] }]).expect("step");
+        rt.step(&[SlotTokens { slot: 0, tokens: &[next], logit_rows: 1 }]).expect("step");
     }
     let with = |temperature: f32, top_k: usize, top_p: f32, min_p: f32| SamplingParams {
         temperature,

@@ -81,6 +81,7 @@ pub fn measure(rt: &mut dyn Runtime, plan: &BenchPlan) -> Result<Figures> {
         top_logprobs: 0,
         cancel: Cancel::NEVER,
         reuse_prefix: false,
+        draft: peregrine_engine::speculative::DraftPlan::OFF,
     };
     rt.generate(&job, &mut |_| {
         first = Some(start.elapsed());
@@ -98,6 +99,7 @@ pub fn measure(rt: &mut dyn Runtime, plan: &BenchPlan) -> Result<Figures> {
         top_logprobs: 0,
         cancel: Cancel::NEVER,
         reuse_prefix: false,
+        draft: peregrine_engine::speculative::DraftPlan::OFF,
     };
     rt.generate(&job, &mut |_| {
         stamps.push(Instant::now());

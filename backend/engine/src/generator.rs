@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::request::{ErrorCode, Event, Prompt, PromptToken, Request, STATS_INTERVAL};
 use crate::runtime::{Cancel, DecodeJob, Flow, RunEnd, Runtime};
 use crate::sampling::{log_softmax, top_k_indices, Sampled, TokenLogprob, MAX_TOP_LOGPROBS};
+use crate::speculative::{DraftCounts, DraftPlan, SpeculativeMode};
 use crate::stop::StopMatcher;
 use crate::template::ChatTemplate;
 use crate::tokenizer::{Detokenizer, Tokenizer};
@@ -37,12 +38,21 @@ impl Generator {
         self.runtime
     }
 
+    /// The runtime and the text side apart (the apparatus tokenizes and drives the
+    /// runtime itself).
+    #[cfg(feature = "lab")]
+    pub fn into_parts(self) -> (Box<dyn Runtime>, TextModel) {
+        let vocab_size = self.runtime.config().vocab_size;
+        (self.runtime, TextModel { tokenizer: self.tokenizer, template: self.template, vocab_size })
+    }
+
     /// Splits the generator into what the engine thread runs and the text side that
     /// request handlers share (they tokenize and check prompts before queueing).
-    pub(crate) fn into_runner(self) -> Runner {
+    /// `speculative`: whether requests draft unless they say.
+    pub(crate) fn into_runner(self, speculative: SpeculativeMode) -> Runner {
         let vocab_size = self.runtime.config().vocab_size;
         let text = TextModel { tokenizer: self.tokenizer, template: self.template, vocab_size };
-        Runner { runtime: self.runtime, text: Arc::new(text) }
+        Runner { runtime: self.runtime, text: Arc::new(text), speculative }
     }
 }
 
@@ -97,6 +107,8 @@ impl TextModel {
 pub struct Runner {
     runtime: Box<dyn Runtime>,
     text: Arc<TextModel>,
+    /// Whether requests draft unless they say.
+    speculative: SpeculativeMode,
 }
 
 impl Runner {
@@ -108,6 +120,14 @@ impl Runner {
     /// The runtime (model shape and backend).
     pub fn runtime(&self) -> &dyn Runtime {
         self.runtime.as_ref()
+    }
+
+    /// What `request` may draft on this runtime (a client error when it asks for more
+    /// than the runtime verifies).
+    pub(crate) fn draft_plan(&self, request: &Request) -> Result<DraftPlan> {
+        let capacity = self.runtime.verify_capacity();
+        DraftPlan::check(&request.speculative, capacity)?;
+        Ok(DraftPlan::of(&request.speculative, self.speculative, capacity))
     }
 
     /// The runtime, to run work on.
@@ -127,6 +147,7 @@ impl Runner {
     fn run_inner(&mut self, request: &Request, cancel: Cancel<'_>, emit: &mut dyn FnMut(Event) -> bool) -> Result<()> {
         let start = Instant::now();
         let text = self.text.clone();
+        let draft = self.draft_plan(request)?;
         let prompt = Stream::prepare(&text, self.runtime.config(), request)?;
         let runtime = &mut self.runtime;
         let Some(mut stream) =
@@ -142,9 +163,11 @@ impl Runner {
             top_logprobs: request.top_logprobs,
             cancel,
             reuse_prefix: request.cache_prompt,
+            draft,
         };
         let end = self.runtime.generate(&job, &mut |s: &Sampled| stream.on_token(s, cancel.requested(), emit))?;
         stream.set_cached(self.runtime.reused_prefix());
+        stream.set_drafts(self.runtime.draft_counts());
         stream.finish(end, emit)
     }
 }
@@ -192,6 +215,8 @@ pub(crate) struct Stream<'t> {
     listener_gone: bool,
     /// Prompt tokens taken from a cache instead of computed.
     cached: usize,
+    /// Drafted and accepted tokens.
+    drafts: DraftCounts,
 }
 
 impl<'t> Stream<'t> {
@@ -229,6 +254,7 @@ impl<'t> Stream<'t> {
             hit_stop_string: false,
             listener_gone: false,
             cached: 0,
+            drafts: DraftCounts::default(),
         };
         if !emit(Event::Started { prompt_tokens: stream.prompt.len() }) {
             stream.done(FinishReason::Cancelled, emit);
@@ -251,6 +277,11 @@ impl<'t> Stream<'t> {
     /// Records how many prompt tokens the runtime reused (timings and usage report it).
     pub fn set_cached(&mut self, n: usize) {
         self.cached = n;
+    }
+
+    /// Records the run's drafted and accepted tokens (timings report them).
+    pub fn set_drafts(&mut self, counts: DraftCounts) {
+        self.drafts = counts;
     }
 
     fn ms(&self) -> f64 {
@@ -328,7 +359,12 @@ impl<'t> Stream<'t> {
             total_tokens: prompt_n + tokens,
             prompt_tokens_details: PromptTokensDetails { cached_tokens: cached },
         };
-        let timings = Timings { cache_n: cached, ..self.clock.timings(prompt_n - cached) };
+        let timings = Timings {
+            cache_n: cached,
+            draft_n: self.drafts.drafted as u32,
+            draft_n_accepted: self.drafts.accepted as u32,
+            ..self.clock.timings(prompt_n - cached)
+        };
         emit(Event::Done { finish_reason: reason, usage, timings });
     }
 }

@@ -18,6 +18,7 @@ use crate::generator::{Generator, Runner, TextModel};
 use crate::request::{ErrorCode, Event, Prompt, Request};
 use crate::runtime::Cancel;
 use crate::scheduler::BatchPlan;
+use crate::speculative::{DraftPlan, SpeculativeMode, VerifyCapacity};
 
 /// Default number of requests that may wait behind the running ones.
 pub const DEFAULT_MAX_QUEUE: usize = 16;
@@ -32,12 +33,14 @@ pub struct EngineLimits {
     /// KV-cache positions (prompt + max_tokens) the running requests may reserve
     /// together (`None`: the context length × the batch, so any request fits alone).
     pub kv_budget: Option<usize>,
+    /// Whether requests draft by prompt lookup unless they say (`--speculative`).
+    pub speculative: SpeculativeMode,
 }
 
 impl From<usize> for EngineLimits {
     /// A queue of `max_queue` in front of one request at a time.
     fn from(max_queue: usize) -> EngineLimits {
-        EngineLimits { max_queue, max_batch: Some(1), kv_budget: None }
+        EngineLimits { max_queue, max_batch: Some(1), kv_budget: None, speculative: SpeculativeMode::default() }
     }
 }
 
@@ -162,6 +165,8 @@ pub struct EngineHandle {
     info: Arc<EngineInfo>,
     text: Arc<TextModel>,
     config: Arc<ModelConfig>,
+    /// What the runtime's steps verify (requests asking more are refused).
+    verify: VerifyCapacity,
     max_queue: usize,
 }
 
@@ -193,13 +198,13 @@ impl EngineHandle {
         let max_queue = limits.max_queue;
         let queue = Queue { jobs: VecDeque::new(), shutdown: false, running: Vec::new(), batch: 1 };
         let shared = Arc::new(Shared { queue: Mutex::new(queue), wake: Condvar::new() });
-        let (ready_tx, ready_rx) = mpsc::channel::<Result<(EngineInfo, Arc<TextModel>, Arc<ModelConfig>)>>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(EngineInfo, Arc<TextModel>, Arc<ModelConfig>, VerifyCapacity)>>();
         let thread_shared = shared.clone();
         std::thread::Builder::new()
             .name("peregrine-engine".into())
             .spawn(move || {
                 let mut runner = match load() {
-                    Ok(g) => g.into_runner(),
+                    Ok(g) => g.into_runner(limits.speculative),
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
                         return;
@@ -216,7 +221,8 @@ impl EngineHandle {
                     q.batch = plan.batch;
                 }
                 let config = Arc::new(runner.runtime().config().clone());
-                let _ = ready_tx.send(Ok((info_of(&runner, max_queue, &plan), runner.text().clone(), config)));
+                let verify = runner.runtime().verify_capacity();
+                let _ = ready_tx.send(Ok((info_of(&runner, max_queue, &plan), runner.text().clone(), config, verify)));
                 if plan.batch > 1 {
                     crate::scheduler::serve_batched(&thread_shared, &mut runner, plan);
                 } else {
@@ -224,13 +230,19 @@ impl EngineHandle {
                 }
             })
             .map_err(|e| Error::Unavailable(format!("cannot start the engine thread: {e}")))?;
-        let (info, text, config) = ready_rx.recv().map_err(|_| Error::Unavailable("the engine thread died while loading".into()))??;
-        Ok(EngineHandle { shared, info: Arc::new(info), text, config, max_queue })
+        let (info, text, config, verify) =
+            ready_rx.recv().map_err(|_| Error::Unavailable("the engine thread died while loading".into()))??;
+        Ok(EngineHandle { shared, info: Arc::new(info), text, config, verify, max_queue })
     }
 
     /// The loaded model and backend.
     pub fn info(&self) -> &EngineInfo {
         &self.info
+    }
+
+    /// What one step of the runtime verifies (a request's `speculative.n_max` is held to it).
+    pub fn verify_capacity(&self) -> VerifyCapacity {
+        self.verify
     }
 
     /// The tokenizer and chat template, to tokenize and check prompts before queueing.
@@ -266,6 +278,7 @@ impl EngineHandle {
     /// thread, so only their sampling fields are checked here; the engine thread checks
     /// them in full when it takes them.
     pub fn admit(&self, request: &Request) -> Result<()> {
+        DraftPlan::check(&request.speculative, self.verify)?;
         match &request.prompt {
             Prompt::Tokens(ids) => crate::admission::admit(&self.config, ids, request.max_tokens, &request.sampling, request.top_logprobs),
             Prompt::Text(_) | Prompt::Chat(_) => crate::admission::admit_sampling(&request.sampling, request.top_logprobs),

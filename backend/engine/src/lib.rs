@@ -43,7 +43,7 @@ macro_rules! lab_pub_fn {
 
 internal_modules!(
     admission, config, cpu, cuda, dtp, generator, gguf, handle, hf, laneformer, model, options, request, runtime, sampling, scheduler,
-    stop, template, tensor, tokenizer, weights,
+    speculative, stop, template, tensor, tokenizer, weights,
 );
 mod error;
 pub mod infill;
@@ -65,6 +65,7 @@ pub use options::{
     CpuOptions, CpuRuntimeKind, CudaOptions, CudaPaths, Device, Diagnostics, EngineOptions, GpuWeights, PrefillMode, ThreadsPolicy,
 };
 pub use request::{ErrorCode, Event, Prompt, PromptToken, Request, DEFAULT_MAX_TOKENS, STATS_INTERVAL};
+pub use speculative::{Sizing, SpeculativeMode, SpeculativeRequest, VerifyCapacity, DEFAULT_DRAFT_MAX};
 pub use sampling::{Sampled, SamplingParams, TokenLogprob, MAX_TOP_LOGPROBS};
 /// The ranges OpenAI allows for its logit adjustments.
 pub mod sampling_limits {

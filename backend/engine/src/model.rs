@@ -214,6 +214,7 @@ fn warm_up(runtime: &mut dyn crate::runtime::Runtime, lengths: &[usize]) -> Resu
             top_logprobs: 0,
             cancel: Cancel::NEVER,
             reuse_prefix: false,
+            draft: crate::speculative::DraftPlan::OFF,
         };
         runtime.generate(&job, &mut |_| Flow::Continue)?;
     }

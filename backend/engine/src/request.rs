@@ -3,6 +3,7 @@
 use peregrine_api::{FinishReason, Stats, Timings, Usage};
 
 use crate::sampling::{Sampled, SamplingParams};
+use crate::speculative::SpeculativeRequest;
 use crate::template::ChatMessage;
 
 /// Default number of tokens to generate when a request does not say.
@@ -39,6 +40,9 @@ pub struct Request {
     /// Reuse the cached keys and values of the prefix this prompt shares with an
     /// earlier request (llama.cpp's `cache_prompt`, on by default); same output.
     pub cache_prompt: bool,
+    /// Drafting by prompt lookup: on or off and the most drafted tokens per step
+    /// (unset: the engine's defaults); the output is the same either way.
+    pub speculative: SpeculativeRequest,
     /// Who sent it (the server's client address): queued requests of several clients
     /// take turns instead of one client's burst going first. `None`: one shared turn.
     pub client: Option<std::net::IpAddr>,
@@ -56,6 +60,7 @@ impl Request {
             top_logprobs: 0,
             echo_logprobs: false,
             cache_prompt: true,
+            speculative: SpeculativeRequest::default(),
             client: None,
         }
     }

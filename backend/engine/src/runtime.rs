@@ -6,6 +6,7 @@
 use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::sampling::{Sampled, SamplingParams};
+use crate::speculative::{DraftCounts, DraftPlan, VerifyCapacity};
 
 /// What one generation run needs.
 #[derive(Debug, Clone)]
@@ -25,6 +26,8 @@ pub struct DecodeJob<'a> {
     /// Keep the cached keys and values of the longest prefix this prompt shares with
     /// what the runtime last ran (llama.cpp's `cache_prompt`); the output is the same.
     pub reuse_prefix: bool,
+    /// What the run may draft; never more than the runtime's [`Runtime::verify_capacity`].
+    pub draft: DraftPlan,
 }
 
 /// The caller's "nobody wants this run any more", polled by runtimes during prefill
@@ -105,6 +108,15 @@ pub trait Runtime: Send {
     fn reused_prefix(&self) -> usize {
         0
     }
+    /// How many rows of one sequence a step verifies (its token plus drafts), and what
+    /// a row costs; runtimes that step one token at a time verify no drafts.
+    fn verify_capacity(&self) -> VerifyCapacity {
+        VerifyCapacity::SINGLE
+    }
+    /// Drafted and accepted tokens of the last [`Runtime::generate`].
+    fn draft_counts(&self) -> DraftCounts {
+        DraftCounts::default()
+    }
     /// The runtime's batch side, when it decodes several sequences per step; `None`
     /// runs one request at a time through [`Runtime::generate`].
     fn batch(&mut self) -> Option<&mut dyn BatchDecode> {
@@ -134,6 +146,8 @@ pub(crate) fn reusable_prefix(cached: &[u32], prompt: &[u32]) -> usize {
 pub struct SlotTokens<'a> {
     pub slot: usize,
     pub tokens: &'a [u32],
+    /// Trailing tokens whose logits the step keeps (1, or the token and its draft).
+    pub logit_rows: usize,
 }
 
 /// A runtime that keeps several sequences (slots, each with its own KV cache) and runs
@@ -154,10 +168,13 @@ pub trait BatchDecode {
     /// How many leading tokens of `prompt` `slot` holds from its last sequence.
     fn cached_prefix(&self, slot: usize, prompt: &[u32]) -> usize;
     /// Runs each entry's tokens after what its slot holds (distinct slots, each with at
-    /// least one token); afterwards [`Self::logits`]`(i)` is entry `i`'s last token's.
+    /// least one token); afterwards [`Self::logits`] holds each entry's last
+    /// `logit_rows` tokens' logits, entry after entry.
     fn step(&mut self, work: &[SlotTokens<'_>]) -> Result<()>;
-    /// Logits of entry `i`'s last token in the last step.
+    /// Logits row `i` of the last step (entries' rows in order).
     fn logits(&self, i: usize) -> &[f32];
+    /// Drops the last `n` positions of `slot` (a draft's rejected rows).
+    fn rollback(&mut self, slot: usize, n: usize);
     /// Ends `slot`'s sequence; its cache stays for a later request to reuse.
     fn close(&mut self, slot: usize);
 }

@@ -14,7 +14,9 @@ use crate::error::{Error, Result};
 use crate::generator::{score_prompt, Runner, Stream};
 use crate::handle::{EngineLimits, Job, Shared};
 use crate::request::{ErrorCode, Event};
-use crate::runtime::{next_token, BatchDecode, Cancel, Flow, RunEnd, SlotTokens};
+use crate::runtime::{BatchDecode, Cancel, RunEnd, SlotTokens};
+use crate::speculative::verify::{verify, Target};
+use crate::speculative::{Draft, Drafter};
 
 /// Prompt tokens a joining request adds to a step while others decode: small enough
 /// that the running streams' next token is not held up long, large enough that the
@@ -67,6 +69,7 @@ struct Ready {
     /// KV positions it reserves (prompt + max_tokens).
     need: usize,
     start: Instant,
+    drafter: Drafter,
 }
 
 /// A running request.
@@ -82,6 +85,10 @@ struct Active<'t> {
     generated: usize,
     /// The token to feed in the next step (decoding), `None` while the prompt runs.
     next: Option<u32>,
+    /// Drafts the request's next tokens.
+    drafter: Drafter,
+    /// The draft that rides with `next` in the current step.
+    draft: Draft,
 }
 
 /// How a step left a request.
@@ -134,7 +141,7 @@ pub(crate) fn serve_batched(shared: &Shared, runner: &mut Runner, plan: BatchPla
         for job in taken {
             let start = Instant::now();
             match prepare(runner, &text, &job, plan.kv_budget) {
-                Ok((prompt, need)) => ready.push_back(Ready { job, prompt, need, start }),
+                Ok((prompt, need, drafter)) => ready.push_back(Ready { job, prompt, need, start, drafter }),
                 Err(e) => fail(&job, &e),
             }
         }
@@ -205,8 +212,10 @@ fn fail(job: &Job, e: &Error) {
     let _ = job.events.send(Event::Error { code: ErrorCode::from(e), message: e.to_string() });
 }
 
-/// The request's prompt ids and the KV positions it needs, checked against the budget.
-fn prepare(runner: &Runner, text: &crate::generator::TextModel, job: &Job, budget: usize) -> Result<(Vec<u32>, usize)> {
+/// The request's prompt ids, the KV positions it needs (checked against the budget)
+/// and its drafter.
+fn prepare(runner: &Runner, text: &crate::generator::TextModel, job: &Job, budget: usize) -> Result<(Vec<u32>, usize, Drafter)> {
+    let drafter = Drafter::new(runner.draft_plan(&job.request)?);
     let prompt = Stream::prepare(text, runner.runtime().config(), &job.request)?;
     let need = prompt.len() + job.request.max_tokens;
     if need > budget {
@@ -216,13 +225,13 @@ fn prepare(runner: &Runner, text: &crate::generator::TextModel, job: &Job, budge
             job.request.max_tokens
         )));
     }
-    Ok((prompt, need))
+    Ok((prompt, need, drafter))
 }
 
 /// Opens the request's slot and tells its client it started; `None` when it already
 /// ended (nothing to generate, nobody listens, or an error, which it was told).
 fn start<'t>(runner: &mut Runner, text: &'t crate::generator::TextModel, r: Ready, slot: usize) -> Option<Active<'t>> {
-    let Ready { job, prompt, need, start } = r;
+    let Ready { job, prompt, need, start, drafter } = r;
     let reused = match batch_of(runner).open(slot, need, &prompt, job.request.cache_prompt) {
         Ok(n) => n,
         Err(e) => {
@@ -239,7 +248,7 @@ fn start<'t>(runner: &mut Runner, text: &'t crate::generator::TextModel, r: Read
     match begun {
         Ok(Some(mut stream)) => {
             stream.set_cached(reused);
-            Some(Active { job, stream, slot, need, fed: reused, seen, generated: 0, next: None })
+            Some(Active { job, stream, slot, need, fed: reused, seen, generated: 0, next: None, drafter, draft: Draft::default() })
         }
         Ok(None) => None,
         Err(e) => {
@@ -258,39 +267,52 @@ fn step(runner: &mut Runner, active: &mut [Active<'_>]) -> Vec<(usize, After)> {
     let mut ended: Vec<(usize, After)> =
         stopped.iter().enumerate().filter(|(_, &s)| s).map(|(i, _)| (i, After::Ended(RunEnd::Stopped))).collect();
     let rt = batch_of(runner);
-    let decoding = active.iter().filter(|a| a.next.is_some()).count();
+    // Each decoding request's draft rides as extra rows of its own sequence; drafts
+    // beyond what the request may still emit would be verified for nothing.
+    for a in active.iter_mut().filter(|a| a.next.is_some()) {
+        a.draft = a.drafter.draft(&a.seen, a.job.request.max_tokens - a.generated - 1);
+    }
+    let decoding: usize = active.iter().filter(|a| a.next.is_some()).map(|a| 1 + a.draft.tokens.len()).sum();
     let room = rt.step_tokens().saturating_sub(decoding);
     let chunk_limit = if decoding > 0 { PREFILL_CHUNK_WHILE_DECODING.min(room) } else { room };
     let joining = (0..active.len()).find(|&i| active[i].next.is_none() && !stopped[i]);
-    // Entries in `active` order: (index, tokens fed).
-    let mut entries: Vec<(usize, Vec<u32>)> = Vec::new();
+    // Entries in `active` order: (index, tokens fed, rows of logits kept).
+    let mut entries: Vec<(usize, Vec<u32>, usize)> = Vec::new();
     for (i, a) in active.iter().enumerate() {
         if let Some(t) = a.next {
-            entries.push((i, vec![t]));
+            let mut tokens = vec![t];
+            tokens.extend_from_slice(&a.draft.tokens);
+            let rows = tokens.len();
+            entries.push((i, tokens, rows));
         } else if Some(i) == joining && chunk_limit > 0 {
             let n = (a.stream.prompt.len() - a.fed).min(chunk_limit);
-            entries.push((i, a.stream.prompt[a.fed..a.fed + n].to_vec()));
+            entries.push((i, a.stream.prompt[a.fed..a.fed + n].to_vec(), 1));
         }
     }
     if entries.is_empty() {
         return ended;
     }
-    let work: Vec<SlotTokens<'_>> = entries.iter().map(|(i, t)| SlotTokens { slot: active[*i].slot, tokens: t }).collect();
+    let work: Vec<SlotTokens<'_>> =
+        entries.iter().map(|(i, t, rows)| SlotTokens { slot: active[*i].slot, tokens: t, logit_rows: *rows }).collect();
     if let Err(e) = rt.step(&work) {
         let code = ErrorCode::from(&e);
-        ended.extend(entries.iter().map(|(i, _)| (*i, After::Failed(code, e.to_string()))));
+        ended.extend(entries.iter().map(|(i, _, _)| (*i, After::Failed(code, e.to_string()))));
         ended.sort_unstable_by_key(|e| e.0);
         return ended;
     }
-    for (row, (i, fed)) in entries.iter().enumerate() {
+    let mut row = 0;
+    for (i, fed, rows) in &entries {
+        let first = row;
+        row += rows;
         let a = &mut active[*i];
         if a.next.is_none() {
+            a.draft = Draft::default();
             a.fed += fed.len();
             if a.fed < a.stream.prompt.len() {
                 continue;
             }
         }
-        let after = hand_out(a, rt.logits(row));
+        let after = hand_out(a, rt, first);
         if !matches!(after, After::Continue) {
             ended.push((*i, after));
         }
@@ -299,21 +321,28 @@ fn step(runner: &mut Runner, active: &mut [Active<'_>]) -> Vec<(usize, After)> {
     ended
 }
 
-/// Samples the request's next token from `logits` and gives it to its stream.
-fn hand_out(a: &mut Active<'_>, logits: &[f32]) -> After {
+/// Verifies the request's rows of the last step (from row `first`: after its token,
+/// then after each drafted one), hands the accepted tokens and the target's own next
+/// token to its stream, and rolls the rejected rows out of its slot.
+fn hand_out(a: &mut Active<'_>, rt: &mut dyn BatchDecode, first: usize) -> After {
     let request = &a.job.request;
-    let Some(s) = next_token(logits, &request.sampling, &a.seen, a.generated, request.top_logprobs, &a.stream.stop_tokens) else {
-        return After::Ended(RunEnd::StopToken);
-    };
-    let job = &a.job;
-    if a.stream.on_token(&s, job.abandoned(), &mut |e| job.emit(e)) == Flow::Stop {
-        return After::Ended(RunEnd::Stopped);
+    let stop_tokens = a.stream.stop_tokens.clone();
+    let target =
+        Target { sampling: &request.sampling, stop_tokens: &stop_tokens, top_logprobs: request.top_logprobs, max_tokens: request.max_tokens };
+    let (job, stream) = (&a.job, &mut a.stream);
+    let rows = |j: usize| rt.logits(first + j);
+    let verdict = verify(&target, &mut |s| stream.on_token(s, job.abandoned(), &mut |e| job.emit(e)), &rows, &a.draft, &mut a.seen, &mut a.generated);
+    a.drafter.record(&a.draft, verdict.accepted, verdict.next);
+    let rejected = a.draft.tokens.len() - verdict.accepted;
+    if rejected > 0 {
+        rt.rollback(a.slot, rejected);
     }
-    a.seen.push(s.id);
-    a.generated += 1;
-    if a.generated == request.max_tokens {
-        return After::Ended(RunEnd::Length);
+    a.stream.set_drafts(a.drafter.counts);
+    match (verdict.next, verdict.end) {
+        (Some(token), _) => {
+            a.next = Some(token);
+            After::Continue
+        }
+        (None, end) => After::Ended(end.expect("a verdict without a next token has ended")),
     }
-    a.next = Some(s.id);
-    After::Continue
 }

@@ -26,7 +26,7 @@ fn engine_with(runtime: CpuRuntimeKind, max_batch: usize, kv_budget: Option<usiz
     let mut options = EngineOptions::cpu();
     options.cpu.threads = Some(THREADS);
     options.cpu.runtime = runtime;
-    let limits = EngineLimits { max_queue: 8, max_batch: Some(max_batch), kv_budget };
+    let limits = EngineLimits { max_queue: 8, max_batch: Some(max_batch), kv_budget, speculative: Default::default() };
     EngineHandle::start(move || build_generator(load_model(&default_model())?, &options), limits)
 }
 
@@ -211,7 +211,7 @@ fn batches_a_runtime_cannot_run_are_load_errors() {
             options.cpu.threads = Some(THREADS);
             build_generator(load_model(&default_model())?, &options)
         },
-        EngineLimits { max_queue: 2, max_batch: None, kv_budget: None },
+        EngineLimits { max_queue: 2, max_batch: None, kv_budget: None, speculative: Default::default() },
     )
     .expect("starts");
     assert_eq!(default.info().max_batch, peregrine_engine::cpu::fast_runtime::DEFAULT_BATCH);

@@ -54,6 +54,7 @@ fn run_counted(rt: &mut dyn Runtime, prompt: &[u32], max_tokens: usize, fire_at:
         top_logprobs: 0,
         cancel: Cancel::when(&requested),
         reuse_prefix: false,
+        draft: peregrine_engine::speculative::DraftPlan::OFF,
     };
     let mut ids = Vec::new();
     let end = rt

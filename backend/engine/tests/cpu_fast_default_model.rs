@@ -56,6 +56,7 @@ fn fast_runtime_matches_the_reference_and_llamacpp() {
             top_logprobs: 0,
             cancel: Cancel::NEVER,
             reuse_prefix: false,
+            draft: peregrine_engine::speculative::DraftPlan::OFF,
         };
         let mut greedy = Vec::new();
         fast.generate(&job, &mut |s| {

@@ -15,7 +15,7 @@ use peregrine_engine::{build_generator, load_model, EngineOptions};
 fn engine(max_batch: usize) -> EngineHandle {
     let mut options = EngineOptions::cpu();
     options.cpu.threads = Some(2);
-    let limits = EngineLimits { max_queue: 4, max_batch: Some(max_batch), kv_budget: None };
+    let limits = EngineLimits { max_queue: 4, max_batch: Some(max_batch), kv_budget: None, speculative: Default::default() };
     EngineHandle::start(move || build_generator(load_model(&default_model())?, &options), limits).expect("engine starts")
 }
 

@@ -61,6 +61,11 @@ pub struct ServeArgs {
     /// together; a request that does not fit waits. Default: context length × batch.
     #[arg(long, env = "PEREGRINE_KV_BUDGET")]
     pub kv_budget: Option<usize>,
+    /// Draft tokens by prompt lookup and verify them in one step (`lookup`), or decode
+    /// one token per step (`off`); a request's `speculative` field overrides it. Only
+    /// runtimes that verify several rows per step draft (the CPU runtimes).
+    #[arg(long, env = "PEREGRINE_SPECULATIVE", default_value = "lookup", value_parser = parse_speculative)]
+    pub speculative: peregrine_engine::SpeculativeMode,
     /// Concurrent requests per client IP (0 = no limit); more get 429.
     #[arg(long, default_value_t = crate::config::DEFAULT_MAX_PER_CLIENT)]
     pub max_per_client: usize,
@@ -154,4 +159,9 @@ pub struct GenerateArgs {
     /// Print one JSON object (token_ids, text, finish_reason, timings) instead of streaming.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--speculative`: `lookup` or `off`.
+fn parse_speculative(s: &str) -> std::result::Result<peregrine_engine::SpeculativeMode, String> {
+    peregrine_engine::SpeculativeMode::parse(s).ok_or_else(|| format!("expected lookup or off, not {s:?}"))
 }

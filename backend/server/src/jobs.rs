@@ -208,6 +208,10 @@ impl Job {
             .unwrap_or((self.prompt_tokens as u64, self.clock.tokens as u64));
         m.prompt_tokens.fetch_add(prompt, Ordering::Relaxed);
         m.generation_tokens.fetch_add(generated, Ordering::Relaxed);
+        if let Some(t) = timings {
+            m.draft_tokens.fetch_add(u64::from(t.draft_n), Ordering::Relaxed);
+            m.draft_accepted.fetch_add(u64::from(t.draft_n_accepted), Ordering::Relaxed);
+        }
         m.request_prompt_tokens.observe(prompt as f64);
         m.request_generation_tokens.observe(generated as f64);
         let queue_ms = self.started.map(|s| s.duration_since(self.submitted).as_secs_f64() * 1000.0);

@@ -33,4 +33,5 @@ pub mod share_args;
 pub mod share_policy;
 pub mod share_rate;
 pub mod share_store;
+pub mod speculative;
 pub mod static_files;

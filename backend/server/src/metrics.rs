@@ -82,6 +82,10 @@ pub struct Metrics {
     pub request_generation_tokens: Histogram,
     pub prompt_tokens: AtomicU64,
     pub generation_tokens: AtomicU64,
+    /// Tokens drafted by speculative decoding and verified.
+    pub draft_tokens: AtomicU64,
+    /// Drafted tokens the model accepted.
+    pub draft_accepted: AtomicU64,
     /// Finished requests by finish reason (`stop`, `length`, `cancelled`, `error`, `timeout`).
     finished: Mutex<BTreeMap<&'static str, u64>>,
     /// Refused requests by reason (`queue_full`, `client_limit`).
@@ -107,6 +111,8 @@ impl Metrics {
             request_generation_tokens: Histogram::new(TOKEN_BUCKETS),
             prompt_tokens: AtomicU64::new(0),
             generation_tokens: AtomicU64::new(0),
+            draft_tokens: AtomicU64::new(0),
+            draft_accepted: AtomicU64::new(0),
             finished: Mutex::default(),
             rejected: Mutex::default(),
         }
@@ -161,6 +167,20 @@ impl Metrics {
             "peregrine_generation_tokens_total",
             "Tokens generated.",
             self.generation_tokens.load(Ordering::Relaxed),
+        );
+        series(
+            &mut out,
+            "counter",
+            "peregrine_draft_tokens_total",
+            "Tokens drafted by speculative decoding and verified.",
+            self.draft_tokens.load(Ordering::Relaxed),
+        );
+        series(
+            &mut out,
+            "counter",
+            "peregrine_draft_accepted_total",
+            "Drafted tokens the model accepted.",
+            self.draft_accepted.load(Ordering::Relaxed),
         );
         let labelled =
             |out: &mut String, name: &str, help: &str, label: &str, known: &[&'static str], map: &Mutex<BTreeMap<&'static str, u64>>| {
@@ -217,6 +237,11 @@ mod tests {
         assert!(text.contains("peregrine_requests_total{model_name=\"tiny\",finish_reason=\"length\"} 0"));
         assert!(text.contains("peregrine_requests_running{model_name=\"tiny\"} 1"));
         assert!(text.contains("peregrine_requests_waiting{model_name=\"tiny\"} 2"));
+        m.draft_tokens.fetch_add(9, Ordering::Relaxed);
+        m.draft_accepted.fetch_add(4, Ordering::Relaxed);
+        let text = m.render(1, 2);
+        assert!(text.contains("peregrine_draft_tokens_total{model_name=\"tiny\"} 9"), "{text}");
+        assert!(text.contains("peregrine_draft_accepted_total{model_name=\"tiny\"} 4"), "{text}");
         let unlabelled: Vec<&str> = text.lines().filter(|l| !l.starts_with('#') && !l.contains("{model_name=\"tiny\"")).collect();
         assert!(unlabelled.is_empty(), "{unlabelled:?}");
         m.request_prompt_tokens.observe(7.0);

@@ -47,7 +47,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         trusted_proxies,
         ..Settings::default()
     };
-    let limits = EngineLimits { max_queue: args.max_queue, max_batch: args.max_batch, kv_budget: args.kv_budget };
+    let limits = EngineLimits { max_queue: args.max_queue, max_batch: args.max_batch, kv_budget: args.kv_budget, speculative: args.speculative };
     let handle = load_engine(&choice, limits).await?;
     let addr = format!("{}:{}", args.host, args.port);
     let listener = TcpListener::bind(&addr).await.map_err(|source| Error::Bind { addr: addr.clone(), source })?;

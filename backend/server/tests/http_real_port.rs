@@ -55,6 +55,7 @@ fn sample_share() -> ShareRequest {
                 predicted_per_second: 185.1,
                 ttft_ms: 30.5,
                 cache_n: 0,
+                ..Timings::default()
             },
             backend: "cuda".into(),
             device: "1× H200 · SmolLM2-135M".into(),

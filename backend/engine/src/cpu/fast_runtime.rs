@@ -16,9 +16,11 @@ use crate::cpu::pool::Pool;
 use crate::cpu::workspace::Workspace;
 use crate::error::{Error, Result};
 use crate::runtime::{
-    cpu_name, decode_steps, reusable_prefix, BackendInfo, BatchDecode, Cancel, DecodeJob, Flow, RunEnd, Runtime, SlotTokens,
+    cpu_name, reusable_prefix, BackendInfo, BatchDecode, Cancel, DecodeJob, Flow, RunEnd, Runtime, SlotTokens,
 };
 use crate::sampling::Sampled;
+use crate::speculative::verify::decode_speculative;
+use crate::speculative::{DraftCounts, VerifyCapacity};
 use crate::weights::Weights;
 
 /// Prompt tokens per forward call: large enough that each unpacked weight tile
@@ -29,6 +31,18 @@ pub const MAX_SLOTS: usize = 8;
 /// Sequences decoded together when the operator does not say: where the aggregate
 /// rate still grows while each stream keeps most of its solo speed (docs/benchmarks.md).
 pub const DEFAULT_BATCH: usize = 4;
+/// Rows of one sequence a step verifies (its token plus drafts): two of the kernels'
+/// four-token tiles. Longer drafts are rarely all accepted, and every row adds its
+/// share of multiplies.
+pub const VERIFY_ROWS: usize = 8;
+/// What one more row of a sequence adds to a one-token step, as a share of it, at
+/// 16-bit activations: a row's multiplies add to the weight stream rather than
+/// hiding behind it (docs/cpu-runtime.md, "Where time goes"). Chosen on the dear
+/// side of what rows cost on the machines measured (docs/benchmarks.md), so drafts
+/// run only where acceptance pays for them even on a slower core.
+pub const ROW_COST_INT16: f32 = 0.38;
+/// [`ROW_COST_INT16`] at 8-bit activations, which take half the multiplies.
+pub const ROW_COST_INT8: f32 = 0.2;
 
 /// How to build a [`FastRuntime`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,6 +133,9 @@ pub struct FastRuntime {
     pass: Pass,
     isa: Isa,
     pool: Pool,
+    act_precision: ActPrecision,
+    /// The last `generate`'s draft counts.
+    drafts: DraftCounts,
     /// The one-at-a-time path's sequence (kept between runs for prompt reuse).
     seq: Sequence,
     /// Prompt tokens the last `generate` reused.
@@ -146,7 +163,7 @@ impl FastRuntime {
             Pass::Ordinary { model, ws }
         };
         let pool = Pool::new(threads).map_err(|e| Error::Unavailable(format!("cannot start CPU worker threads: {e}")))?;
-        Ok(FastRuntime { pass, isa: options.isa, pool, seq: Sequence::new(config), reused: 0, slots: Vec::new() })
+        Ok(FastRuntime { pass, isa: options.isa, pool, act_precision: options.act_precision, drafts: DraftCounts::default(), seq: Sequence::new(config), reused: 0, slots: Vec::new() })
     }
 
     /// Threads in the team.
@@ -232,20 +249,40 @@ impl Runtime for FastRuntime {
         self.seq.truncate(keep);
         self.reused = keep;
         self.seq.cache.reserve(job.prompt.len() + job.max_tokens);
+        self.drafts = DraftCounts::default();
         if !self.prefill(&job.prompt[keep..], job.cancel)? {
             return Ok(RunEnd::Stopped);
         }
-        decode_steps(
+        let job = &DecodeJob { draft: job.draft.within(self.verify_capacity()), ..job.clone() };
+        let (end, counts) = decode_speculative(
             self,
             job,
             on_token,
-            |rt| rt.pass.logits(0),
-            |rt, id| {
-                rt.pass.forward(&rt.pool, &mut rt.seq.cache, &[id], LogitsFor::Last)?;
-                rt.seq.ids.push(id);
+            |rt, row| rt.pass.logits(row),
+            |rt, tokens| {
+                rt.pass.forward(&rt.pool, &mut rt.seq.cache, tokens, LogitsFor::All)?;
+                rt.seq.ids.extend_from_slice(tokens);
                 Ok(())
             },
-        )
+            |rt, n| rt.seq.truncate(rt.seq.ids.len() - n),
+        )?;
+        self.drafts = counts;
+        Ok(end)
+    }
+
+    fn verify_capacity(&self) -> VerifyCapacity {
+        // A step's rows must fit the workspace, which a small prefill batch keeps small.
+        let rows = VERIFY_ROWS.min(self.pass.batch());
+        match (&self.pass, self.act_precision) {
+            // The lane pass runs its own schedule per token.
+            (Pass::Lanes { .. }, _) => VerifyCapacity::SINGLE,
+            (Pass::Ordinary { .. }, ActPrecision::Int16) => VerifyCapacity { rows, row_cost: ROW_COST_INT16 },
+            (Pass::Ordinary { .. }, ActPrecision::Int8) => VerifyCapacity { rows, row_cost: ROW_COST_INT8 },
+        }
+    }
+
+    fn draft_counts(&self) -> DraftCounts {
+        self.drafts
     }
 
     fn reused_prefix(&self) -> usize {
@@ -319,7 +356,11 @@ impl BatchDecode for FastRuntime {
             if w.tokens.is_empty() {
                 return Err(Error::InvalidRequest(format!("slot {} has no tokens in this step", w.slot)));
             }
-            seqs.push(SeqChunk { cache, tokens: w.tokens });
+            // Tokens is non-empty (checked above), so the bound is at least 1.
+            if w.logit_rows > w.tokens.len().min(VERIFY_ROWS) {
+                return Err(Error::InvalidRequest(format!("slot {} asks for {} logit rows of {} tokens", w.slot, w.logit_rows, w.tokens.len())));
+            }
+            seqs.push(SeqChunk { cache, tokens: w.tokens, logit_rows: w.logit_rows.max(1) });
         }
         let total: usize = work.iter().map(|w| w.tokens.len()).sum();
         if total > ws.batch() {
@@ -337,6 +378,12 @@ impl BatchDecode for FastRuntime {
 
     fn logits(&self, i: usize) -> &[f32] {
         self.pass.logits(i)
+    }
+
+    fn rollback(&mut self, slot: usize, n: usize) {
+        if let Some(seq) = self.slots.get_mut(slot) {
+            seq.truncate(seq.ids.len().saturating_sub(n));
+        }
     }
 
     fn close(&mut self, _slot: usize) {

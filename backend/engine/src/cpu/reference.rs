@@ -70,6 +70,20 @@ impl KvCache {
         self.len == 0
     }
 
+    /// Keeps the first `n` positions (a draft's rejected rows leave; keys and values
+    /// are appended per layer, so dropping their tails leaves nothing stale).
+    pub fn truncate(&mut self, n: usize) {
+        let n = n.min(self.len);
+        let kv_dim = self.kv_dim;
+        self.k.iter_mut().chain(self.v.iter_mut()).for_each(|l| l.truncate(n * kv_dim));
+        self.len = n;
+    }
+
+    /// Positions filled so far (for rolling back).
+    pub fn filled(&self) -> usize {
+        self.len
+    }
+
     /// Forgets every position (a new sequence).
     pub fn clear(&mut self) {
         self.k.iter_mut().chain(self.v.iter_mut()).for_each(Vec::clear);

@@ -9,6 +9,8 @@ use crate::dtp::DtpSchedule;
 use crate::error::Result;
 use crate::runtime::{cpu_name, decode_steps, BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
 use crate::sampling::Sampled;
+use crate::speculative::verify::decode_speculative;
+use crate::speculative::{DraftCounts, VerifyCapacity};
 use crate::weights::Weights;
 
 /// One residual stream, or a Laneformer's lanes.
@@ -17,10 +19,15 @@ enum Model {
     Lanes { model: ShardedModel, schedule: DtpSchedule },
 }
 
+/// Rows of one sequence a reference step verifies (its token plus drafts).
+pub const VERIFY_ROWS: usize = 8;
+
 /// The reference model plus its KV cache, sized to the model's context.
 pub struct ReferenceRuntime {
     config: ModelConfig,
     model: Model,
+    /// The last run's draft counts.
+    drafts: DraftCounts,
 }
 
 impl ReferenceRuntime {
@@ -31,7 +38,7 @@ impl ReferenceRuntime {
         } else {
             Model::Plain { model: ReferenceModel::new(config, weights)?, cache: KvCache::new(config, config.max_context) }
         };
-        Ok(ReferenceRuntime { config: config.clone(), model })
+        Ok(ReferenceRuntime { config: config.clone(), model, drafts: DraftCounts::default() })
     }
 
     /// Runs `f` with a fresh sequence's one-token step (the logits of each next token).
@@ -58,8 +65,47 @@ impl Runtime for ReferenceRuntime {
         BackendInfo { kind: "cpu".into(), devices: vec![cpu_name()] }
     }
 
+    fn verify_capacity(&self) -> VerifyCapacity {
+        match self.model {
+            // Rows run one after another here: each costs a whole step, so drafting
+            // never pays, but the runtime checks the rule the fast runtime follows.
+            Model::Plain { .. } => VerifyCapacity { rows: VERIFY_ROWS, row_cost: 1.0 },
+            Model::Lanes { .. } => VerifyCapacity::SINGLE,
+        }
+    }
+
+    fn draft_counts(&self) -> DraftCounts {
+        self.drafts
+    }
+
     fn generate(&mut self, job: &DecodeJob<'_>, on_token: &mut dyn FnMut(&Sampled) -> Flow) -> Result<RunEnd> {
         check_fits(&self.config, job.prompt.len(), job.max_tokens)?;
+        self.drafts = DraftCounts::default();
+        let job = &DecodeJob { draft: job.draft.within(self.verify_capacity()), ..job.clone() };
+        if let Model::Plain { model, cache } = &mut self.model {
+            cache.clear();
+            let mut rows = Vec::new();
+            for &t in job.prompt {
+                if job.cancel.requested() {
+                    return Ok(RunEnd::Stopped);
+                }
+                rows = model.forward(cache, &[t], false)?;
+            }
+            let mut state = (model, cache, rows);
+            let (end, counts) = decode_speculative(
+                &mut state,
+                job,
+                on_token,
+                |(_, _, rows), j| rows[j].as_slice(),
+                |(model, cache, rows), tokens| {
+                    *rows = model.forward(cache, tokens, true)?;
+                    Ok(())
+                },
+                |(_, cache, _), n| cache.truncate(cache.filled() - n),
+            )?;
+            self.drafts = counts;
+            return Ok(end);
+        }
         self.with_steps(|step| {
             // Token by token (the reference pass has no batch anyway), so a cancel lands
             // between two prompt tokens.

@@ -15,7 +15,7 @@ pub fn collect<R: Runtime + ?Sized>(
     stops: &[u32],
     top: usize,
 ) -> Result<(Vec<Sampled>, RunEnd)> {
-    let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: stops, top_logprobs: top, cancel: Cancel::NEVER, reuse_prefix: false };
+    let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: stops, top_logprobs: top, cancel: Cancel::NEVER, reuse_prefix: false, draft: crate::speculative::DraftPlan::OFF };
     rt.generate_all(&job)
 }
 
@@ -28,7 +28,7 @@ pub fn stopped_after<R: Runtime + ?Sized>(
     sampling: &SamplingParams,
     n: usize,
 ) -> Result<(Vec<u32>, RunEnd)> {
-    let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false };
+    let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false, draft: crate::speculative::DraftPlan::OFF };
     let mut seen = Vec::new();
     let end = rt.generate(&job, &mut |s: &Sampled| {
         seen.push(s.id);
@@ -39,6 +39,20 @@ pub fn stopped_after<R: Runtime + ?Sized>(
         }
     })?;
     Ok((seen, end))
+}
+
+/// [`collect`] with drafting as `draft` allows: the sampled tokens, how the run ended
+/// and the runtime's draft counts.
+pub fn collect_drafting<R: Runtime + ?Sized>(
+    rt: &mut R,
+    prompt: &[u32],
+    max_tokens: usize,
+    sampling: &SamplingParams,
+    draft: crate::speculative::DraftPlan,
+) -> Result<(Vec<Sampled>, RunEnd, crate::speculative::DraftCounts)> {
+    let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false, draft };
+    let (out, end) = rt.generate_all(&job)?;
+    Ok((out, end, rt.draft_counts()))
 }
 
 /// The token ids of a run.

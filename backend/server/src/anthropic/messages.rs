@@ -146,7 +146,7 @@ pub async fn messages(
     crate::routes::generate::check_stops(&stop).map_err(|e| Error::bad("stop_sequences", format!("stop_sequences: {e}")))?;
     let ids = prompt::tokenize(&engine, Prompt::Chat(conversation(&req)?), "messages").await?;
     let prompt_n = ids.len();
-    let request = common.request(ids, max_tokens, sampling, stop);
+    let request = common.request(&engine, ids, max_tokens, sampling, stop)?;
     let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/v1/messages", caller, ticker: false })?;
     let steps = Steps { job, text: engine.handle.text().clone(), logprobs: false };
     let out = MessageAnswer::new(item_id("msg"), engine.model_id(), prompt_n);

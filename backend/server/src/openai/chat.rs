@@ -117,7 +117,7 @@ pub async fn chat_completions(
         Some(n) => n as usize,
         None => prompt::room_left(&engine, ids.len()).min(state.settings.default_max_tokens).max(1),
     };
-    let request = Request { top_logprobs: top.unwrap_or(0), ..req.common.request(ids, max_tokens, sampling, stop) };
+    let request = Request { top_logprobs: top.unwrap_or(0), ..req.common.request(&engine, ids, max_tokens, sampling, stop)? };
     let jobs = super::choices::submit_all(&state, &engine, request, n, ("/v1/chat/completions", caller))?;
     let (id, created) = (response_id("chatcmpl"), unix_now());
     let out = || Chat {

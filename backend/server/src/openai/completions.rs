@@ -125,7 +125,7 @@ pub async fn completions(
     let request = Request {
         top_logprobs: top.unwrap_or(0),
         echo_logprobs: req.echo && top.is_some(),
-        ..req.common.request(ids, max_tokens, sampling, stop)
+        ..req.common.request(&engine, ids, max_tokens, sampling, stop)?
     };
     let jobs = super::choices::submit_all(&state, &engine, request, n, ("/v1/completions", caller))?;
     let (id, created) = (response_id("cmpl"), unix_now());

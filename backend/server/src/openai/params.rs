@@ -43,6 +43,8 @@ pub struct CommonParams {
     pub frequency_penalty: Option<f32>,
     /// OpenAI's `{"id": bias}` or llama.cpp's `[[id, bias], …]` (`false`: never).
     pub logit_bias: Option<Value>,
+    #[serde(flatten)]
+    pub speculative: peregrine_api::speculative::SpeculativeParams,
 }
 
 impl CommonParams {
@@ -60,17 +62,26 @@ impl CommonParams {
         }
     }
 
-    /// The engine request for prompt `ids`, with this body's EOS and prompt-cache choices
-    /// (`sampling` and `stop` from [`Self::sampling`] and [`Self::stops`], checked first).
-    pub fn request(&self, ids: Vec<u32>, max_tokens: usize, sampling: SamplingParams, stop: Vec<String>) -> Request {
-        Request {
+    /// The engine request for prompt `ids`, with this body's EOS, prompt-cache and
+    /// speculative choices (`sampling` and `stop` from [`Self::sampling`] and
+    /// [`Self::stops`], checked first); a speculative setting `engine` cannot run is a 400.
+    pub fn request(
+        &self,
+        engine: &LoadedEngine,
+        ids: Vec<u32>,
+        max_tokens: usize,
+        sampling: SamplingParams,
+        stop: Vec<String>,
+    ) -> Result<Request> {
+        Ok(Request {
             max_tokens,
             sampling,
             stop,
             ignore_eos: self.ignore_eos.unwrap_or(false),
             cache_prompt: self.cache_prompt.unwrap_or(true),
+            speculative: crate::speculative::engine_request(&self.speculative, engine.handle.verify_capacity())?,
             ..Request::new(Prompt::Tokens(ids))
-        }
+        })
     }
 
     /// Whether the answer streams.

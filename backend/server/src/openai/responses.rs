@@ -162,7 +162,7 @@ pub async fn responses(
         Some(n) => n as usize,
         None => prompt::room_left(&engine, ids.len()).min(state.settings.default_max_tokens).max(1),
     };
-    let request = common.request(ids, max_tokens, sampling, Vec::new());
+    let request = common.request(&engine, ids, max_tokens, sampling, Vec::new())?;
     let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/v1/responses", caller, ticker: false })?;
     let steps = Steps { job, text: engine.handle.text().clone(), logprobs: false };
     let out = ResponseAnswer::new(

@@ -52,6 +52,7 @@ pub async fn generate(State(state): State<AppState>, caller: Caller, body: Resul
         stop: p.stop.clone(),
         ignore_eos: p.ignore_eos,
         cache_prompt: req.cache_prompt.unwrap_or(true),
+        speculative: crate::speculative::engine_request(&req.speculative, engine.handle.verify_capacity())?,
         ..Request::new(Prompt::Tokens(ids))
     };
     let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/api/generate", caller, ticker: true })?;

@@ -127,7 +127,7 @@ pub async fn infill(
     let text = engine.handle.text().clone();
     let prompt_text = text.tokenizer.as_ref().and_then(|t| t.decode(&ids).ok()).unwrap_or_default();
     let prompt_n = ids.len();
-    let request = req.common.request(ids, max_tokens, sampling, stop);
+    let request = req.common.request(&engine, ids, max_tokens, sampling, stop)?;
     let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/infill", caller, ticker: false })?;
     let steps = Steps { job, text, logprobs: false };
     let out = LlamaAnswer::new(engine.model_id(), prompt_text, prompt_n, false);

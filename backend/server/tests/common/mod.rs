@@ -50,7 +50,7 @@ pub fn real_engine() -> EngineHandle {
                         &peregrine_engine::EngineOptions::cpu(),
                     )
                 },
-                EngineLimits { max_queue: REAL_MAX_QUEUE, max_batch: Some(REAL_MAX_BATCH), kv_budget: None },
+                EngineLimits { max_queue: REAL_MAX_QUEUE, max_batch: Some(REAL_MAX_BATCH), kv_budget: None, speculative: Default::default() },
             )
             .expect("the default model loads")
         })
@@ -151,6 +151,10 @@ impl BatchDecode for ScriptedRuntime {
     fn logits(&self, i: usize) -> &[f32] {
         &self.step_logits[i]
     }
+    fn rollback(&mut self, slot: usize, n: usize) {
+        // The script's position stands for the cache: dropping rows steps it back.
+        self.slot_steps[slot] = self.slot_steps[slot].saturating_sub(n);
+    }
     fn close(&mut self, slot: usize) {
         self.slot_steps[slot] = 0;
     }
@@ -221,7 +225,7 @@ pub fn scripted_batch_engine(pace: Pace, max_queue: usize, batch: usize) -> Scri
             let runtime = ScriptedRuntime { config, pace, output, ran: thread_ran, batch, slot_steps: Vec::new(), step_logits: Vec::new() };
             Ok(Generator::new(Box::new(runtime), Some(tokenizer), template))
         },
-        EngineLimits { max_queue, max_batch: Some(batch), kv_budget: None },
+        EngineLimits { max_queue, max_batch: Some(batch), kv_budget: None, speculative: Default::default() },
     )
     .expect("scripted engine starts");
     Scripted { engine, ran }

@@ -30,7 +30,8 @@ use crate::error::{Error, Result};
 /// Which positions of a batch need logits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogitsFor {
-    /// Only the last (generation).
+    /// Each sequence's last [`SeqChunk::logit_rows`] tokens (generation: the last
+    /// token, or the token and its draft when verifying).
     Last,
     /// Every position (prompt scoring).
     All,
@@ -41,19 +42,21 @@ pub enum LogitsFor {
 pub struct SeqChunk<'a> {
     pub cache: &'a mut KvCache,
     pub tokens: &'a [u32],
+    /// Trailing tokens that want logits under [`LogitsFor::Last`] (1 and up).
+    pub logit_rows: usize,
 }
 
 /// Runs `tokens` at the positions after the cache's, appends their keys and values,
 /// and leaves the wanted logits in `ws` (row 0 = last token for [`LogitsFor::Last`]).
 /// Returns the number of logit rows.
 pub fn forward(model: &FastModel, pool: &Pool, ws: &mut Workspace, cache: &mut KvCache, tokens: &[u32], want: LogitsFor) -> Result<usize> {
-    forward_seqs(model, pool, ws, &mut [SeqChunk { cache, tokens }], want)
+    forward_seqs(model, pool, ws, &mut [SeqChunk { cache, tokens, logit_rows: 1 }], want)
 }
 
 /// [`forward`] of several sequences in one pass over the weights: their tokens are the
 /// rows of one batch (sequence by sequence), so every weight tile feeds all of them;
 /// each row attends within its own sequence's cache. Logit rows: for
-/// [`LogitsFor::Last`] one per sequence, its last token, in order; for
+/// [`LogitsFor::Last`] each sequence's last `logit_rows` tokens, in order; for
 /// [`LogitsFor::All`] every row. A row's values do not depend on the other rows (the
 /// kernels compute each token alone), so a sequence decodes the same tokens batched
 /// as alone. On an error no cache advances.
@@ -70,7 +73,7 @@ pub fn forward_seqs(model: &FastModel, pool: &Pool, ws: &mut Workspace, seqs: &m
         rows.pos.extend(start..start + sq.tokens.len());
         rows.seq.extend(std::iter::repeat_n(i, sq.tokens.len()));
         match want {
-            LogitsFor::Last => rows.logits.push(rows.tokens.len() - 1),
+            LogitsFor::Last => rows.logits.extend(rows.tokens.len() - sq.logit_rows.clamp(1, sq.tokens.len())..rows.tokens.len()),
             LogitsFor::All => rows.logits.extend(first..rows.tokens.len()),
         }
     }
