@@ -163,11 +163,6 @@ impl Drafter {
         Drafter { plan, rate: RATE_START, counts: DraftCounts::default() }
     }
 
-    /// Whether this run drafts at all.
-    pub fn active(&self) -> bool {
-        self.plan.max > 0
-    }
-
     /// The draft for the step after `history`, at most `room` tokens (what the run may
     /// still emit beyond the step's own token). Runs nothing when nothing matches or
     /// when the estimate says drafting loses here.
