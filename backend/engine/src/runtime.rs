@@ -194,34 +194,6 @@ pub(crate) fn next_token(
     (!stop_tokens.contains(&s.id)).then_some(s)
 }
 
-/// The token loop of a runtime that steps on the host (the CPU runtimes), after its
-/// prompt ran: sample from `logits(state)`, end on a stop token or when `on_token`
-/// stops, else `step(state, token)` computes the next logits in place (none after the
-/// last token). Sampling is the shared `sample()`, so a seed gives the same tokens
-/// wherever the logits agree.
-pub(crate) fn decode_steps<S>(
-    state: &mut S,
-    job: &DecodeJob<'_>,
-    on_token: &mut dyn FnMut(&Sampled) -> Flow,
-    logits: impl Fn(&S) -> &[f32],
-    mut step: impl FnMut(&mut S, u32) -> Result<()>,
-) -> Result<RunEnd> {
-    let mut seen = job.prompt.to_vec();
-    for i in 0..job.max_tokens {
-        let Some(s) = next_token(logits(state), job.sampling, &seen, i, job.top_logprobs, job.stop_tokens) else {
-            return Ok(RunEnd::StopToken);
-        };
-        if on_token(&s) == Flow::Stop {
-            return Ok(RunEnd::Stopped);
-        }
-        seen.push(s.id);
-        if i + 1 < job.max_tokens {
-            step(state, s.id)?;
-        }
-    }
-    Ok(RunEnd::Length)
-}
-
 /// The architecture this binary was built for (when /proc/cpuinfo names no model).
 const TARGET_ARCH: &str = if cfg!(target_arch = "x86_64") {
     "x86_64"

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 pub trait Fields {
     /// The route, for messages (`/v1/chat/completions`).
     const ROUTE: &'static str;
-    /// Every top-level field the route reads, in groups (`&[COMMON, LABELS, …]`).
+    /// Every top-level field the route reads, in groups (`&[SAMPLING, LABELS, …]`).
     const ACCEPTED: &'static [&'static [&'static str]];
 }
 
@@ -23,8 +23,9 @@ pub const LABELS: &[&str] = &["user", "metadata"];
 /// a literal key): the engine reads them, they never change the tokens, only the speed.
 pub const SPECULATIVE: &[&str] = &["speculative", "speculative.n_max"];
 
-/// The sampling and control fields the OpenAI routes share (`openai::params::CommonParams`).
-pub const COMMON: &[&str] = &[
+/// The sampling and control fields every generating route shares
+/// (`openai::params::CommonParams`, llama.cpp's `/completion` and `/infill`).
+pub const SAMPLING: &[&str] = &[
     "model",
     "temperature",
     "top_p",
@@ -36,13 +37,14 @@ pub const COMMON: &[&str] = &[
     "stop",
     "ignore_eos",
     "cache_prompt",
-    "n",
     "stream",
-    "stream_options",
     "presence_penalty",
     "frequency_penalty",
     "logit_bias",
 ];
+
+/// The OpenAI routes' fields beyond [`SAMPLING`].
+pub const OPENAI_EXTRA: &[&str] = &["n", "stream_options"];
 
 /// Fields some API this server follows has and no route here implements yet, with why;
 /// they would change the answer, so they are refused (a `null` value is as if absent).

@@ -7,7 +7,7 @@ use crate::cpu::reference::{KvCache, ReferenceModel};
 use crate::dtp::reference::{Execution, ShardedModel};
 use crate::dtp::DtpSchedule;
 use crate::error::Result;
-use crate::runtime::{cpu_name, decode_steps, BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
+use crate::runtime::{cpu_name, BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
 use crate::sampling::Sampled;
 use crate::speculative::verify::decode_speculative;
 use crate::speculative::{DraftCounts, VerifyCapacity};
@@ -116,7 +116,22 @@ impl Runtime for ReferenceRuntime {
                 }
                 logits = step(t)?;
             }
-            decode_steps(&mut logits, job, on_token, |l| l.as_slice(), |l, id| Ok(*l = step(id)?))
+            // The lanes verify one row per step (`VerifyCapacity::SINGLE`): the plan drafts
+            // nothing, so every step is one token and nothing is ever rolled back.
+            let (end, _) = decode_speculative(
+                &mut logits,
+                job,
+                on_token,
+                |l, _| l.as_slice(),
+                |l, tokens| {
+                    for &t in tokens {
+                        *l = step(t)?;
+                    }
+                    Ok(())
+                },
+                |_, _| unreachable!("a plan within VerifyCapacity::SINGLE drafts nothing"),
+            )?;
+            Ok(end)
         })
     }
 

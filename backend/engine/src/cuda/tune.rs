@@ -133,18 +133,15 @@ pub fn with_fitting_kernel(
     dtp: Option<DtpSchedule>,
     log: &mut dyn FnMut(&str),
 ) -> Result<CudaRuntime> {
-    let smaller: Vec<u32> = candidates(&options).iter().copied().filter(|&t| t < options.threads).collect();
     let mut threads = options.threads;
-    let mut rest = smaller.into_iter();
     loop {
         match CudaRuntime::with_kernel(config, weights, gpus, cuda, KernelOptions { threads, ..options.clone() }, dtp.clone()) {
-            Err(Error::Cuda(e @ CudaError::SharedMemory { .. })) if cuda.threads == ThreadsPolicy::Tuned => match rest.next() {
-                Some(next) => {
-                    log(&format!("threads per block: {e}; trying {next}"));
-                    threads = next;
-                }
-                None => return Err(e.into()),
-            },
+            Err(Error::Cuda(e @ CudaError::SharedMemory { .. })) if cuda.threads == ThreadsPolicy::Tuned => {
+                // Candidates run from the largest block size down.
+                let Some(next) = candidates(&options).iter().copied().find(|&t| t < threads) else { return Err(e.into()) };
+                log(&format!("threads per block: {e}; trying {next}"));
+                threads = next;
+            }
             built => return built,
         }
     }

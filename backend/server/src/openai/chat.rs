@@ -52,7 +52,8 @@ impl crate::fields::Fields for ChatRequest {
     const ROUTE: &'static str = "/v1/chat/completions";
     const ACCEPTED: &'static [&'static [&'static str]] = &[
         &["messages", "max_tokens", "max_completion_tokens", "n_predict", "logprobs", "top_logprobs", "tools", "response_format"],
-        crate::fields::COMMON,
+        crate::fields::SAMPLING,
+        crate::fields::OPENAI_EXTRA,
         crate::fields::LABELS,
         crate::fields::SPECULATIVE,
     ];

@@ -50,7 +50,8 @@ impl crate::fields::Fields for CompletionRequest {
     const ROUTE: &'static str = "/v1/completions";
     const ACCEPTED: &'static [&'static [&'static str]] = &[
         &["prompt", "max_tokens", "n_predict", "logprobs", "echo", "suffix", "best_of"],
-        crate::fields::COMMON,
+        crate::fields::SAMPLING,
+        crate::fields::OPENAI_EXTRA,
         crate::fields::LABELS,
         crate::fields::SPECULATIVE,
     ];

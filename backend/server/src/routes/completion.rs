@@ -42,23 +42,7 @@ impl crate::fields::Fields for LlamaCompletionRequest {
     const ROUTE: &'static str = "/completion";
     const ACCEPTED: &'static [&'static [&'static str]] = &[
         &["prompt", "n_predict", "max_tokens", "n_probs"],
-        &[
-            "model",
-            "temperature",
-            "top_p",
-            "top_k",
-            "min_p",
-            "repetition_penalty",
-            "repeat_penalty",
-            "seed",
-            "stop",
-            "ignore_eos",
-            "cache_prompt",
-            "stream",
-            "presence_penalty",
-            "frequency_penalty",
-            "logit_bias",
-        ],
+        crate::fields::SAMPLING,
         crate::fields::LABELS,
         crate::fields::SPECULATIVE,
     ];

@@ -63,23 +63,7 @@ impl crate::fields::Fields for InfillRequest {
     const ROUTE: &'static str = "/infill";
     const ACCEPTED: &'static [&'static [&'static str]] = &[
         &["input_prefix", "input_suffix", "input_extra", "prompt", "n_predict"],
-        &[
-            "model",
-            "temperature",
-            "top_p",
-            "top_k",
-            "min_p",
-            "repetition_penalty",
-            "repeat_penalty",
-            "seed",
-            "stop",
-            "ignore_eos",
-            "cache_prompt",
-            "stream",
-            "presence_penalty",
-            "frequency_penalty",
-            "logit_bias",
-        ],
+        crate::fields::SAMPLING,
         crate::fields::LABELS,
     ];
 }
