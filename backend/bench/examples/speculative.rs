@@ -33,7 +33,7 @@ struct Run {
 
 fn decode(rt: &mut dyn Runtime, prompt: &[u32], max_tokens: usize, stops: &[u32], draft: DraftPlan) -> Run {
     let sampling = SamplingParams::default();
-    let job = DecodeJob { prompt, max_tokens, sampling: &sampling, stop_tokens: stops, top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false, draft };
+    let job = DecodeJob { prompt, max_tokens, sampling: &sampling, stop_tokens: stops, top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false, draft, constraint: None };
     let mut ids = Vec::new();
     let (mut first, mut last) = (None, Instant::now());
     rt.generate(&job, &mut |s| {

@@ -82,6 +82,7 @@ pub fn measure(rt: &mut dyn Runtime, plan: &BenchPlan) -> Result<Figures> {
         cancel: Cancel::NEVER,
         reuse_prefix: false,
         draft: peregrine_engine::speculative::DraftPlan::OFF,
+        constraint: None,
     };
     rt.generate(&job, &mut |_| {
         first = Some(start.elapsed());
@@ -100,6 +101,7 @@ pub fn measure(rt: &mut dyn Runtime, plan: &BenchPlan) -> Result<Figures> {
         cancel: Cancel::NEVER,
         reuse_prefix: false,
         draft: peregrine_engine::speculative::DraftPlan::OFF,
+        constraint: None,
     };
     rt.generate(&job, &mut |_| {
         stamps.push(Instant::now());

@@ -385,7 +385,7 @@ fn turn_ttft(rt: &mut CudaRuntime, first: &[u32], runs: usize) -> Result<(f64, u
 
 /// A greedy run of `prompt` to its first token.
 fn one_token<'a>(prompt: &'a [u32], sampling: &'a SamplingParams, reuse_prefix: bool) -> DecodeJob<'a> {
-    DecodeJob { prompt, max_tokens: 1, sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix, draft: peregrine_engine::speculative::DraftPlan::OFF }
+    DecodeJob { prompt, max_tokens: 1, sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix, draft: peregrine_engine::speculative::DraftPlan::OFF, constraint: None }
 }
 
 /// Engine call → first token on the host, in ms, of one run of `job` (NaN without a token).

@@ -32,6 +32,12 @@ pub enum Error {
     /// A request the engine cannot serve as asked (bad parameter ranges, empty prompt...).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// A grammar or schema the constraint compiler rejects (the library's reason).
+    #[error("{0}")]
+    Grammar(String),
+    /// A constrained run whose output can no longer satisfy its grammar.
+    #[error("the output can no longer satisfy the request's grammar: {0}")]
+    Unsatisfiable(String),
     /// Prompt plus requested tokens exceed the model's context.
     #[error("this model's context is {context} tokens, but the prompt has {prompt} tokens and max_tokens is {max_tokens}; shorten the prompt or lower max_tokens")]
     ContextOverflow { prompt: usize, max_tokens: usize, context: usize },

@@ -7,6 +7,7 @@ use std::time::Instant;
 use peregrine_api::timing::{PromptTokensDetails, TokenClock};
 use peregrine_api::{FinishReason, Timings, Usage};
 
+use crate::constraint::{Constraint, GrammarSource, Grammars};
 use crate::error::{Error, Result};
 use crate::request::{ErrorCode, Event, Prompt, PromptToken, Request, STATS_INTERVAL};
 use crate::runtime::{Cancel, DecodeJob, Flow, RunEnd, Runtime};
@@ -43,7 +44,7 @@ impl Generator {
     #[cfg(feature = "lab")]
     pub fn into_parts(self) -> (Box<dyn Runtime>, TextModel) {
         let vocab_size = self.runtime.config().vocab_size;
-        (self.runtime, TextModel { tokenizer: self.tokenizer, template: self.template, vocab_size })
+        (self.runtime, TextModel::new(self.tokenizer, self.template, vocab_size))
     }
 
     /// Splits the generator into what the engine thread runs and the text side that
@@ -51,7 +52,7 @@ impl Generator {
     /// `speculative`: whether requests draft unless they say.
     pub(crate) fn into_runner(self, speculative: SpeculativeMode) -> Runner {
         let vocab_size = self.runtime.config().vocab_size;
-        let text = TextModel { tokenizer: self.tokenizer, template: self.template, vocab_size };
+        let text = TextModel::new(self.tokenizer, self.template, vocab_size);
         Runner { runtime: self.runtime, text: Arc::new(text), speculative }
     }
 }
@@ -63,9 +64,24 @@ pub struct TextModel {
     pub template: Option<ChatTemplate>,
     /// The runtime's vocabulary size (token-id prompts are checked against it).
     pub vocab_size: usize,
+    /// The grammar compiler over this vocabulary.
+    grammars: Grammars,
 }
 
 impl TextModel {
+    /// The text side of a model whose runtime has `vocab_size` logits.
+    pub fn new(tokenizer: Option<Tokenizer>, template: Option<ChatTemplate>, vocab_size: usize) -> TextModel {
+        TextModel { tokenizer, template, vocab_size, grammars: Grammars::default() }
+    }
+
+    /// `source` compiled for this model's vocabulary; a grammar the compiler rejects is
+    /// [`Error::Grammar`] with its reason.
+    pub fn constraint(&self, source: &GrammarSource) -> Result<Constraint> {
+        let tokenizer =
+            self.tokenizer.as_ref().ok_or_else(|| Error::InvalidRequest("this model has no tokenizer, so it cannot follow a grammar".into()))?;
+        self.grammars.compile(tokenizer, self.vocab_size, source)
+    }
+
     /// Every id inside the vocabulary, else a client error naming the first that is not.
     pub fn check_ids(&self, ids: &[u32]) -> Result<()> {
         match ids.iter().find(|&&id| id as usize >= self.vocab_size) {
@@ -125,6 +141,15 @@ impl Runner {
     /// What `request` may draft on this runtime (a client error when it asks for more
     /// than the runtime verifies).
     pub(crate) fn draft_plan(&self, request: &Request) -> Result<DraftPlan> {
+        if let Some(c) = &request.constraint {
+            if !self.runtime.follows_grammars() {
+                let kind = self.runtime.backend().kind;
+                return Err(Error::Grammar(format!(
+                    "the {kind} runtime does not apply grammars yet, so this {} cannot be followed; constrained output needs a CPU runtime",
+                    c.kind()
+                )));
+            }
+        }
         let capacity = self.runtime.verify_capacity();
         DraftPlan::check(&request.speculative, capacity)?;
         Ok(DraftPlan::of(&request.speculative, self.speculative, capacity))
@@ -164,6 +189,7 @@ impl Runner {
             cancel,
             reuse_prefix: request.cache_prompt,
             draft,
+            constraint: request.constraint.as_ref(),
         };
         let end = self.runtime.generate(&job, &mut |s: &Sampled| stream.on_token(s, cancel.requested(), emit))?;
         stream.set_cached(self.runtime.reused_prefix());

@@ -42,7 +42,7 @@ macro_rules! lab_pub_fn {
 }
 
 internal_modules!(
-    admission, config, cpu, cuda, dtp, generator, gguf, handle, hf, laneformer, model, options, request, runtime, sampling, scheduler,
+    admission, config, constraint, cpu, cuda, dtp, generator, gguf, handle, hf, laneformer, model, options, request, runtime, sampling, scheduler,
     speculative, stop, template, tensor, tokenizer, weights,
 );
 mod error;
@@ -52,6 +52,7 @@ pub mod infill;
 #[cfg(feature = "lab")]
 pub mod lab;
 
+pub use constraint::{Constraint, GrammarSource};
 pub use error::{CudaError, Error, Result};
 
 /// Whether this build carries the measuring apparatus (the `lab` feature). The

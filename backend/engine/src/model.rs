@@ -215,6 +215,7 @@ fn warm_up(runtime: &mut dyn crate::runtime::Runtime, lengths: &[usize]) -> Resu
             cancel: Cancel::NEVER,
             reuse_prefix: false,
             draft: crate::speculative::DraftPlan::OFF,
+            constraint: None,
         };
         runtime.generate(&job, &mut |_| Flow::Continue)?;
     }

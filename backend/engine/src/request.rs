@@ -2,6 +2,7 @@
 
 use peregrine_api::{FinishReason, Stats, Timings, Usage};
 
+use crate::constraint::Constraint;
 use crate::sampling::{Sampled, SamplingParams};
 use crate::speculative::SpeculativeRequest;
 use crate::template::ChatMessage;
@@ -43,6 +44,9 @@ pub struct Request {
     /// Drafting by prompt lookup: on or off and the most drafted tokens per step
     /// (unset: the engine's defaults); the output is the same either way.
     pub speculative: SpeculativeRequest,
+    /// The grammar the output must follow (compiled by [`crate::TextModel::constraint`]);
+    /// only runtimes that sample on the host honour it, others refuse the request.
+    pub constraint: Option<Constraint>,
     /// Who sent it (the server's client address): queued requests of several clients
     /// take turns instead of one client's burst going first. `None`: one shared turn.
     pub client: Option<std::net::IpAddr>,
@@ -61,6 +65,7 @@ impl Request {
             echo_logprobs: false,
             cache_prompt: true,
             speculative: SpeculativeRequest::default(),
+            constraint: None,
             client: None,
         }
     }
@@ -129,7 +134,7 @@ impl ErrorCode {
 impl From<&crate::Error> for ErrorCode {
     fn from(e: &crate::Error) -> Self {
         match e {
-            crate::Error::InvalidRequest(_) => ErrorCode::InvalidRequest,
+            crate::Error::InvalidRequest(_) | crate::Error::Grammar(_) | crate::Error::Unsatisfiable(_) => ErrorCode::InvalidRequest,
             crate::Error::ContextOverflow { .. } => ErrorCode::ContextOverflow,
             crate::Error::Template(_) | crate::Error::TokenOutOfRange { .. } => ErrorCode::InvalidRequest,
             crate::Error::Unavailable(_) => ErrorCode::Unavailable,

@@ -4,6 +4,7 @@
 //! CUDA runtime does both on the device.
 
 use crate::config::ModelConfig;
+use crate::constraint::{Constraint, Guide};
 use crate::error::Result;
 use crate::sampling::{Sampled, SamplingParams};
 use crate::speculative::{DraftCounts, DraftPlan, VerifyCapacity};
@@ -28,6 +29,9 @@ pub struct DecodeJob<'a> {
     pub reuse_prefix: bool,
     /// What the run may draft; never more than the runtime's [`Runtime::verify_capacity`].
     pub draft: DraftPlan,
+    /// The grammar the output follows; only runtimes whose
+    /// [`Runtime::follows_grammars`] is true are given one.
+    pub constraint: Option<&'a Constraint>,
 }
 
 /// The caller's "nobody wants this run any more", polled by runtimes during prefill
@@ -113,6 +117,12 @@ pub trait Runtime: Send {
     fn verify_capacity(&self) -> VerifyCapacity {
         VerifyCapacity::SINGLE
     }
+    /// Whether [`Runtime::generate`] masks each step's logits with
+    /// [`DecodeJob::constraint`] (the host-sampling runtimes do); the engine refuses a
+    /// constrained request on a runtime that does not, rather than ignore its grammar.
+    fn follows_grammars(&self) -> bool {
+        false
+    }
     /// Drafted and accepted tokens of the last [`Runtime::generate`].
     fn draft_counts(&self) -> DraftCounts {
         DraftCounts::default()
@@ -180,8 +190,10 @@ pub trait BatchDecode {
 }
 
 /// Token `i` of a run, sampled from `logits` given `seen` (the prompt and the tokens
-/// generated before it); `None` when it is a stop token. The one sampling step of every
-/// host-side token loop, so a seed gives the same tokens alone or batched.
+/// generated before it), within what `guide`'s grammar allows (the guide then takes
+/// the token); `None` when it is a stop token, or the end the complete grammar allows.
+/// The one sampling step of every host-side token loop, so a seed gives the same
+/// tokens alone or batched.
 pub(crate) fn next_token(
     logits: &[f32],
     sampling: &SamplingParams,
@@ -189,9 +201,18 @@ pub(crate) fn next_token(
     i: usize,
     top_logprobs: usize,
     stop_tokens: &[u32],
-) -> Option<Sampled> {
-    let s = crate::sampling::sample(logits, sampling, seen, i as u64, top_logprobs);
-    (!stop_tokens.contains(&s.id)).then_some(s)
+    guide: Option<&mut Guide>,
+) -> Result<Option<Sampled>> {
+    let Some(guide) = guide else {
+        let s = crate::sampling::sample(logits, sampling, seen, i as u64, top_logprobs);
+        return Ok((!stop_tokens.contains(&s.id)).then_some(s));
+    };
+    let s = crate::sampling::sample(guide.mask(logits)?, sampling, seen, i as u64, top_logprobs);
+    if stop_tokens.contains(&s.id) || guide.is_end(s.id) {
+        return Ok(None);
+    }
+    guide.commit(s.id)?;
+    Ok(Some(s))
 }
 
 /// The architecture this binary was built for (when /proc/cpuinfo names no model).

@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use crate::constraint::Guide;
 use crate::error::{Error, Result};
 use crate::generator::{score_prompt, Runner, Stream};
 use crate::handle::{EngineLimits, Job, Shared};
@@ -89,6 +90,8 @@ struct Active<'t> {
     drafter: Drafter,
     /// The draft that rides with `next` in the current step.
     draft: Draft,
+    /// The request's grammar state, when it has one.
+    guide: Option<Guide>,
 }
 
 /// How a step left a request.
@@ -248,7 +251,8 @@ fn start<'t>(runner: &mut Runner, text: &'t crate::generator::TextModel, r: Read
     match begun {
         Ok(Some(mut stream)) => {
             stream.set_cached(reused);
-            Some(Active { job, stream, slot, need, fed: reused, seen, generated: 0, next: None, drafter, draft: Draft::default() })
+            let guide = job.request.constraint.as_ref().map(|c| c.guide());
+            Some(Active { job, stream, slot, need, fed: reused, seen, generated: 0, next: None, drafter, draft: Draft::default(), guide })
         }
         Ok(None) => None,
         Err(e) => {
@@ -331,7 +335,11 @@ fn hand_out(a: &mut Active<'_>, rt: &mut dyn BatchDecode, first: usize) -> After
         Target { sampling: &request.sampling, stop_tokens: &stop_tokens, top_logprobs: request.top_logprobs, max_tokens: request.max_tokens };
     let (job, stream) = (&a.job, &mut a.stream);
     let rows = |j: usize| rt.logits(first + j);
-    let verdict = verify(&target, &mut |s| stream.on_token(s, job.abandoned(), &mut |e| job.emit(e)), &rows, &a.draft, &mut a.seen, &mut a.generated);
+    let on_token = &mut |s: &_| stream.on_token(s, job.abandoned(), &mut |e| job.emit(e));
+    let verdict = match verify(&target, a.guide.as_mut(), on_token, &rows, &a.draft, &mut a.seen, &mut a.generated) {
+        Ok(v) => v,
+        Err(e) => return After::Failed(ErrorCode::from(&e), e.to_string()),
+    };
     a.drafter.record(&a.draft, verdict.accepted, verdict.next);
     let rejected = a.draft.tokens.len() - verdict.accepted;
     if rejected > 0 {

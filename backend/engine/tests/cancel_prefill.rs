@@ -55,6 +55,7 @@ fn run_counted(rt: &mut dyn Runtime, prompt: &[u32], max_tokens: usize, fire_at:
         cancel: Cancel::when(&requested),
         reuse_prefix: false,
         draft: peregrine_engine::speculative::DraftPlan::OFF,
+        constraint: None,
     };
     let mut ids = Vec::new();
     let end = rt

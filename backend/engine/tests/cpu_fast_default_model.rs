@@ -57,6 +57,7 @@ fn fast_runtime_matches_the_reference_and_llamacpp() {
             cancel: Cancel::NEVER,
             reuse_prefix: false,
             draft: peregrine_engine::speculative::DraftPlan::OFF,
+            constraint: None,
         };
         let mut greedy = Vec::new();
         fast.generate(&job, &mut |s| {

@@ -33,7 +33,7 @@ fn renamed_metadata(renames: &BTreeMap<usize, String>) -> BTreeMap<String, MetaV
 fn text_model(meta: &BTreeMap<String, MetaValue>) -> TextModel {
     let tokenizer = Tokenizer::from_gguf_metadata(meta).expect("tokenizer");
     let vocab_size = tokenizer.vocab_size();
-    TextModel { tokenizer: Some(tokenizer), template: None, vocab_size }
+    TextModel::new(Some(tokenizer), None, vocab_size)
 }
 
 fn input_of(case: &Value) -> InfillInput {
@@ -81,7 +81,7 @@ fn a_model_without_fim_tokens_says_which_are_missing() {
     let text = text_model(&renamed_metadata(&BTreeMap::new()));
     let err = infill::supported(&text).expect_err("no FIM tokens").to_string();
     assert!(err.contains("no FIM prefix, suffix, middle tokens"), "{err}");
-    let no_tokenizer = TextModel { tokenizer: None, template: None, vocab_size: 10 };
+    let no_tokenizer = TextModel::new(None, None, 10);
     assert!(infill::supported(&no_tokenizer).unwrap_err().to_string().contains("no tokenizer"));
 }
 

@@ -204,6 +204,7 @@ fn a_stop_from_the_callback_inside_an_accepted_run_ends_there() {
             cancel: Cancel::NEVER,
             reuse_prefix: false,
             draft: fixed(7),
+            constraint: None,
         };
         let mut seen = Vec::new();
         let end = fast

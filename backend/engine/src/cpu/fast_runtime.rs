@@ -281,6 +281,11 @@ impl Runtime for FastRuntime {
         }
     }
 
+    fn follows_grammars(&self) -> bool {
+        // Every token goes through `decode_speculative`, which masks with the job's grammar.
+        true
+    }
+
     fn draft_counts(&self) -> DraftCounts {
         self.drafts
     }

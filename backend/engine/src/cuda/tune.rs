@@ -200,7 +200,7 @@ fn measure(rt: &mut CudaRuntime, base: &KernelOptions, gen: usize, log: &mut dyn
     let vocab = rt.config().vocab_size as u32;
     let prompt: Vec<u32> = (0..PROMPT_TOKENS as u32).map(|i| (i * 7919 + 13) % vocab).collect();
     let sampling = SamplingParams::default();
-    let job = DecodeJob { prompt: &prompt, max_tokens: gen, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false, draft: crate::speculative::DraftPlan::OFF };
+    let job = DecodeJob { prompt: &prompt, max_tokens: gen, sampling: &sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false, draft: crate::speculative::DraftPlan::OFF, constraint: None };
     let mut runnable = Vec::new();
     for &t in candidates(base) {
         log(&format!("threads per block: preparing the {t}-thread kernel"));

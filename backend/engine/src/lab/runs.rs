@@ -15,7 +15,7 @@ pub fn collect<R: Runtime + ?Sized>(
     stops: &[u32],
     top: usize,
 ) -> Result<(Vec<Sampled>, RunEnd)> {
-    let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: stops, top_logprobs: top, cancel: Cancel::NEVER, reuse_prefix: false, draft: crate::speculative::DraftPlan::OFF };
+    let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: stops, top_logprobs: top, cancel: Cancel::NEVER, reuse_prefix: false, draft: crate::speculative::DraftPlan::OFF, constraint: None };
     rt.generate_all(&job)
 }
 
@@ -28,7 +28,7 @@ pub fn stopped_after<R: Runtime + ?Sized>(
     sampling: &SamplingParams,
     n: usize,
 ) -> Result<(Vec<u32>, RunEnd)> {
-    let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false, draft: crate::speculative::DraftPlan::OFF };
+    let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false, draft: crate::speculative::DraftPlan::OFF, constraint: None };
     let mut seen = Vec::new();
     let end = rt.generate(&job, &mut |s: &Sampled| {
         seen.push(s.id);
@@ -50,7 +50,7 @@ pub fn collect_drafting<R: Runtime + ?Sized>(
     sampling: &SamplingParams,
     draft: crate::speculative::DraftPlan,
 ) -> Result<(Vec<Sampled>, RunEnd, crate::speculative::DraftCounts)> {
-    let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false, draft };
+    let job = DecodeJob { prompt, max_tokens, sampling, stop_tokens: &[], top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false, draft, constraint: None };
     let (out, end) = rt.generate_all(&job)?;
     Ok((out, end, rt.draft_counts()))
 }

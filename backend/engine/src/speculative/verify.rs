@@ -11,7 +11,12 @@
 //! and renormalised. Drawing with the same counter-based uniform that plain decoding
 //! uses at that index couples the two, so a seeded run emits the very tokens it would
 //! without speculation, not only tokens of the same distribution.
+//!
+//! A grammar keeps it exact: row `j` is masked by the grammar after the first `j`
+//! emitted tokens, which are the accepted drafts, so the guide only ever takes emitted
+//! tokens and a rejected row needs nothing undone in it.
 
+use crate::constraint::Guide;
 use crate::error::Result;
 use crate::runtime::{next_token, DecodeJob, Flow, RunEnd};
 use crate::sampling::{Sampled, SamplingParams};
@@ -36,8 +41,9 @@ pub(crate) fn decode_speculative<S>(
     let mut draft = Draft::default();
     let mut rows = Vec::with_capacity(job.draft.max + 1);
     let target = Target::of(job);
+    let mut guide = job.constraint.map(|c| c.guide());
     loop {
-        let verdict = verify(&target, on_token, &|j| logits(state, j), &draft, &mut seen, &mut generated);
+        let verdict = verify(&target, guide.as_mut(), on_token, &|j| logits(state, j), &draft, &mut seen, &mut generated)?;
         drafter.record(&draft, verdict.accepted, verdict.next);
         let Some(token) = verdict.next else {
             return Ok((verdict.end.expect("a run without a next token has ended"), drafter.counts));
@@ -80,19 +86,22 @@ impl<'a> Target<'a> {
 }
 
 /// Samples the rows of the last step in order (row `j` follows the step's token and
-/// the first `j` drafted tokens), handing each token to `on_token`, until a sampled
-/// token differs from the draft, the draft is used up, or the run ends.
+/// the first `j` drafted tokens), within `guide`'s grammar when there is one, handing
+/// each token to `on_token`, until a sampled token differs from the draft, the draft
+/// is used up, or the run ends (a complete grammar ends it as a stop token does). An
+/// error: the grammar can no longer be followed.
 pub(crate) fn verify<'l>(
     job: &Target<'_>,
+    mut guide: Option<&mut Guide>,
     on_token: &mut dyn FnMut(&Sampled) -> Flow,
     logits: &dyn Fn(usize) -> &'l [f32],
     draft: &Draft,
     seen: &mut Vec<u32>,
     generated: &mut usize,
-) -> Verdict {
-    let ended = |accepted, end| Verdict { accepted, next: None, end: Some(end) };
+) -> Result<Verdict> {
+    let ended = |accepted, end| Ok(Verdict { accepted, next: None, end: Some(end) });
     for j in 0..=draft.tokens.len() {
-        let sampled = next_token(logits(j), job.sampling, seen, *generated, job.top_logprobs, job.stop_tokens);
+        let sampled = next_token(logits(j), job.sampling, seen, *generated, job.top_logprobs, job.stop_tokens, guide.as_deref_mut())?;
         let Some(s) = sampled else { return ended(j, RunEnd::StopToken) };
         if on_token(&s) == Flow::Stop {
             return ended(j, RunEnd::Stopped);
@@ -100,11 +109,14 @@ pub(crate) fn verify<'l>(
         seen.push(s.id);
         *generated += 1;
         let hit = draft.tokens.get(j) == Some(&s.id);
+        if guide.as_deref().is_some_and(Guide::complete) {
+            return ended(j + usize::from(hit), RunEnd::StopToken);
+        }
         if *generated == job.max_tokens {
             return ended(j + usize::from(hit), RunEnd::Length);
         }
         if !hit {
-            return Verdict { accepted: j, next: Some(s.id), end: None };
+            return Ok(Verdict { accepted: j, next: Some(s.id), end: None });
         }
     }
     unreachable!("the last row has no draft to match, so the loop returns by it")
@@ -134,7 +146,7 @@ mod tests {
         };
         let draft = Draft { tokens: vec![draft], guess: Some(draft) };
         let (mut seen, mut generated) = (vec![0u32], 0);
-        let v = verify(&target, &mut on_token, &|j| rows[j].as_slice(), &draft, &mut seen, &mut generated);
+        let v = verify(&target, None, &mut on_token, &|j| rows[j].as_slice(), &draft, &mut seen, &mut generated).unwrap();
         (emitted[0], v.accepted == 1)
     }
 

@@ -187,6 +187,19 @@ impl Tokenizer {
         self.inner.to_string(false).map_err(|e| Error::Tokenizer(format!("serializing: {e}")))
     }
 
+    /// The bytes token `id` stands for (special tokens spelled out).
+    pub fn piece(&self, id: u32) -> Result<&[u8]> {
+        self.pieces.get(id)
+    }
+
+    /// Ids of the special (control) tokens, which are markers rather than text: a
+    /// grammar must never match one as the letters of its name.
+    pub fn special_ids(&self) -> Vec<u32> {
+        let mut ids: Vec<u32> = self.inner.get_added_tokens_decoder().into_iter().filter(|(_, t)| t.special).map(|(id, _)| id).collect();
+        ids.sort_unstable();
+        ids
+    }
+
     /// The fill-in-the-middle tokens, or the names of the roles the vocabulary lacks.
     pub fn fim(&self) -> std::result::Result<FimTokens, Vec<&'static str>> {
         self.fim.tokens()

@@ -32,6 +32,7 @@ fn greedy(rt: &mut CudaRuntime, prompt: &[u32], reuse: bool) -> Result<(Vec<u32>
         cancel: Cancel::NEVER,
         reuse_prefix: reuse,
         draft: peregrine_engine::speculative::DraftPlan::OFF,
+        constraint: None,
     };
     let (out, _) = rt.generate_all(&job).map_err(|e| e.to_string())?;
     Ok((ids(&out), rt.debug_logits().to_vec(), rt.reused_prefix()))

@@ -1,0 +1,129 @@
+//! Constrained decoding: a request's grammar (a JSON schema, any JSON object, a Lark
+//! grammar, a regex, or llama.cpp's GBNF) compiled by llguidance against the model's
+//! vocabulary into a [`Constraint`]; each run of it keeps a [`Guide`], which gives the
+//! allowed-token mask before a token is sampled and takes the sampled token after.
+//! The compiler (llguidance's `ParserFactory`: the vocabulary trie and its token-mask
+//! slices) is built once per model, on the first constrained request.
+
+mod gbnf;
+mod guide;
+mod vocab;
+
+use std::sync::{Arc, OnceLock};
+
+use llguidance::api::TopLevelGrammar;
+use llguidance::{Matcher, ParserFactory, TokenParser};
+use serde_json::Value;
+
+pub use guide::Guide;
+
+use crate::error::{Error, Result};
+use crate::tokenizer::Tokenizer;
+
+/// What a request constrains its output to, as the client wrote it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GrammarSource {
+    /// Output that validates against this JSON schema (OpenAI's `json_schema`,
+    /// llama.cpp's `json_schema`).
+    JsonSchema(Value),
+    /// Any JSON object (OpenAI's `json_object`).
+    JsonObject,
+    /// llguidance's Lark dialect.
+    Lark(String),
+    /// llama.cpp's GBNF (its `grammar` field).
+    Gbnf(String),
+    /// A whole-output regular expression (Rust `regex` syntax).
+    Regex(String),
+}
+
+impl GrammarSource {
+    /// The grammar llguidance compiles.
+    fn top_level(&self) -> Result<TopLevelGrammar> {
+        Ok(match self {
+            GrammarSource::JsonSchema(schema) => {
+                if !(schema.is_object() || schema.is_boolean()) {
+                    return Err(Error::Grammar("a JSON schema is an object (or true / false)".into()));
+                }
+                TopLevelGrammar::from_json_schema(schema.clone())
+            }
+            GrammarSource::JsonObject => TopLevelGrammar::from_json_schema(serde_json::json!({ "type": "object" })),
+            GrammarSource::Lark(text) => TopLevelGrammar::from_lark(text.clone()),
+            GrammarSource::Gbnf(text) => TopLevelGrammar::from_lark(gbnf::to_lark(text).map_err(Error::Grammar)?),
+            GrammarSource::Regex(rx) => TopLevelGrammar::from_regex(rx),
+        })
+    }
+
+    /// A short name for messages (`JSON schema`, `GBNF grammar`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            GrammarSource::JsonSchema(_) => "JSON schema",
+            GrammarSource::JsonObject => "JSON object",
+            GrammarSource::Lark(_) => "Lark grammar",
+            GrammarSource::Gbnf(_) => "GBNF grammar",
+            GrammarSource::Regex(_) => "regex",
+        }
+    }
+}
+
+/// A compiled grammar, ready to guide any number of runs (cheap to clone).
+#[derive(Clone)]
+pub struct Constraint {
+    kind: &'static str,
+    parser: Arc<TokenParser>,
+}
+
+impl std::fmt::Debug for Constraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Constraint({})", self.kind)
+    }
+}
+
+impl PartialEq for Constraint {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.parser, &other.parser)
+    }
+}
+
+impl Constraint {
+    /// A fresh run's state.
+    pub fn guide(&self) -> Guide {
+        Guide::new(Matcher::new(Ok(TokenParser::clone(&self.parser))))
+    }
+
+    /// What kind of grammar it was (`JSON schema`, …).
+    pub fn kind(&self) -> &'static str {
+        self.kind
+    }
+}
+
+/// The grammar compiler of one model, built on first use.
+#[derive(Default)]
+pub struct Grammars {
+    factory: OnceLock<std::result::Result<Arc<ParserFactory>, String>>,
+}
+
+impl Grammars {
+    /// Compiles `source` for `tokenizer`'s vocabulary (padded to `vocab_size` logits):
+    /// a grammar the library rejects, or one no token can start, is
+    /// [`Error::Grammar`] with the library's reason.
+    pub fn compile(&self, tokenizer: &Tokenizer, vocab_size: usize, source: &GrammarSource) -> Result<Constraint> {
+        let factory = self.factory.get_or_init(|| build_factory(tokenizer, vocab_size).map(Arc::new)).clone().map_err(Error::Grammar)?;
+        let grammar = source.top_level()?;
+        let parser = factory.create_parser(grammar).map_err(|e| Error::Grammar(e.to_string()))?;
+        let constraint = Constraint { kind: source.kind(), parser: Arc::new(parser) };
+        // Errors that show only once the parser runs (a grammar whose first token no
+        // vocabulary entry can begin) are the client's too: find them before queueing.
+        constraint.guide().allowed().map_err(Error::Grammar)?;
+        Ok(constraint)
+    }
+}
+
+/// The compiler over the model's vocabulary, quiet (its warnings would go to stderr)
+/// and with short error messages (they go back to clients).
+fn build_factory(tokenizer: &Tokenizer, vocab_size: usize) -> std::result::Result<ParserFactory, String> {
+    let env = vocab::tok_env(tokenizer, vocab_size).map_err(|e| e.to_string())?;
+    let mut factory = ParserFactory::new_simple(&env).map_err(|e| format!("building the grammar compiler: {e}"))?;
+    factory.quiet();
+    factory.limits_mut().verbose_errors = false;
+    Ok(factory)
+}
