@@ -141,14 +141,8 @@ impl Runner {
     /// What `request` may draft on this runtime (a client error when it asks for more
     /// than the runtime verifies).
     pub(crate) fn draft_plan(&self, request: &Request) -> Result<DraftPlan> {
-        if let Some(c) = &request.constraint {
-            if !self.runtime.follows_grammars() {
-                let kind = self.runtime.backend().kind;
-                return Err(Error::Grammar(format!(
-                    "the {kind} runtime does not apply grammars yet, so this {} cannot be followed; constrained output needs a CPU runtime",
-                    c.kind()
-                )));
-            }
+        if let (Some(c), false) = (&request.constraint, self.runtime.follows_grammars()) {
+            return Err(crate::constraint::unsupported(&self.runtime.backend().kind, c.kind()));
         }
         let capacity = self.runtime.verify_capacity();
         DraftPlan::check(&request.speculative, capacity)?;

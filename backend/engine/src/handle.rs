@@ -167,6 +167,8 @@ pub struct EngineHandle {
     config: Arc<ModelConfig>,
     /// What the runtime's steps verify (requests asking more are refused).
     verify: VerifyCapacity,
+    /// Whether the runtime masks logits with a request's grammar.
+    grammars: bool,
     max_queue: usize,
 }
 
@@ -198,7 +200,7 @@ impl EngineHandle {
         let max_queue = limits.max_queue;
         let queue = Queue { jobs: VecDeque::new(), shutdown: false, running: Vec::new(), batch: 1 };
         let shared = Arc::new(Shared { queue: Mutex::new(queue), wake: Condvar::new() });
-        let (ready_tx, ready_rx) = mpsc::channel::<Result<(EngineInfo, Arc<TextModel>, Arc<ModelConfig>, VerifyCapacity)>>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(EngineInfo, Arc<TextModel>, Arc<ModelConfig>, VerifyCapacity, bool)>>();
         let thread_shared = shared.clone();
         std::thread::Builder::new()
             .name("peregrine-engine".into())
@@ -222,7 +224,8 @@ impl EngineHandle {
                 }
                 let config = Arc::new(runner.runtime().config().clone());
                 let verify = runner.runtime().verify_capacity();
-                let _ = ready_tx.send(Ok((info_of(&runner, max_queue, &plan), runner.text().clone(), config, verify)));
+                let grammars = runner.runtime().follows_grammars();
+                let _ = ready_tx.send(Ok((info_of(&runner, max_queue, &plan), runner.text().clone(), config, verify, grammars)));
                 if plan.batch > 1 {
                     crate::scheduler::serve_batched(&thread_shared, &mut runner, plan);
                 } else {
@@ -230,9 +233,9 @@ impl EngineHandle {
                 }
             })
             .map_err(|e| Error::Unavailable(format!("cannot start the engine thread: {e}")))?;
-        let (info, text, config, verify) =
+        let (info, text, config, verify, grammars) =
             ready_rx.recv().map_err(|_| Error::Unavailable("the engine thread died while loading".into()))??;
-        Ok(EngineHandle { shared, info: Arc::new(info), text, config, verify, max_queue })
+        Ok(EngineHandle { shared, info: Arc::new(info), text, config, verify, grammars, max_queue })
     }
 
     /// The loaded model and backend.
@@ -243,6 +246,12 @@ impl EngineHandle {
     /// What one step of the runtime verifies (a request's `speculative.n_max` is held to it).
     pub fn verify_capacity(&self) -> VerifyCapacity {
         self.verify
+    }
+
+    /// Whether the runtime follows a request's grammar (the CPU runtimes); a
+    /// constrained request on one that does not is refused.
+    pub fn follows_grammars(&self) -> bool {
+        self.grammars
     }
 
     /// The tokenizer and chat template, to tokenize and check prompts before queueing.
@@ -279,6 +288,9 @@ impl EngineHandle {
     /// them in full when it takes them.
     pub fn admit(&self, request: &Request) -> Result<()> {
         DraftPlan::check(&request.speculative, self.verify)?;
+        if let (Some(c), false) = (&request.constraint, self.grammars) {
+            return Err(crate::constraint::unsupported(&self.info.backend, c.kind()));
+        }
         match &request.prompt {
             Prompt::Tokens(ids) => crate::admission::admit(&self.config, ids, request.max_tokens, &request.sampling, request.top_logprobs),
             Prompt::Text(_) | Prompt::Chat(_) => crate::admission::admit_sampling(&request.sampling, request.top_logprobs),

@@ -43,22 +43,26 @@ pub const SAMPLING: &[&str] = &[
     "logit_bias",
 ];
 
+/// llama.cpp's structured-output fields (`structured.rs`), on the routes that generate
+/// free text: the OpenAI completions and chat routes and `/completion`.
+pub const STRUCTURED: &[&str] = &["grammar", "json_schema"];
+
 /// The OpenAI routes' fields beyond [`SAMPLING`].
 pub const OPENAI_EXTRA: &[&str] = &["n", "stream_options"];
 
 /// Fields some API this server follows has and no route here implements yet, with why;
 /// they would change the answer, so they are refused (a `null` value is as if absent).
 const NOT_IMPLEMENTED: &[(&str, &str)] = &[
-    ("grammar", "constrained decoding (GBNF grammars) is not implemented yet"),
-    ("json_schema", "constrained decoding (JSON schemas) is not implemented yet"),
+    ("grammar", "grammars are taken on /completion, /v1/completions and /v1/chat/completions"),
+    ("json_schema", "JSON schemas are taken on /completion, /v1/completions and /v1/chat/completions"),
     ("tool_choice", "tool calls are not implemented yet"),
     ("parallel_tool_calls", "tool calls are not implemented yet"),
     ("functions", "function calls are not implemented"),
     ("function_call", "function calls are not implemented"),
     ("tools", "tool calls are not implemented yet"),
-    ("response_format", "structured output is not implemented yet"),
-    ("text", "structured output is not implemented yet"),
-    ("output_config", "structured output is not implemented yet"),
+    ("response_format", "response_format is taken on /v1/chat/completions"),
+    ("text", "text.format is taken on /v1/responses"),
+    ("output_config", "structured output is not implemented on this API"),
     ("return_tokens", "token ids in the answer are not implemented"),
     ("post_sampling_probs", "post-sampling probabilities are not implemented"),
     ("timings_per_token", "per-token timings are not implemented"),
@@ -119,7 +123,7 @@ mod tests {
         assert!(e.to_string().contains("Unrecognized request argument supplied: max_token"), "{e}");
         let e = check_keys("/r", accepted, &keys(json!({"grammar": "root ::= \"a\""}))).unwrap_err();
         assert_eq!(e.param(), Some("grammar"));
-        assert!(e.to_string().contains("not implemented"), "{e}");
+        assert!(e.to_string().contains("is not supported on /r: grammars are taken on"), "{e}");
         assert!(check_keys("/r", accepted, &keys(json!({"json_schema": null}))).is_ok());
     }
 }

@@ -35,3 +35,4 @@ pub mod share_rate;
 pub mod share_store;
 pub mod speculative;
 pub mod static_files;
+pub mod structured;

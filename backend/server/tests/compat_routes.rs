@@ -195,6 +195,9 @@ async fn unimplemented_fields_are_refused_by_name_on_every_generating_route() {
     let generating =
         ["/v1/completions", "/completions", "/v1/chat/completions", "/chat/completions", "/completion", "/infill", "/api/generate"];
     for (uri, body) in routes().into_iter().filter(|(u, _)| generating.contains(u)) {
+        // The grammar fields are refused where the route does not take them, and where it
+        // does because this scripted runtime does not apply grammars (the CPU runtimes
+        // do: tests/structured_output.rs).
         for (key, value) in [
             ("grammar", json!("root ::= \"yes\" | \"no\"")),
             ("grammar", json!("this is not GBNF")),
@@ -222,7 +225,7 @@ async fn unimplemented_fields_are_refused_by_name_on_every_generating_route() {
         let (status, text) = call(&app, "POST", uri, with(&body, key, value)).await;
         assert_names(uri, status, &text, key);
     }
-    // Non-text response formats and tools are 400s until constrained decoding exists.
+    // Non-text response formats (on a runtime that cannot follow them) and tools are 400s.
     let chat = json!({ "messages": [{ "role": "user", "content": "Hi" }], "max_tokens": 1 });
     for (key, value) in [
         ("response_format", json!({ "type": "json_object" })),

@@ -96,6 +96,14 @@ impl Constraint {
     }
 }
 
+/// The refusal of a constrained request (a `kind` grammar) by a runtime of `backend`
+/// that does not mask its logits.
+pub(crate) fn unsupported(backend: &str, kind: &str) -> Error {
+    Error::Grammar(format!(
+        "this {kind} cannot be followed: this server's runtime ({backend}) does not apply grammars yet; constrained output runs on the CPU runtimes"
+    ))
+}
+
 /// The grammar compiler of one model, built on first use.
 #[derive(Default)]
 pub struct Grammars {

@@ -53,6 +53,7 @@ impl crate::fields::Fields for ChatRequest {
     const ACCEPTED: &'static [&'static [&'static str]] = &[
         &["messages", "max_tokens", "max_completion_tokens", "n_predict", "logprobs", "top_logprobs", "tools", "response_format"],
         crate::fields::SAMPLING,
+        crate::fields::STRUCTURED,
         crate::fields::OPENAI_EXTRA,
         crate::fields::LABELS,
         crate::fields::SPECULATIVE,
@@ -99,11 +100,7 @@ pub async fn chat_completions(
     if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
         return Err(Error::bad("tools", "`tools` is not supported yet: tool calls are not implemented").into());
     }
-    if let Some(f) = &req.response_format {
-        if f.get("type").and_then(Value::as_str).is_some_and(|t| t != "text") {
-            return Err(Error::bad("response_format", "`response_format` must be text: structured output is not implemented yet").into());
-        }
-    }
+    let asked = req.common.structured(vec![crate::structured::response_format("response_format", req.response_format.as_ref())?])?;
     let n = super::choices::count(req.common.n)?;
     let sampling = req.common.sampling()?;
     let stop = req.common.stops()?;
@@ -118,7 +115,8 @@ pub async fn chat_completions(
         Some(n) => n as usize,
         None => prompt::room_left(&engine, ids.len()).min(state.settings.default_max_tokens).max(1),
     };
-    let request = Request { top_logprobs: top.unwrap_or(0), ..req.common.request(&engine, ids, max_tokens, sampling, stop)? };
+    let constraint = crate::structured::compile(&engine, asked).await?;
+    let request = Request { top_logprobs: top.unwrap_or(0), constraint, ..req.common.request(&engine, ids, max_tokens, sampling, stop)? };
     let jobs = super::choices::submit_all(&state, &engine, request, n, ("/v1/chat/completions", caller))?;
     let (id, created) = (response_id("chatcmpl"), unix_now());
     let out = || Chat {

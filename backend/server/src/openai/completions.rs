@@ -51,6 +51,7 @@ impl crate::fields::Fields for CompletionRequest {
     const ACCEPTED: &'static [&'static [&'static str]] = &[
         &["prompt", "max_tokens", "n_predict", "logprobs", "echo", "suffix", "best_of"],
         crate::fields::SAMPLING,
+        crate::fields::STRUCTURED,
         crate::fields::OPENAI_EXTRA,
         crate::fields::LABELS,
         crate::fields::SPECULATIVE,
@@ -120,12 +121,14 @@ pub async fn completions(
             infill_prompt(&engine, fill, max_tokens as i64, "suffix").await?
         }
     };
+    let constraint = crate::structured::compile(&engine, req.common.structured(Vec::new())?).await?;
     let text = engine.handle.text().clone();
     let echo_text =
         req.echo.then(|| prompt_text.unwrap_or_else(|| text.tokenizer.as_ref().and_then(|t| t.decode(&ids).ok()).unwrap_or_default()));
     let request = Request {
         top_logprobs: top.unwrap_or(0),
         echo_logprobs: req.echo && top.is_some(),
+        constraint,
         ..req.common.request(&engine, ids, max_tokens, sampling, stop)?
     };
     let jobs = super::choices::submit_all(&state, &engine, request, n, ("/v1/completions", caller))?;

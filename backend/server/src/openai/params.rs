@@ -43,6 +43,10 @@ pub struct CommonParams {
     pub frequency_penalty: Option<f32>,
     /// OpenAI's `{"id": bias}` or llama.cpp's `[[id, bias], …]` (`false`: never).
     pub logit_bias: Option<Value>,
+    /// llama.cpp's GBNF grammar (`structured::grammar`).
+    pub grammar: Option<Value>,
+    /// llama.cpp's JSON schema for the output.
+    pub json_schema: Option<Value>,
     #[serde(flatten)]
     pub speculative: peregrine_api::speculative::SpeculativeParams,
 }
@@ -82,6 +86,14 @@ impl CommonParams {
             speculative: crate::speculative::engine_request(&self.speculative, engine.handle.verify_capacity())?,
             ..Request::new(Prompt::Tokens(ids))
         })
+    }
+
+    /// The grammar `grammar` or `json_schema` asks for, with `others` the route's own
+    /// structured-output fields; at most one of them.
+    pub fn structured(&self, others: Vec<Option<crate::structured::Asked>>) -> Result<Option<crate::structured::Asked>> {
+        let mut asked = vec![crate::structured::grammar(self.grammar.as_ref())?, crate::structured::json_schema(self.json_schema.as_ref())?];
+        asked.extend(others);
+        crate::structured::one_of(asked)
     }
 
     /// Whether the answer streams.

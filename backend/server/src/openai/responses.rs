@@ -1,14 +1,14 @@
 //! `POST /v1/responses`: OpenAI's Responses API for text: `input` as a string or a list
 //! of messages (`{role, content}` with `input_text` / `output_text` parts, so earlier
 //! turns come back as the client keeps them), `instructions` as the system message,
-//! `max_output_tokens`, `temperature`, `top_p`, `stream`. Everything that would change
-//! the answer and is not implemented (tools, structured `text.format`, stored
-//! responses) is a 400 naming the field. The answer and its events: `response_object.rs`.
+//! `max_output_tokens`, `temperature`, `top_p`, `stream`, structured output through
+//! `text.format` (`structured.rs`). Everything that would change the answer and is not
+//! implemented (tools, stored responses) is a 400 naming the field. The answer and its events: `response_object.rs`.
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use peregrine_engine::{ChatMessage, Prompt};
+use peregrine_engine::{ChatMessage, Prompt, Request};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -38,7 +38,7 @@ pub struct ResponsesRequest {
     pub store: Option<bool>,
     /// Only an empty list (tool calls are not implemented yet).
     pub tools: Option<Vec<Value>>,
-    /// Only `{format: {type: "text"}}`.
+    /// `{format: {type: "text" | "json_object" | "json_schema", …}}`.
     pub text: Option<Value>,
     pub metadata: Option<Value>,
 }
@@ -134,13 +134,6 @@ fn check_unimplemented(req: &ResponsesRequest) -> Result<()> {
     if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
         return Err(Error::bad("tools", "`tools` is not supported yet: tool calls are not implemented"));
     }
-    if let Some(text) = &req.text {
-        let format = text.get("format").and_then(|f| f.get("type")).and_then(Value::as_str);
-        let only_format = text.as_object().is_some_and(|o| o.keys().all(|k| k == "format"));
-        if !only_format || !matches!(format, None | Some("text")) {
-            return Err(Error::bad("text", "`text.format` must be text: structured output is not implemented yet"));
-        }
-    }
     Ok(())
 }
 
@@ -153,6 +146,7 @@ pub async fn responses(
     let JsonBody(req) = body?;
     let engine = state.engine.get()?;
     check_unimplemented(&req)?;
+    let asked = crate::structured::responses_text(req.text.as_ref())?;
     let common = CommonParams { model: req.model.clone(), temperature: req.temperature, top_p: req.top_p, ..CommonParams::default() };
     common.check_model(&engine)?;
     let sampling = common.sampling()?;
@@ -162,7 +156,8 @@ pub async fn responses(
         Some(n) => n as usize,
         None => prompt::room_left(&engine, ids.len()).min(state.settings.default_max_tokens).max(1),
     };
-    let request = common.request(&engine, ids, max_tokens, sampling, Vec::new())?;
+    let constraint = crate::structured::compile(&engine, asked).await?;
+    let request = Request { constraint, ..common.request(&engine, ids, max_tokens, sampling, Vec::new())? };
     let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/v1/responses", caller, ticker: false })?;
     let steps = Steps { job, text: engine.handle.text().clone(), logprobs: false };
     let out = ResponseAnswer::new(

@@ -43,6 +43,7 @@ impl crate::fields::Fields for LlamaCompletionRequest {
     const ACCEPTED: &'static [&'static [&'static str]] = &[
         &["prompt", "n_predict", "max_tokens", "n_probs"],
         crate::fields::SAMPLING,
+        crate::fields::STRUCTURED,
         crate::fields::LABELS,
         crate::fields::SPECULATIVE,
     ];
@@ -81,7 +82,9 @@ pub async fn completion(
     let text = engine.handle.text().clone();
     let prompt_text = text.tokenizer.as_ref().and_then(|t| t.decode(&ids).ok()).unwrap_or_default();
     let prompt_n = ids.len();
-    let request = peregrine_engine::Request { top_logprobs: probs.unwrap_or(0), ..req.common.request(&engine, ids, max_tokens, sampling, stop)? };
+    let constraint = crate::structured::compile(&engine, req.common.structured(Vec::new())?).await?;
+    let request =
+        peregrine_engine::Request { top_logprobs: probs.unwrap_or(0), constraint, ..req.common.request(&engine, ids, max_tokens, sampling, stop)? };
     let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/completion", caller, ticker: false })?;
     let steps = Steps { job, text, logprobs: probs.is_some() };
     let out = LlamaAnswer::new(engine.model_id(), prompt_text, prompt_n, probs.is_some());
