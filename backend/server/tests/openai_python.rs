@@ -1,7 +1,8 @@
 //! Compatibility: the official `openai` and `anthropic` Python clients (from PyPI,
 //! pinned, in a venv this test creates under the cache dir on first run) against the
 //! real engine in-process, and against the real binary behind an API key (Responses,
-//! Messages, llama.cpp's `/completion`, the routes without `/v1`).
+//! Messages, llama.cpp's `/completion`, the routes without `/v1`, structured output
+//! validated by `jsonschema`).
 
 mod common;
 
@@ -13,7 +14,7 @@ use common::{dist_with_index, engine_lock, real_engine, start};
 use peregrine_server::app::AppState;
 
 /// The client versions the tests pin.
-const PACKAGES: &[&str] = &["openai==3.57.0", "anthropic==2.10.0"];
+const PACKAGES: &[&str] = &["openai==3.57.0", "anthropic==2.10.0", "jsonschema==4.26.0"];
 /// Model id the server reports.
 const MODEL_ID: &str = "SmolLM2-135M-Instruct.Q4_1";
 

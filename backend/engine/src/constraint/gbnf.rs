@@ -216,11 +216,13 @@ impl Parser<'_> {
                     Some(("", b)) => (0, Some(num(b)?)),
                     Some((a, b)) => (num(a)?, Some(num(b)?)),
                 };
+                // A group is already parenthesised; anything else is one item.
+                let atom = if atom.starts_with('(') { atom } else { format!("({atom})") };
                 match max {
                     Some(0) => Ok("\"\"".into()),
                     Some(m) if m < min => Err(self.error(&format!("bad repetition `{{{spec}}}`: the maximum is below the minimum"))),
-                    Some(m) => Ok(format!("({atom}){{{min},{m}}}")),
-                    None => Ok(format!("({atom}){{{min},}}")),
+                    Some(m) => Ok(format!("{atom}{{{min},{m}}}")),
+                    None => Ok(format!("{atom}{{{min},}}")),
                 }
             }
             _ => Ok(atom),

@@ -44,9 +44,9 @@ impl GrammarSource {
                 if !(schema.is_object() || schema.is_boolean()) {
                     return Err(Error::Grammar("a JSON schema is an object (or true / false)".into()));
                 }
-                TopLevelGrammar::from_json_schema(schema.clone())
+                TopLevelGrammar::from_json_schema(bounded_whitespace(schema.clone()))
             }
-            GrammarSource::JsonObject => TopLevelGrammar::from_json_schema(serde_json::json!({ "type": "object" })),
+            GrammarSource::JsonObject => TopLevelGrammar::from_json_schema(bounded_whitespace(serde_json::json!({ "type": "object" }))),
             GrammarSource::Lark(text) => TopLevelGrammar::from_lark(text.clone()),
             GrammarSource::Gbnf(text) => TopLevelGrammar::from_lark(gbnf::to_lark(text).map_err(Error::Grammar)?),
             GrammarSource::Regex(rx) => TopLevelGrammar::from_regex(rx),
@@ -63,6 +63,21 @@ impl GrammarSource {
             GrammarSource::Regex(_) => "regex",
         }
     }
+}
+
+/// The whitespace JSON output may have between two tokens of JSON: one space, or one or
+/// two line breaks and up to twenty spaces or tabs of indentation (llama.cpp's JSON
+/// schema grammars bound it the same way). Unbounded, a small model can fill the
+/// answer with blank lines that the grammar cannot refuse.
+const JSON_WHITESPACE: &str = r"(\x20|\x0A{1,2}[\x20\x09]{0,20})";
+
+/// `schema` compiled with [`JSON_WHITESPACE`], unless it sets llguidance's own JSON
+/// options (`x-guidance`).
+fn bounded_whitespace(mut schema: Value) -> Value {
+    if let Some(fields) = schema.as_object_mut() {
+        fields.entry("x-guidance").or_insert_with(|| serde_json::json!({ "whitespace_pattern": JSON_WHITESPACE }));
+    }
+    schema
 }
 
 /// A compiled grammar, ready to guide any number of runs (cheap to clone).
@@ -86,7 +101,7 @@ impl PartialEq for Constraint {
 
 impl Constraint {
     /// A fresh run's state.
-    pub fn guide(&self) -> Guide {
+    pub(crate) fn guide(&self) -> Guide {
         Guide::new(Matcher::new(Ok(TokenParser::clone(&self.parser))))
     }
 

@@ -1,15 +1,19 @@
 """Drives the real `peregrine serve` behind an API key with the official clients:
 OpenAI's Responses API (`openai`, Bearer key) and Anthropic's Messages API
 (`anthropic`, x-api-key), streamed and not; llama.cpp's native /completion with and
-without streaming; the OpenAI routes without /v1. Usage:
+without streaming (with a GBNF grammar too); the OpenAI routes without /v1; chat with
+`response_format` json_schema on 24 schemas, each answer validated by `jsonschema`;
+an invalid grammar and an invalid schema each a 400 naming the field. Usage:
 python agent_clients.py BASE_URL MODEL_ID API_KEY. Exits non-zero on the first mismatch."""
 
 import json
+import re
 import sys
 import urllib.error
 import urllib.request
 
 import anthropic
+import jsonschema
 import openai
 from anthropic import Anthropic
 from openai import OpenAI
@@ -129,8 +133,15 @@ assert status == 200, text
 pieces = [json.loads(line[len("data: "):]) for line in text.splitlines() if line.startswith("data: ")]
 assert "".join(p["content"] for p in pieces) == whole["content"], (pieces, whole)
 assert pieces[-1]["stop"] is True and all(p["stop"] is False for p in pieces[:-1]), pieces
-status, text = post("/completion", {**body, "grammar": "root ::= [a-z]+"})
-assert status == 400 and json.loads(text)["error"]["param"] == "grammar", text
+status, text = post("/completion", {**body, "n_predict": 12, "grammar": 'root ::= "fib" [a-z]{1,6} ";"'})
+assert status == 200, text
+fixed = json.loads(text)["content"]
+assert re.fullmatch(r"fib[a-z]{1,6};", fixed) and json.loads(text)["stop_type"] == "eos", text
+status, text = post("/completion", {**body, "grammar": "root ::= [a-z"})
+error = json.loads(text)["error"]
+assert status == 400 and error["param"] == "grammar" and "unterminated character class" in error["message"], text
+status, text = post("/completion", {**body, "json_schema": {"type": "object", "properties": {"a": {"type": "strng"}}}})
+assert status == 400 and json.loads(text)["error"]["param"] == "json_schema", text
 
 bare = OpenAI(base_url=base, api_key=key, max_retries=0, timeout=120)
 assert [x.id for x in bare.models.list().data] == [model]
@@ -139,4 +150,80 @@ assert chat.choices[0].message.content, chat
 done = bare.completions.create(model=model, prompt="def fib(n):", max_tokens=6, temperature=0)
 assert done.choices[0].text == whole["content"], (done, whole)
 
-print(f"openai {openai.__version__}, anthropic {anthropic.__version__}: responses {answer!r}, messages {said!r}, /completion {whole['content']!r}; all checks passed")
+# --- Structured output: chat with response_format json_schema ----------------------------
+def bounded_string(**extra):
+    return {"type": "string", "maxLength": 24, **extra}
+
+
+SCHEMAS = {
+    "flat_required": {"type": "object", "properties": {"name": bounded_string(), "age": {"type": "integer", "minimum": 0, "maximum": 120}}, "required": ["name", "age"]},
+    "enum_only": {"type": "object", "properties": {"colour": {"enum": ["red", "green", "blue"]}}, "required": ["colour"]},
+    "const_and_enum": {"type": "object", "properties": {"kind": {"const": "fruit"}, "taste": {"enum": ["sweet", "sour", "bitter"]}}, "required": ["kind", "taste"]},
+    "boolean_and_null": {"type": "object", "properties": {"ok": {"type": "boolean"}, "note": {"type": "null"}}, "required": ["ok", "note"]},
+    "integer_range": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 10, "maximum": 99}}, "required": ["n"]},
+    "number_bounds": {"type": "object", "properties": {"price": {"type": "number", "minimum": 0, "maximum": 1000}}, "required": ["price"]},
+    "exclusive_bounds": {"type": "object", "properties": {"t": {"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 50}}, "required": ["t"]},
+    "array_of_strings": {"type": "object", "properties": {"tags": {"type": "array", "items": bounded_string(), "minItems": 1, "maxItems": 3}}, "required": ["tags"]},
+    "array_of_integers": {"type": "object", "properties": {"scores": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 10}, "maxItems": 4}}, "required": ["scores"]},
+    "array_of_enums": {"type": "object", "properties": {"days": {"type": "array", "items": {"enum": ["mon", "tue", "wed"]}, "minItems": 2, "maxItems": 3}}, "required": ["days"]},
+    "nested_object": {"type": "object", "properties": {"user": {"type": "object", "properties": {"name": bounded_string(), "id": {"type": "integer", "minimum": 1, "maximum": 9999}}, "required": ["name", "id"], "additionalProperties": False}}, "required": ["user"]},
+    "deeply_nested": {"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"type": "object", "properties": {"c": {"enum": ["x", "y"]}}, "required": ["c"]}}, "required": ["b"]}}, "required": ["a"]},
+    "array_of_objects": {"type": "object", "properties": {"items": {"type": "array", "maxItems": 2, "items": {"type": "object", "properties": {"sku": bounded_string(), "qty": {"type": "integer", "minimum": 1, "maximum": 9}}, "required": ["sku", "qty"], "additionalProperties": False}}}, "required": ["items"]},
+    "optional_fields": {"type": "object", "properties": {"title": bounded_string(), "subtitle": bounded_string()}, "required": ["title"], "additionalProperties": False},
+    "all_optional": {"type": "object", "properties": {"x": {"type": "integer", "minimum": 0, "maximum": 9}, "y": {"type": "integer", "minimum": 0, "maximum": 9}}, "additionalProperties": False},
+    "strict_closed": {"type": "object", "properties": {"city": bounded_string(), "country": bounded_string()}, "required": ["city", "country"], "additionalProperties": False},
+    "string_pattern": {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{3}$"}}, "required": ["code"]},
+    "string_format_date": {"type": "object", "properties": {"when": {"type": "string", "format": "date"}}, "required": ["when"]},
+    "any_of": {"type": "object", "properties": {"value": {"anyOf": [{"type": "integer", "minimum": 0, "maximum": 9}, {"enum": ["none"]}]}}, "required": ["value"]},
+    "nullable_union": {"type": "object", "properties": {"middle": {"type": ["string", "null"], "maxLength": 12}}, "required": ["middle"]},
+    "defs_and_ref": {"$defs": {"point": {"type": "object", "properties": {"x": {"type": "integer", "minimum": -9, "maximum": 9}, "y": {"type": "integer", "minimum": -9, "maximum": 9}}, "required": ["x", "y"], "additionalProperties": False}}, "type": "object", "properties": {"from": {"$ref": "#/$defs/point"}, "to": {"$ref": "#/$defs/point"}}, "required": ["from", "to"]},
+    "top_level_array": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "minItems": 1, "maxItems": 3},
+    "mixed_record": {"type": "object", "properties": {"id": {"type": "integer", "minimum": 1, "maximum": 99}, "active": {"type": "boolean"}, "ratio": {"type": "number", "minimum": 0, "maximum": 1}, "labels": {"type": "array", "items": {"enum": ["new", "old"]}, "maxItems": 2}, "owner": {"type": "object", "properties": {"name": bounded_string()}, "required": ["name"]}}, "required": ["id", "active", "ratio", "labels", "owner"]},
+    "tuple_prefix_items": {"type": "object", "properties": {"pair": {"type": "array", "prefixItems": [{"type": "integer", "minimum": 0, "maximum": 9}, {"enum": ["on", "off"]}], "items": False, "minItems": 2}}, "required": ["pair"]},
+}
+assert len(SCHEMAS) >= 20
+
+
+def closed(schema):
+    """`schema` with every object closed to unlisted properties, as OpenAI's strict mode
+    asks (an open object leaves a small model free to ramble until max_tokens)."""
+    if isinstance(schema, dict):
+        schema = {k: closed(v) for k, v in schema.items()}
+        if schema.get("type") == "object" and "properties" in schema:
+            schema.setdefault("additionalProperties", False)
+    elif isinstance(schema, list):
+        schema = [closed(v) for v in schema]
+    return schema
+
+
+SCHEMAS = {name: closed(schema) for name, schema in SCHEMAS.items()}
+structured = OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0, timeout=120)
+for name, schema in SCHEMAS.items():
+    jsonschema.Draft202012Validator.check_schema(schema)
+    reply = structured.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": f"Reply with a JSON value for `{name.replace('_', ' ')}`."}],
+        response_format={"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}},
+        max_tokens=200,
+        temperature=0,
+    )
+    choice = reply.choices[0]
+    assert choice.finish_reason == "stop", (name, choice)
+    jsonschema.validate(json.loads(choice.message.content), schema, format_checker=jsonschema.FormatChecker())
+
+pieces = structured.chat.completions.create(
+    model=model,
+    messages=[{"role": "user", "content": "A shopping list."}],
+    response_format={"type": "json_schema", "json_schema": {"name": "list", "schema": SCHEMAS["array_of_objects"], "strict": True}},
+    max_tokens=200,
+    temperature=0,
+    stream=True,
+)
+streamed = "".join(c.choices[0].delta.content or "" for c in pieces if c.choices)
+jsonschema.validate(json.loads(streamed), SCHEMAS["array_of_objects"])
+bad_schema = {"type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "object", "properties": {"a": {"type": "integr"}}}}}
+ask_chat = dict(model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
+expect_error(openai.BadRequestError, lambda: structured.chat.completions.create(**ask_chat, response_format=bad_schema), "response_format")
+expect_error(openai.BadRequestError, lambda: structured.chat.completions.create(**ask_chat, extra_body={"grammar": "root ::= (\"a\""}), "grammar")
+
+print(f"openai {openai.__version__}, anthropic {anthropic.__version__}: responses {answer!r}, messages {said!r}, /completion {whole['content']!r}, grammar {fixed!r}; {len(SCHEMAS)} schemas validated; all checks passed")
