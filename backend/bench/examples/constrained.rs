@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use peregrine_engine::runtime::{Cancel, DecodeJob, Flow, Runtime};
+use peregrine_engine::runtime::{Cancel, DecodeJob, Runtime};
 use peregrine_engine::sampling::SamplingParams;
 use peregrine_engine::speculative::DraftPlan;
 use peregrine_engine::{build_generator, load_model, ChatMessage, Constraint, EngineOptions, GrammarSource, Prompt};
@@ -42,16 +42,7 @@ fn decode(rt: &mut dyn Runtime, prompt: &[u32], max_tokens: usize, stops: &[u32]
         draft: DraftPlan::OFF,
         constraint,
     };
-    let mut ids = Vec::new();
-    let (mut first, mut last) = (None, Instant::now());
-    rt.generate(&job, &mut |s| {
-        last = Instant::now();
-        first.get_or_insert(last);
-        ids.push(s.id);
-        Flow::Continue
-    })
-    .expect("the run succeeds");
-    let decode_s = first.map_or(0.0, |f| last.duration_since(f).as_secs_f64());
+    let (ids, decode_s) = peregrine_engine::lab::runs::timed(rt, &job).expect("the run succeeds");
     (ids.len().saturating_sub(1), decode_s, ids)
 }
 

@@ -11,10 +11,9 @@
 //! request's acceptance and the row cost; DRAFT_MAX defaults to the engine's).
 
 use std::collections::BTreeMap;
-use std::time::Instant;
 
 use peregrine_engine::lab::workload;
-use peregrine_engine::runtime::{Cancel, DecodeJob, Flow, Runtime};
+use peregrine_engine::runtime::{Cancel, DecodeJob, Runtime};
 use peregrine_engine::sampling::SamplingParams;
 use peregrine_engine::speculative::{DraftCounts, DraftPlan, Sizing, DEFAULT_DRAFT_MAX};
 use peregrine_engine::{build_generator, load_model, ActPrecision, EngineOptions};
@@ -34,16 +33,7 @@ struct Run {
 fn decode(rt: &mut dyn Runtime, prompt: &[u32], max_tokens: usize, stops: &[u32], draft: DraftPlan) -> Run {
     let sampling = SamplingParams::default();
     let job = DecodeJob { prompt, max_tokens, sampling: &sampling, stop_tokens: stops, top_logprobs: 0, cancel: Cancel::NEVER, reuse_prefix: false, draft, constraint: None };
-    let mut ids = Vec::new();
-    let (mut first, mut last) = (None, Instant::now());
-    rt.generate(&job, &mut |s| {
-        last = Instant::now();
-        first.get_or_insert(last);
-        ids.push(s.id);
-        Flow::Continue
-    })
-    .expect("the run succeeds");
-    let decode_s = first.map_or(0.0, |f| last.duration_since(f).as_secs_f64());
+    let (ids, decode_s) = peregrine_engine::lab::runs::timed(rt, &job).expect("the run succeeds");
     Run { ids, decode_s, counts: rt.draft_counts() }
 }
 

@@ -55,6 +55,20 @@ pub fn collect_drafting<R: Runtime + ?Sized>(
     Ok((out, end, rt.draft_counts()))
 }
 
+/// Runs `job`: the token ids and the decode seconds, from the first token to the last
+/// (the benchmarks' decode rate is the tokens after the first over them).
+pub fn timed<R: Runtime + ?Sized>(rt: &mut R, job: &DecodeJob<'_>) -> Result<(Vec<u32>, f64)> {
+    let mut ids = Vec::new();
+    let (mut first, mut last) = (None, std::time::Instant::now());
+    rt.generate(job, &mut |s: &Sampled| {
+        last = std::time::Instant::now();
+        first.get_or_insert(last);
+        ids.push(s.id);
+        Flow::Continue
+    })?;
+    Ok((ids, first.map_or(0.0, |f| last.duration_since(f).as_secs_f64())))
+}
+
 /// The token ids of a run.
 pub fn ids(sampled: &[Sampled]) -> Vec<u32> {
     sampled.iter().map(|s| s.id).collect()
