@@ -52,7 +52,7 @@ pub mod infill;
 #[cfg(feature = "lab")]
 pub mod lab;
 
-pub use constraint::{Constraint, GrammarSource};
+pub use constraint::{bounded_json_whitespace, Constraint, GrammarSource};
 pub use error::{CudaError, Error, Result};
 
 /// Whether this build carries the measuring apparatus (the `lab` feature). The

@@ -225,15 +225,26 @@ async fn unimplemented_fields_are_refused_by_name_on_every_generating_route() {
         let (status, text) = call(&app, "POST", uri, with(&body, key, value)).await;
         assert_names(uri, status, &text, key);
     }
-    // Non-text response formats (on a runtime that cannot follow them) and tools are 400s.
+    // Non-text response formats and required tool calls are 400s on a runtime that
+    // cannot follow a grammar (tests/tool_calls.rs has them on the CPU runtime).
     let chat = json!({ "messages": [{ "role": "user", "content": "Hi" }], "max_tokens": 1 });
+    let tool = json!([{ "type": "function", "function": { "name": "f" } }]);
     for (key, value) in [
         ("response_format", json!({ "type": "json_object" })),
         ("response_format", json!({ "type": "json_schema", "json_schema": { "name": "x", "schema": {} } })),
-        ("tools", json!([{ "type": "function", "function": { "name": "f" } }])),
+        ("tool_choice", json!("required")),
     ] {
-        let (status, text) = call(&app, "POST", "/v1/chat/completions", with(&chat, key, value)).await;
+        let body = with(&with(&chat, "tools", tool.clone()), key, value);
+        let (status, text) = call(&app, "POST", "/v1/chat/completions", body).await;
         assert_names("/v1/chat/completions", status, &text, key);
+    }
+    let bad_tools = [
+        ("tools", json!([{ "type": "function", "function": { "name": "bad name" } }]), "tools[0].function.name"),
+        ("tool_choice", json!("maybe"), "tool_choice"),
+    ];
+    for (key, value, param) in bad_tools {
+        let (status, text) = call(&app, "POST", "/v1/chat/completions", with(&chat, key, value)).await;
+        assert_names("/v1/chat/completions", status, &text, param);
     }
     // Nested objects are held to their fields too.
     let (status, text) = call(&app, "POST", "/v1/completions", json!({ "prompt": "Hi", "stream_options": { "include_usag": true } })).await;

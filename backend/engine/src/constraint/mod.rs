@@ -44,9 +44,9 @@ impl GrammarSource {
                 if !(schema.is_object() || schema.is_boolean()) {
                     return Err(Error::Grammar("a JSON schema is an object (or true / false)".into()));
                 }
-                TopLevelGrammar::from_json_schema(bounded_whitespace(schema.clone()))
+                TopLevelGrammar::from_json_schema(bounded_json_whitespace(schema.clone()))
             }
-            GrammarSource::JsonObject => TopLevelGrammar::from_json_schema(bounded_whitespace(serde_json::json!({ "type": "object" }))),
+            GrammarSource::JsonObject => TopLevelGrammar::from_json_schema(bounded_json_whitespace(serde_json::json!({ "type": "object" }))),
             GrammarSource::Lark(text) => TopLevelGrammar::from_lark(text.clone()),
             GrammarSource::Gbnf(text) => TopLevelGrammar::from_lark(gbnf::to_lark(text).map_err(Error::Grammar)?),
             GrammarSource::Regex(rx) => TopLevelGrammar::from_regex(rx),
@@ -72,8 +72,8 @@ impl GrammarSource {
 const JSON_WHITESPACE: &str = r"(\x20|\x0A{1,2}[\x20\x09]{0,20})";
 
 /// `schema` compiled with [`JSON_WHITESPACE`], unless it sets llguidance's own JSON
-/// options (`x-guidance`).
-fn bounded_whitespace(mut schema: Value) -> Value {
+/// options (`x-guidance`); for schemas written into a Lark grammar (`%json`) too.
+pub fn bounded_json_whitespace(mut schema: Value) -> Value {
     if let Some(fields) = schema.as_object_mut() {
         fields.entry("x-guidance").or_insert_with(|| serde_json::json!({ "whitespace_pattern": JSON_WHITESPACE }));
     }

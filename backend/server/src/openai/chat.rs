@@ -1,5 +1,8 @@
 //! `POST /v1/chat/completions`: messages through the model's chat template,
-//! streamed or not, with `logprobs` / `top_logprobs`.
+//! streamed or not, with `logprobs` / `top_logprobs`, structured output
+//! (`structured.rs`) and tool calls (`tools.rs`, `tool_output.rs`): assistant turns'
+//! `tool_calls` and `tool` results in the history, calls answered as `tool_calls` with
+//! `finish_reason: "tool_calls"`, streamed as one `tool_calls` delta per call.
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -14,6 +17,8 @@ use super::logprobs;
 use super::params::{check_top_logprobs, max_tokens_or_n_predict, CommonParams};
 use super::steps::{finish_reason, Step, Steps};
 use super::stream::Render;
+use super::tool_output::{self, Call, CallScanner};
+use super::tools::{self, Tools};
 use crate::app::AppState;
 use crate::error::{Error, Result};
 use crate::extract::JsonBody;
@@ -29,6 +34,10 @@ pub struct MessageIn {
     /// A string, an array of `{type: "text", text}` parts, or null.
     #[serde(default)]
     pub content: Value,
+    /// An assistant turn's calls: `[{id, type: "function", function: {name, arguments}}]`.
+    pub tool_calls: Option<Vec<Value>>,
+    /// A `tool` turn's answer to this call.
+    pub tool_call_id: Option<String>,
 }
 
 /// Body of `POST /v1/chat/completions`.
@@ -42,7 +51,9 @@ pub struct ChatRequest {
     #[serde(default)]
     pub logprobs: bool,
     pub top_logprobs: Option<u32>,
-    pub tools: Option<Vec<Value>>,
+    pub tools: Option<Value>,
+    pub tool_choice: Option<Value>,
+    pub parallel_tool_calls: Option<Value>,
     pub response_format: Option<Value>,
     #[serde(flatten)]
     pub common: CommonParams,
@@ -51,7 +62,8 @@ pub struct ChatRequest {
 impl crate::fields::Fields for ChatRequest {
     const ROUTE: &'static str = "/v1/chat/completions";
     const ACCEPTED: &'static [&'static [&'static str]] = &[
-        &["messages", "max_tokens", "max_completion_tokens", "n_predict", "logprobs", "top_logprobs", "tools", "response_format"],
+        &["messages", "max_tokens", "max_completion_tokens", "n_predict", "logprobs", "top_logprobs", "response_format"],
+        &["tools", "tool_choice", "parallel_tool_calls"],
         crate::fields::SAMPLING,
         crate::fields::STRUCTURED,
         crate::fields::OPENAI_EXTRA,
@@ -60,12 +72,14 @@ impl crate::fields::Fields for ChatRequest {
     ];
 }
 
-/// The messages as template input; only text content is supported.
-fn messages(req: &ChatRequest) -> Result<Vec<ChatMessage>> {
+/// The messages as template input (only text content is supported), the tools'
+/// instructions added to the system message (a first one when there is none).
+fn messages(req: &ChatRequest, tools: Option<&Tools>) -> Result<Vec<ChatMessage>> {
     if req.messages.is_empty() {
         return Err(Error::bad("messages", "messages must contain at least one message"));
     }
-    req.messages
+    let mut out = req
+        .messages
         .iter()
         .enumerate()
         .map(|(i, m)| {
@@ -83,9 +97,28 @@ fn messages(req: &ChatRequest) -> Result<Vec<ChatMessage>> {
                     .concat(),
                 _ => return Err(Error::bad(&param(), "content must be a string or an array of text parts")),
             };
+            let content = match &m.tool_calls {
+                Some(calls) if m.role == "assistant" => tools::history_calls(i, &content, calls)?,
+                Some(_) => {
+                    let at = format!("messages[{i}].tool_calls");
+                    return Err(Error::bad(&at, format!("{at}: only assistant messages carry tool_calls")));
+                }
+                None => content,
+            };
+            if m.tool_call_id.is_some() && m.role != "tool" {
+                let at = format!("messages[{i}].tool_call_id");
+                return Err(Error::bad(&at, format!("{at}: only tool messages carry tool_call_id")));
+            }
             Ok(ChatMessage::new(m.role.clone(), content))
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    if let Some(tools) = tools {
+        match out.first_mut() {
+            Some(first) if first.role == "system" => first.content = format!("{}\n\n{}", first.content, tools.instructions()),
+            _ => out.insert(0, ChatMessage::new("system", tools.instructions())),
+        }
+    }
+    Ok(out)
 }
 
 /// Handles a chat completion request.
@@ -97,10 +130,10 @@ pub async fn chat_completions(
     let JsonBody(req) = body?;
     let engine = state.engine.get()?;
     req.common.check_model(&engine)?;
-    if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-        return Err(Error::bad("tools", "`tools` is not supported yet: tool calls are not implemented").into());
-    }
-    let asked = req.common.structured(vec![crate::structured::response_format("response_format", req.response_format.as_ref())?])?;
+    let tools = Tools::from_request(req.tools.as_ref(), req.tool_choice.as_ref(), req.parallel_tool_calls.as_ref())?;
+    let tool_grammar = tools.as_ref().and_then(Tools::grammar).map(|source| crate::structured::Asked { param: "tool_choice".into(), source });
+    let asked =
+        req.common.structured(vec![crate::structured::response_format("response_format", req.response_format.as_ref())?, tool_grammar])?;
     let n = super::choices::count(req.common.n)?;
     let sampling = req.common.sampling()?;
     let stop = req.common.stops()?;
@@ -109,7 +142,10 @@ pub async fn chat_completions(
         (false, _) => None,
         (true, n) => Some(check_top_logprobs("top_logprobs", n.unwrap_or(0))?),
     };
-    let ids = prompt::tokenize(&engine, Prompt::Chat(messages(&req)?), "messages").await?;
+    if top.is_some() && tools.is_some() {
+        return Err(Error::bad("logprobs", "logprobs cannot be combined with tools yet").into());
+    }
+    let ids = prompt::tokenize(&engine, Prompt::Chat(messages(&req, tools.as_ref())?), "messages").await?;
     let max_tokens = match max_tokens_or_n_predict(req.max_completion_tokens.or(req.max_tokens), req.n_predict)? {
         Some(0) => return Err(Error::bad("max_tokens", "max_tokens must be at least 1").into()),
         Some(n) => n as usize,
@@ -125,6 +161,7 @@ pub async fn chat_completions(
         model: engine.model_id().to_string(),
         logprobs: top.is_some(),
         include_usage: req.common.include_usage(),
+        calls: tools.as_ref().map(|_| CallScanner::default()),
     };
     let text = engine.handle.text().clone();
     if req.common.streaming() {
@@ -135,6 +172,15 @@ pub async fn chat_completions(
     Ok(Json(merged).into_response())
 }
 
+/// The finish reason of an answer with calls: `tool_calls`, unless the length limit cut
+/// it (its complete calls are still answered).
+fn calls_finish(reason: peregrine_api::FinishReason) -> &'static str {
+    match finish_reason(reason) {
+        "length" => "length",
+        _ => "tool_calls",
+    }
+}
+
 /// Builds chat completion objects and chunks.
 struct Chat {
     id: String,
@@ -142,6 +188,8 @@ struct Chat {
     model: String,
     logprobs: bool,
     include_usage: bool,
+    /// With tools: the answer's text, read for calls.
+    calls: Option<CallScanner>,
 }
 
 impl Chat {
@@ -161,11 +209,17 @@ impl Chat {
     async fn collect(self, steps: Steps) -> Result<Value> {
         let f = steps.finish().await?;
         let lp = if self.logprobs { logprobs::chat(&f.output) } else { Value::Null };
-        let message = json!({ "role": "assistant", "content": f.text });
-        let mut out = self.object(
-            "chat.completion",
-            json!([{ "index": 0, "message": message, "logprobs": lp, "finish_reason": finish_reason(f.reason) }]),
-        );
+        let called = self.calls.is_some().then(|| tool_output::read_calls(&f.text)).flatten().filter(|(_, calls)| !calls.is_empty());
+        let (message, finish) = match called {
+            Some((before, calls)) => {
+                let content = if before.is_empty() { Value::Null } else { Value::String(before) };
+                let calls: Vec<Value> = calls.iter().map(Call::message_json).collect();
+                (json!({ "role": "assistant", "content": content, "tool_calls": calls }), calls_finish(f.reason))
+            }
+            None => (json!({ "role": "assistant", "content": f.text }), finish_reason(f.reason)),
+        };
+        let mut out =
+            self.object("chat.completion", json!([{ "index": 0, "message": message, "logprobs": lp, "finish_reason": finish }]));
         out["usage"] = json!(f.usage);
         out["timings"] = json!(f.timings);
         Ok(out)
@@ -182,18 +236,38 @@ impl Render for Chat {
                     Some(t) => logprobs::chat(std::slice::from_ref(t)),
                     None => Value::Null,
                 };
+                let text = match &mut self.calls {
+                    Some(scanner) => scanner.push(&text),
+                    None => text,
+                };
+                if text.is_empty() && token.is_none() {
+                    return vec![];
+                }
                 vec![self.chunk(json!({ "content": text }), lp, None)]
             }
             Step::Done { reason, usage, timings } => {
-                let mut last = self.chunk(json!({}), Value::Null, Some(finish_reason(reason)));
+                let mut out = Vec::new();
+                let mut finish = finish_reason(reason);
+                match self.calls.as_ref().map(CallScanner::finish) {
+                    Some(Ok(calls)) if !calls.is_empty() => {
+                        let deltas: Vec<Value> = calls.iter().enumerate().map(|(i, c)| c.delta_json(i)).collect();
+                        out.push(self.chunk(json!({ "tool_calls": deltas }), Value::Null, None));
+                        finish = calls_finish(reason);
+                    }
+                    Some(Err(held)) if !held.is_empty() => out.push(self.chunk(json!({ "content": held }), Value::Null, None)),
+                    _ => {}
+                }
+                let mut last = self.chunk(json!({}), Value::Null, Some(finish));
                 if !self.include_usage {
                     last["timings"] = json!(timings);
-                    return vec![last];
+                    out.push(last);
+                    return out;
                 }
                 let mut usage_chunk = self.object("chat.completion.chunk", json!([]));
                 usage_chunk["usage"] = json!(usage);
                 usage_chunk["timings"] = json!(timings);
-                vec![last, usage_chunk]
+                out.extend([last, usage_chunk]);
+                out
             }
         }
     }

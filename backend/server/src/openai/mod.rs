@@ -13,6 +13,8 @@ mod response_object;
 mod responses;
 pub(crate) mod steps;
 pub(crate) mod stream;
+mod tool_output;
+mod tools;
 
 use axum::routing::{get, post};
 use axum::Router;

@@ -3,7 +3,9 @@ OpenAI's Responses API (`openai`, Bearer key) and Anthropic's Messages API
 (`anthropic`, x-api-key), streamed and not; llama.cpp's native /completion with and
 without streaming (with a GBNF grammar too); the OpenAI routes without /v1; chat with
 `response_format` json_schema on 24 schemas, each answer validated by `jsonschema`;
-an invalid grammar and an invalid schema each a 400 naming the field. Usage:
+an invalid grammar and an invalid schema each a 400 naming the field; tools with
+`tool_choice: "required"` (arguments validated), the same calls streamed as deltas, and a
+tool round trip. Usage:
 python agent_clients.py BASE_URL MODEL_ID API_KEY. Exits non-zero on the first mismatch."""
 
 import json
@@ -226,4 +228,33 @@ ask_chat = dict(model=model, messages=[{"role": "user", "content": "Hi"}], max_t
 expect_error(openai.BadRequestError, lambda: structured.chat.completions.create(**ask_chat, response_format=bad_schema), "response_format")
 expect_error(openai.BadRequestError, lambda: structured.chat.completions.create(**ask_chat, extra_body={"grammar": "root ::= (\"a\""}), "grammar")
 
-print(f"openai {openai.__version__}, anthropic {anthropic.__version__}: responses {answer!r}, messages {said!r}, /completion {whole['content']!r}, grammar {fixed!r}; {len(SCHEMAS)} schemas validated; all checks passed")
+# --- Tool calls: required, streamed deltas, a round trip --------------------------------
+TOOL_PARAMS = {
+    "get_weather": closed({"type": "object", "properties": {"city": bounded_string(), "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"]}),
+    "get_time": closed({"type": "object", "properties": {"zone": bounded_string()}, "required": ["zone"]}),
+}
+tools = [{"type": "function", "function": {"name": n, "description": f"{n.replace('_', ' ')}", "parameters": p, "strict": True}} for n, p in TOOL_PARAMS.items()]
+question = [{"role": "user", "content": "What is the weather in Paris?"}]
+ask_tools = dict(model=model, messages=question, tools=tools, tool_choice="required", parallel_tool_calls=False, max_tokens=150, temperature=0)
+called = structured.chat.completions.create(**ask_tools)
+assert called.choices[0].finish_reason == "tool_calls", called
+calls = called.choices[0].message.tool_calls
+assert calls, called
+for call in calls:
+    jsonschema.validate(json.loads(call.function.arguments), TOOL_PARAMS[call.function.name])
+gathered = {}
+for chunk in structured.chat.completions.create(**ask_tools, stream=True):
+    for delta in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+        entry = gathered.setdefault(delta.index, {"name": "", "arguments": ""})
+        entry["name"] += delta.function.name or ""
+        entry["arguments"] += delta.function.arguments or ""
+reassembled = [(e["name"], json.loads(e["arguments"])) for _, e in sorted(gathered.items())]
+assert reassembled == [(c.function.name, json.loads(c.function.arguments)) for c in calls], (reassembled, calls)
+history = question + [
+    {"role": "assistant", "content": None, "tool_calls": [{"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}} for c in calls]},
+] + [{"role": "tool", "tool_call_id": c.id, "content": "18 degrees, sunny"} for c in calls]
+reply = structured.chat.completions.create(model=model, messages=history, tools=tools, tool_choice="none", max_tokens=24, temperature=0)
+assert reply.choices[0].message.content and not reply.choices[0].message.tool_calls, reply
+expect_error(openai.BadRequestError, lambda: structured.chat.completions.create(**{**ask_tools, "tool_choice": {"type": "function", "function": {"name": "nope"}}}), "tool_choice.function.name")
+
+print(f"openai {openai.__version__}, anthropic {anthropic.__version__}: responses {answer!r}, messages {said!r}, /completion {whole['content']!r}, grammar {fixed!r}; {len(SCHEMAS)} schemas validated; tool calls {[c.function.name for c in calls]}; all checks passed")

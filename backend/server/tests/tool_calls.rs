@@ -1,0 +1,165 @@
+//! Tool calls on `/v1/chat/completions` on the real engine (default model, CPU) over
+//! real HTTP: `tool_choice` required, a named function, `parallel_tool_calls: false`,
+//! auto and none; calls answered as `tool_calls` (`finish_reason: "tool_calls"`) whose
+//! arguments follow the tool's schema, the same call streamed as `tool_calls` deltas, a
+//! history with an assistant's calls and the tool's result, and bad tool fields as 400s
+//! naming them.
+
+mod common;
+
+use common::{dist_with_index, engine_lock, real_engine, start, Server};
+use peregrine_server::app::AppState;
+use serde_json::{json, Value};
+
+const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1";
+
+async fn serve() -> Server {
+    start(AppState::new(dist_with_index()).with_engine(real_engine(), MODEL)).await
+}
+
+async fn post(server: &Server, body: Value) -> (u16, String) {
+    let res = reqwest::Client::new().post(server.url("/v1/chat/completions")).json(&body).send().await.unwrap();
+    (res.status().as_u16(), res.text().await.unwrap())
+}
+
+async fn answer(server: &Server, body: Value) -> Value {
+    let (status, text) = post(server, body).await;
+    assert_eq!(status, 200, "{text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+fn tools() -> Value {
+    json!([
+        { "type": "function", "function": { "name": "get_weather", "description": "The weather in a city",
+          "parameters": { "type": "object", "properties": { "city": { "type": "string", "maxLength": 30 }, "unit": { "enum": ["celsius", "fahrenheit"] } },
+                          "required": ["city", "unit"], "additionalProperties": false } } },
+        { "type": "function", "function": { "name": "get_time", "description": "The time in a time zone",
+          "parameters": { "type": "object", "properties": { "zone": { "type": "string", "maxLength": 30 } }, "required": ["zone"], "additionalProperties": false } } }
+    ])
+}
+
+fn ask(choice: Value) -> Value {
+    json!({
+        "messages": [{ "role": "user", "content": "What is the weather in Paris?" }],
+        "tools": tools(), "tool_choice": choice, "max_tokens": 120, "temperature": 0,
+    })
+}
+
+/// The calls of an answer as (name, arguments object), after checking its shape; a
+/// model may repeat parallel calls until the length limit cuts the answer, whose
+/// complete calls come back all the same.
+fn calls_of(v: &Value) -> Vec<(String, Value)> {
+    let choice = &v["choices"][0];
+    assert!(["tool_calls", "length"].contains(&choice["finish_reason"].as_str().unwrap()), "{v}");
+    let calls = choice["message"]["tool_calls"].as_array().unwrap_or_else(|| panic!("tool_calls: {v}"));
+    calls
+        .iter()
+        .map(|c| {
+            assert!(c["id"].as_str().unwrap().starts_with("call"), "{c}");
+            assert_eq!(c["type"], "function");
+            let args: Value = serde_json::from_str(c["function"]["arguments"].as_str().unwrap()).unwrap();
+            (c["function"]["name"].as_str().unwrap().to_string(), args)
+        })
+        .collect()
+}
+
+fn check_weather(args: &Value) {
+    assert!(args["city"].as_str().is_some_and(|c| !c.is_empty() && c.chars().count() <= 30), "{args}");
+    assert!(["celsius", "fahrenheit"].contains(&args["unit"].as_str().unwrap()), "{args}");
+    assert_eq!(args.as_object().unwrap().len(), 2, "{args}");
+}
+
+#[tokio::test]
+async fn required_and_named_choices_answer_calls_that_follow_the_schemas() {
+    let _turn = engine_lock().await;
+    let server = serve().await;
+    let v = answer(&server, ask(json!("required"))).await;
+    let calls = calls_of(&v);
+    assert!(!calls.is_empty());
+    for (name, args) in &calls {
+        match name.as_str() {
+            "get_weather" => check_weather(args),
+            "get_time" => assert!(args["zone"].is_string(), "{args}"),
+            other => panic!("called {other}"),
+        }
+    }
+    assert!(v["choices"][0]["message"]["content"].is_null(), "{v}");
+
+    let named = answer(&server, ask(json!({ "type": "function", "function": { "name": "get_time" } }))).await;
+    assert!(calls_of(&named).iter().all(|(n, _)| n == "get_time"), "{named}");
+
+    let mut single = ask(json!({ "type": "function", "function": { "name": "get_weather" } }));
+    single["parallel_tool_calls"] = json!(false);
+    let one = answer(&server, single.clone()).await;
+    let calls = calls_of(&one);
+    assert_eq!(calls.len(), 1, "{one}");
+    assert_eq!(one["choices"][0]["finish_reason"], "tool_calls", "one call completes the grammar: {one}");
+    check_weather(&calls[0].1);
+
+    // Streamed: the same call, as tool_calls deltas.
+    single["stream"] = json!(true);
+    let (status, text) = post(&server, single).await;
+    assert_eq!(status, 200, "{text}");
+    let chunks: Vec<Value> =
+        text.lines().filter_map(|l| l.strip_prefix("data: ")).filter(|d| *d != "[DONE]").map(|d| serde_json::from_str(d).unwrap()).collect();
+    let deltas: Vec<&Value> = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array()).flatten().collect();
+    assert_eq!(deltas.len(), 1, "{text}");
+    assert_eq!(deltas[0]["index"], 0);
+    assert_eq!(deltas[0]["function"]["name"], "get_weather");
+    let streamed: Value = serde_json::from_str(deltas[0]["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(streamed, calls[0].1, "streamed and whole calls agree");
+    assert_eq!(chunks.iter().rev().find_map(|c| c["choices"][0]["finish_reason"].as_str()), Some("tool_calls"));
+}
+
+#[tokio::test]
+async fn auto_none_and_a_tool_round_trip() {
+    let _turn = engine_lock().await;
+    let server = serve().await;
+    // Auto: text or calls, and the finish reason says which.
+    let v = answer(&server, ask(json!("auto"))).await;
+    let message = &v["choices"][0]["message"];
+    assert_eq!(message["tool_calls"].is_array(), v["choices"][0]["finish_reason"] == "tool_calls", "{v}");
+    // None: the tools are not offered; a text answer.
+    let v = answer(&server, ask(json!("none"))).await;
+    assert!(v["choices"][0]["message"]["content"].is_string() && v["choices"][0]["message"].get("tool_calls").is_none(), "{v}");
+    // The history carries the assistant's call and the tool's result.
+    let history = json!({
+        "messages": [
+            { "role": "user", "content": "What is the weather in Paris?" },
+            { "role": "assistant", "content": null, "tool_calls": [{ "id": "call_1", "type": "function",
+              "function": { "name": "get_weather", "arguments": "{\"city\": \"Paris\", \"unit\": \"celsius\"}" } }] },
+            { "role": "tool", "tool_call_id": "call_1", "content": "18 degrees and sunny" }
+        ],
+        "tools": tools(), "tool_choice": "none", "max_tokens": 24, "temperature": 0,
+    });
+    let v = answer(&server, history).await;
+    assert!(!v["choices"][0]["message"]["content"].as_str().unwrap().is_empty(), "{v}");
+}
+
+#[tokio::test]
+async fn bad_tool_fields_are_400s_naming_them() {
+    let _turn = engine_lock().await;
+    let server = serve().await;
+    let cases = [
+        (json!({ "tools": [{ "type": "function", "function": { "name": "has space" } }] }), "tools[0].function.name"),
+        (json!({ "tool_choice": { "type": "function", "function": { "name": "missing" } } }), "tool_choice.function.name"),
+        (json!({ "tool_choice": "always" }), "tool_choice"),
+        (json!({ "parallel_tool_calls": "yes" }), "parallel_tool_calls"),
+        (json!({ "logprobs": true }), "logprobs"),
+        (json!({ "response_format": { "type": "json_object" }, "tool_choice": "required" }), "tool_choice"),
+        (json!({ "messages": [{ "role": "user", "content": "x", "tool_calls": [] }] }), "messages[0].tool_calls"),
+        (
+            json!({ "messages": [{ "role": "assistant", "content": null, "tool_calls": [{ "id": "c", "type": "function", "function": { "name": "get_time", "arguments": "{oops" } }] }] }),
+            "messages[0].tool_calls[0].function.arguments",
+        ),
+    ];
+    for (extra, param) in cases {
+        let mut body = ask(json!("auto"));
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let (status, text) = post(&server, body).await;
+        assert_eq!(status, 400, "{param}: {text}");
+        let e: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(e["error"]["param"], param, "{text}");
+        assert!(e["error"]["message"].as_str().unwrap().contains(param), "{text}");
+    }
+}
