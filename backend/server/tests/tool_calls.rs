@@ -115,10 +115,25 @@ async fn required_and_named_choices_answer_calls_that_follow_the_schemas() {
 async fn auto_none_and_a_tool_round_trip() {
     let _turn = engine_lock().await;
     let server = serve().await;
-    // Auto: text or calls, and the finish reason says which.
-    let v = answer(&server, ask(json!("auto"))).await;
-    let message = &v["choices"][0]["message"];
-    assert_eq!(message["tool_calls"].is_array(), v["choices"][0]["finish_reason"] == "tool_calls", "{v}");
+    // Auto: text or calls (the finish reason says which), a call following its schema.
+    for question in ["What is the weather in Paris?", "Say hello.", "Call get_time for the zone Europe/Paris."] {
+        let mut body = ask(json!("auto"));
+        body["messages"][0]["content"] = json!(question);
+        let v = answer(&server, body).await;
+        let message = &v["choices"][0]["message"];
+        if message["tool_calls"].is_array() {
+            for (name, args) in calls_of(&v) {
+                if name == "get_weather" {
+                    check_weather(&args);
+                } else {
+                    assert!(args["zone"].is_string() && args.as_object().unwrap().len() == 1, "{args}");
+                }
+            }
+        } else {
+            assert!(message["content"].is_string() && v["choices"][0]["finish_reason"] != "tool_calls", "{v}");
+        }
+        eprintln!("auto, {question:?}: {message}");
+    }
     // None: the tools are not offered; a text answer.
     let v = answer(&server, ask(json!("none"))).await;
     assert!(v["choices"][0]["message"]["content"].is_string() && v["choices"][0]["message"].get("tool_calls").is_none(), "{v}");
@@ -134,6 +149,32 @@ async fn auto_none_and_a_tool_round_trip() {
     });
     let v = answer(&server, history).await;
     assert!(!v["choices"][0]["message"]["content"].as_str().unwrap().is_empty(), "{v}");
+}
+
+#[tokio::test]
+async fn under_auto_text_is_free_and_an_opened_call_follows_its_schema() {
+    use peregrine_server::openai::tools::Tools;
+    let engine = real_engine();
+    let text = engine.text();
+    let tools = Tools::from_request(Some(&tools()), Some(&json!("auto")), None).unwrap().unwrap();
+    let grammar = text.constraint(&tools.grammar()).expect("the tools' grammar compiles");
+    let taken = |s: &str| {
+        let ids = text.tokenizer.as_ref().unwrap().encode(s, false).unwrap();
+        (grammar.accepted_prefix(&ids), ids.len())
+    };
+    let call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>\n";
+    for whole in ["Plain text, even with a <tool> tag or <tool_call without its bracket.", &format!("Let me check.\n{call}"), &format!("{call}{call}")] {
+        let (ok, n) = taken(whole);
+        assert_eq!(ok, n, "{whole:?} is taken whole");
+    }
+    for bad in [
+        "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"town\": \"Paris\"}}",
+        "<tool_call>\n{\"name\": \"send_email\", \"arguments\": {}}",
+        "<tool_call>\nget_weather(Paris)",
+    ] {
+        let (ok, n) = taken(bad);
+        assert!(ok < n, "{bad:?}: a call off its schema is refused ({ok} of {n} tokens taken)");
+    }
 }
 
 #[tokio::test]

@@ -105,6 +105,13 @@ impl Constraint {
         Guide::new(Matcher::new(Ok(TokenParser::clone(&self.parser))))
     }
 
+    /// How many of `tokens`, from the first, the grammar takes (checks of a grammar's
+    /// shape without a model choosing the tokens).
+    #[cfg(feature = "lab")]
+    pub fn accepted_prefix(&self, tokens: &[u32]) -> usize {
+        Matcher::new(Ok(TokenParser::clone(&self.parser))).validate_tokens(tokens).unwrap_or(0)
+    }
+
     /// What kind of grammar it was (`JSON schema`, …).
     pub fn kind(&self) -> &'static str {
         self.kind

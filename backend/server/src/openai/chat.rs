@@ -131,7 +131,9 @@ pub async fn chat_completions(
     let engine = state.engine.get()?;
     req.common.check_model(&engine)?;
     let tools = Tools::from_request(req.tools.as_ref(), req.tool_choice.as_ref(), req.parallel_tool_calls.as_ref())?;
-    let tool_grammar = tools.as_ref().and_then(Tools::grammar).map(|source| crate::structured::Asked { param: "tool_choice".into(), source });
+    // Under auto a runtime that applies no grammar still answers, its calls unchecked.
+    let constrain = |t: &&Tools| t.choice != tools::Choice::Auto || engine.handle.follows_grammars();
+    let tool_grammar = tools.as_ref().filter(constrain).map(|t| crate::structured::Asked { param: "tool_choice".into(), source: t.grammar() });
     let asked =
         req.common.structured(vec![crate::structured::response_format("response_format", req.response_format.as_ref())?, tool_grammar])?;
     let n = super::choices::count(req.common.n)?;

@@ -14,7 +14,7 @@ mod responses;
 pub(crate) mod steps;
 pub(crate) mod stream;
 mod tool_output;
-mod tools;
+pub mod tools;
 
 use axum::routing::{get, post};
 use axum::Router;

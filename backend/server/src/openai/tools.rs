@@ -2,10 +2,11 @@
 //! JSON-schema `parameters`), `tool_choice` (`none`, `auto`, `required`, a named
 //! function) and `parallel_tool_calls`, checked field by field; the tools told to the
 //! model in a system message (the generic form: the chat template's own tool syntax
-//! is not used); and, for `required` and a named function, the grammar that makes the
-//! answer one or more calls whose arguments follow their tool's schema. Calls are
-//! written as Qwen2.5 / Hermes write them, a JSON object between `<tool_call>` lines;
-//! `tool_output.rs` reads them back.
+//! is not used); and the grammar of the answer: for `required` and a named function one
+//! or more calls, for `auto` free text that may turn into calls at the opening line
+//! (llguidance's lazy rule), every call's arguments following its tool's schema. Calls
+//! are written as Qwen2.5 / Hermes write them, a JSON object between `<tool_call>`
+//! lines; `tool_output.rs` reads them back.
 
 use peregrine_engine::GrammarSource;
 use serde_json::{json, Value};
@@ -29,7 +30,7 @@ pub struct Tool {
 /// What `tool_choice` asks.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Choice {
-    /// The model decides between text and calls (unconstrained; calls are read back).
+    /// The model decides between text and calls; a call, once opened, is constrained.
     Auto,
     /// One or more calls, constrained to the tools' schemas.
     Required,
@@ -111,11 +112,11 @@ impl Tools {
     }
 
     /// The grammar of the answer: calls of the allowed tools for `required` and a named
-    /// function; `None` under `auto`, where the model may answer in text.
-    pub fn grammar(&self) -> Option<GrammarSource> {
+    /// function; under `auto`, text or calls, each call's opening line ending a lazy
+    /// stretch of text (the text stays free, a call follows its schema).
+    pub fn grammar(&self) -> GrammarSource {
         let allowed: Vec<&Tool> = match &self.choice {
-            Choice::Auto => return None,
-            Choice::Required => self.tools.iter().collect(),
+            Choice::Auto | Choice::Required => self.tools.iter().collect(),
             Choice::Named(name) => self.tools.iter().filter(|t| &t.name == name).collect(),
         };
         let calls: Vec<Value> = allowed
@@ -131,9 +132,15 @@ impl Tools {
             .collect();
         let schema = peregrine_engine::bounded_json_whitespace(json!({ "anyOf": calls }));
         let repeat = if self.parallel { "+" } else { "" };
-        let open = serde_json::to_string(&format!("{CALL_OPEN}\n")).unwrap_or_default();
-        let close = serde_json::to_string(&format!("\n{CALL_CLOSE}\n")).unwrap_or_default();
-        Some(GrammarSource::Lark(format!("start: call{repeat}\ncall: {open} body {close}\nbody: %json {schema}\n")))
+        let quote = |s: String| serde_json::to_string(&s).unwrap_or_default();
+        let (open, close) = (quote(CALL_OPEN.to_string()), quote(format!("\n{CALL_CLOSE}\n")));
+        let calls = format!("body: %json {schema}\n");
+        GrammarSource::Lark(match self.choice {
+            Choice::Auto => format!(
+                "start: free | call{repeat}\nfree: TEXT\ncall: head \"\\n\" body {close}\nhead[lazy]: TEXT {open}\n{calls}TEXT: /(\\n|.)*/\n"
+            ),
+            _ => format!("start: call{repeat}\ncall: {open} \"\\n\" body {close}\n{calls}"),
+        })
     }
 }
 
@@ -214,14 +221,15 @@ mod tests {
         assert_eq!(read(json!({ "type": "function", "function": { "name": "get_weather" } })), Some(Choice::Named("get_weather".into())));
         assert!(Tools::from_request(Some(&json!([])), None, None).unwrap().is_none());
         let t = Tools::from_request(Some(&tools), None, Some(&json!(false))).unwrap().unwrap();
-        assert!(!t.parallel && t.grammar().is_none(), "auto is not constrained");
+        let GrammarSource::Lark(lark) = t.grammar() else { panic!("a Lark grammar") };
+        assert!(!t.parallel && lark.starts_with("start: free | call\n") && lark.contains("head[lazy]: TEXT \"<tool_call>\""), "{lark}");
         assert!(t.instructions().contains("get_weather") && t.instructions().contains(CALL_OPEN));
     }
 
     #[test]
     fn required_calls_follow_the_tools_schemas() {
         let t = Tools::from_request(Some(&weather()), Some(&json!("required")), Some(&json!(false))).unwrap().unwrap();
-        let Some(GrammarSource::Lark(lark)) = t.grammar() else { panic!("a Lark grammar") };
+        let GrammarSource::Lark(lark) = t.grammar() else { panic!("a Lark grammar") };
         assert!(lark.starts_with("start: call\n") && lark.contains("\"const\":\"get_weather\""), "{lark}");
     }
 
