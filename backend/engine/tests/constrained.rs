@@ -2,7 +2,8 @@
 //! runtime, real tokenizer): a JSON schema, a GBNF grammar and a regex each shape the
 //! output, greedy and sampled, one at a time and batched; drafting leaves a constrained
 //! run's tokens unchanged; a complete grammar ends the run; bad grammars are
-//! `Error::Grammar` with the library's reason; a runtime that cannot mask refuses.
+//! `Error::Grammar` with the library's reason; a runtime that does not mask (as the
+//! CUDA runtime) refuses a constrained request, at admission and on its thread.
 
 mod common;
 
@@ -10,7 +11,11 @@ use std::time::Duration;
 
 use common::llamacpp::default_model;
 use peregrine_api::FinishReason;
+use peregrine_engine::config::ModelConfig;
+use peregrine_engine::generator::Generator;
 use peregrine_engine::handle::{EngineHandle, EngineLimits, Submission};
+use peregrine_engine::runtime::{BackendInfo, DecodeJob, Flow, RunEnd, Runtime};
+use peregrine_engine::tokenizer::Tokenizer;
 use peregrine_engine::request::{Event, Prompt, Request};
 use peregrine_engine::sampling::SamplingParams;
 use peregrine_engine::speculative::{Sizing, SpeculativeMode, SpeculativeRequest};
@@ -166,5 +171,47 @@ async fn bad_grammars_are_errors_with_the_reason_and_length_ends_an_unfinished_o
     let out = run(&mut engine.submit(r).unwrap()).await;
     assert_eq!(out.finish, Ok(FinishReason::Length), "{out:?}");
     assert!("one, ".repeat(20).starts_with(&out.text), "{out:?}");
+    engine.shutdown();
+}
+
+/// A runtime that samples on its device and so applies no grammar (the CUDA runtime's
+/// case): it would answer one token, were it asked.
+struct DeviceSampler {
+    config: ModelConfig,
+}
+
+impl Runtime for DeviceSampler {
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+    fn backend(&self) -> BackendInfo {
+        BackendInfo { kind: "cuda".into(), devices: vec![] }
+    }
+    fn generate(&mut self, _job: &DecodeJob<'_>, on_token: &mut dyn FnMut(&peregrine_engine::Sampled) -> Flow) -> peregrine_engine::Result<RunEnd> {
+        on_token(&peregrine_engine::Sampled { id: 1, logprob: 0.0, top: vec![] });
+        Ok(RunEnd::Length)
+    }
+    fn score(&mut self, _tokens: &[u32]) -> peregrine_engine::Result<Vec<Vec<f32>>> {
+        Ok(vec![])
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_that_does_not_mask_refuses_a_constrained_request() {
+    let files = load_model(&default_model()).unwrap();
+    let config = files.config().clone();
+    let tokenizer = Tokenizer::from_gguf(&peregrine_engine::gguf::GgufFile::open(&default_model()).unwrap()).unwrap();
+    let engine = EngineHandle::start(move || Ok(Generator::new(Box::new(DeviceSampler { config }), Some(tokenizer), None)), 4).unwrap();
+    assert!(!engine.follows_grammars());
+    let mut r = Request::new(Prompt::Tokens(vec![1, 2, 3]));
+    r.constraint = Some(engine.text().constraint(&GrammarSource::JsonObject).unwrap());
+    match engine.submit(r.clone()) {
+        Err(Error::Grammar(m)) => assert!(m.contains("does not apply grammars"), "{m}"),
+        other => panic!("admitted: {:?}", other.map(|_| ())),
+    }
+    // Queued without the admission check, the engine thread refuses it as well.
+    let mut sub = engine.try_submit(r).unwrap();
+    let out = run(&mut sub).await;
+    assert!(out.ids.is_empty() && out.finish.as_ref().is_err_and(|m| m.contains("does not apply grammars")), "{out:?}");
     engine.shutdown();
 }
