@@ -100,16 +100,26 @@ impl TextModel {
                 Ok(ids.clone())
             }
             Prompt::Text(text) => need_tok()?.encode(text, true),
-            Prompt::Chat(messages) => {
-                let template = self
-                    .template
-                    .as_ref()
-                    .ok_or_else(|| Error::InvalidRequest("this model has no chat template; use completion mode".into()))?;
-                let text = template.render(messages, true)?;
-                // The template writes BOS itself where the model wants one.
-                need_tok()?.encode(&text, false)
-            }
+            Prompt::Chat(messages) => self.chat_ids(messages, &[]),
+            Prompt::ChatWithTools { messages, tools } => self.chat_ids(messages, tools),
         }
+    }
+
+    /// Ids of a conversation rendered by the chat template, with `tools` for it to list.
+    fn chat_ids(&self, messages: &[crate::template::ChatMessage], tools: &[serde_json::Value]) -> Result<Vec<u32>> {
+        let template =
+            self.template.as_ref().ok_or_else(|| Error::InvalidRequest("this model has no chat template; use completion mode".into()))?;
+        let text = template.render_with_tools(messages, tools, true)?;
+        // The template writes BOS itself where the model wants one.
+        let tokenizer =
+            self.tokenizer.as_ref().ok_or_else(|| Error::InvalidRequest("this model has no tokenizer; send token ids".into()))?;
+        tokenizer.encode(&text, false)
+    }
+
+    /// Whether the chat template lists tools itself and asks for the `<tool_call>` blocks
+    /// the server reads back.
+    pub fn native_tools(&self) -> bool {
+        self.template.as_ref().is_some_and(ChatTemplate::writes_tool_calls)
     }
 
     /// The text of one token (special tokens spelled out; a partial UTF-8 sequence

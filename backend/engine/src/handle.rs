@@ -293,7 +293,9 @@ impl EngineHandle {
         }
         match &request.prompt {
             Prompt::Tokens(ids) => crate::admission::admit(&self.config, ids, request.max_tokens, &request.sampling, request.top_logprobs),
-            Prompt::Text(_) | Prompt::Chat(_) => crate::admission::admit_sampling(&request.sampling, request.top_logprobs),
+            Prompt::Text(_) | Prompt::Chat(_) | Prompt::ChatWithTools { .. } => {
+                crate::admission::admit_sampling(&request.sampling, request.top_logprobs)
+            }
         }
     }
 

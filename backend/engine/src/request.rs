@@ -20,6 +20,9 @@ pub enum Prompt {
     Text(String),
     /// Chat mode: rendered with the model's chat template and a generation prompt.
     Chat(Vec<ChatMessage>),
+    /// Chat mode with tools the chat template lists itself (for templates whose
+    /// [`crate::ChatTemplate::writes_tool_calls`]; OpenAI's tool objects).
+    ChatWithTools { messages: Vec<ChatMessage>, tools: Vec<serde_json::Value> },
     /// Pre-tokenized ids (OpenAI `prompt` as an array of ids).
     Tokens(Vec<u32>),
 }

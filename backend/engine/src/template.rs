@@ -36,6 +36,9 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos: String,
     eos: String,
+    /// The template lists `tools` itself and asks for calls as `<tool_call>` blocks
+    /// (Qwen2.5's, Hermes'): the form the server reads calls back in.
+    tool_calls: bool,
 }
 
 impl ChatTemplate {
@@ -50,7 +53,8 @@ impl ChatTemplate {
         env.add_function("strftime_now", strftime::strftime_now);
         env.add_filter("tojson", json::tojson);
         env.add_template_owned(TEMPLATE_NAME, source.to_owned()).map_err(template_error)?;
-        Ok(Self { env, bos: bos.to_owned(), eos: eos.to_owned() })
+        let tool_calls = source.contains("tools") && source.contains("<tool_call>");
+        Ok(Self { env, bos: bos.to_owned(), eos: eos.to_owned(), tool_calls })
     }
 
     /// The tokenizer's own template with its BOS/EOS strings, or `None` when it ships none.
@@ -65,15 +69,27 @@ impl ChatTemplate {
     /// The prompt text for `messages`; with `add_generation_prompt` it ends with the
     /// assistant header so the model answers next.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        self.render_with_tools(messages, &[], add_generation_prompt)
+    }
+
+    /// [`Self::render`] with `tools` (OpenAI's `{type: "function", function}` objects, as
+    /// transformers' `apply_chat_template(tools=…)` passes them) for the template to list.
+    pub fn render_with_tools(&self, messages: &[ChatMessage], tools: &[serde_json::Value], add_generation_prompt: bool) -> Result<String> {
         let template = self.env.get_template(TEMPLATE_NAME).map_err(template_error)?;
         template
             .render(context! {
                 messages => messages,
+                tools => (!tools.is_empty()).then_some(tools),
                 add_generation_prompt => add_generation_prompt,
                 bos_token => &self.bos,
                 eos_token => &self.eos,
             })
             .map_err(template_error)
+    }
+
+    /// Whether the template lists tools itself and asks for `<tool_call>` blocks.
+    pub fn writes_tool_calls(&self) -> bool {
+        self.tool_calls
     }
 }
 

@@ -2,12 +2,15 @@
 //! real HTTP: `tool_choice` required, a named function, `parallel_tool_calls: false`,
 //! auto and none; calls answered as `tool_calls` (`finish_reason: "tool_calls"`) whose
 //! arguments follow the tool's schema, the same call streamed as `tool_calls` deltas, a
-//! history with an assistant's calls and the tool's result, and bad tool fields as 400s
-//! naming them.
+//! history with an assistant's calls and the tool's result, a chat template that lists
+//! tools itself getting them natively, and bad tool fields as 400s naming them.
 
 mod common;
 
-use common::{dist_with_index, engine_lock, real_engine, start, Server};
+use common::{dist_with_index, engine_lock, model_path, real_engine, start, Server};
+use peregrine_engine::generator::Generator;
+use peregrine_engine::handle::{EngineHandle, EngineLimits};
+use peregrine_engine::{build_generator, load_model, ChatMessage, ChatTemplate, EngineOptions, Prompt};
 use peregrine_server::app::AppState;
 use serde_json::{json, Value};
 
@@ -175,6 +178,30 @@ async fn under_auto_text_is_free_and_an_opened_call_follows_its_schema() {
         let (ok, n) = taken(bad);
         assert!(ok < n, "{bad:?}: a call off its schema is refused ({ok} of {n} tokens taken)");
     }
+}
+
+/// A template in Qwen2.5's shape: it lists `tools` and asks for `<tool_call>` blocks.
+const TOOLS_TEMPLATE: &str = r#"{%- if tools %}{{- '<|im_start|>system\nTools:\n<tools>' }}{%- for tool in tools %}{{- '\n' }}{{- tool | tojson }}{%- endfor %}{{- '\n</tools>\nCall one as:\n<tool_call>\n{"name": <name>, "arguments": <object>}\n</tool_call><|im_end|>\n' }}{%- endif %}{%- for message in messages %}{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"#;
+
+#[tokio::test]
+async fn a_template_that_lists_tools_gets_them_natively() {
+    let _turn = engine_lock().await;
+    let load = || {
+        let (runtime, text) = build_generator(load_model(&model_path())?, &EngineOptions::cpu())?.into_parts();
+        let template = ChatTemplate::new(TOOLS_TEMPLATE, "", "<|im_end|>")?;
+        Ok(Generator::new(runtime, text.tokenizer, Some(template)))
+    };
+    let limits = EngineLimits { max_queue: 2, max_batch: Some(1), kv_budget: None, speculative: Default::default() };
+    let engine = EngineHandle::start(load, limits).unwrap();
+    assert!(engine.text().native_tools());
+    let listed = peregrine_server::openai::tools::Tools::from_request(Some(&tools()), None, None).unwrap().unwrap().openai_json();
+    let question = vec![ChatMessage::new("user", "What is the weather in Paris?")];
+    let expected = engine.text().prompt_ids(&Prompt::ChatWithTools { messages: question, tools: listed }).unwrap();
+    let server = start(AppState::new(dist_with_index()).with_engine(engine.clone(), MODEL)).await;
+    let v = answer(&server, ask(json!("required"))).await;
+    assert_eq!(v["usage"]["prompt_tokens"], expected.len(), "the template's own listing is the prompt: {v}");
+    assert!(!calls_of(&v).is_empty());
+    engine.shutdown();
 }
 
 #[tokio::test]

@@ -137,3 +137,21 @@ fn tojson_indent_and_messages_from_json() {
         "[\n  {\n    \"role\": \"user\",\n    \"content\": \"<b>\"\n  }\n]|{\"role\": \"user\", \"content\": \"<b>\"}"
     );
 }
+
+/// A template in Qwen2.5's shape that lists `tools` and asks for `<tool_call>` blocks.
+const TOOLS_TEMPLATE: &str = r#"{%- if tools %}{{- '<|im_start|>system\nTools:\n<tools>' }}{%- for tool in tools %}{{- '\n' }}{{- tool | tojson }}{%- endfor %}{{- '\n</tools>\nCall one as:\n<tool_call>\n{"name": <name>, "arguments": <object>}\n</tool_call><|im_end|>\n' }}{%- endif %}{%- for message in messages %}{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"#;
+
+#[test]
+fn a_template_that_writes_tool_calls_lists_the_tools_itself() {
+    let t = ChatTemplate::new(TOOLS_TEMPLATE, BOS, EOS).unwrap();
+    assert!(t.writes_tool_calls());
+    let tool = serde_json::json!({ "type": "function", "function": { "name": "get_weather", "parameters": { "type": "object" } } });
+    let messages = [ChatMessage::new("user", "Weather in Paris?")];
+    let with = t.render_with_tools(&messages, &[tool], true).unwrap();
+    assert!(with.starts_with("<|im_start|>system\nTools:\n<tools>\n{") && with.contains("\"name\": \"get_weather\""), "{with}");
+    assert!(with.ends_with("</tool_call><|im_end|>\n<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n"), "{with}");
+    assert_eq!(t.render(&messages, true).unwrap(), "<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n");
+    for plain in [SMOLLM2, QWEN2, LLAMA3] {
+        assert!(!ChatTemplate::new(plain, BOS, EOS).unwrap().writes_tool_calls());
+    }
+}

@@ -147,7 +147,15 @@ pub async fn chat_completions(
     if top.is_some() && tools.is_some() {
         return Err(Error::bad("logprobs", "logprobs cannot be combined with tools yet").into());
     }
-    let ids = prompt::tokenize(&engine, Prompt::Chat(messages(&req, tools.as_ref())?), "messages").await?;
+    // A template that lists tools itself and asks for the same call blocks gets them as
+    // transformers passes them; any other gets the generic system message.
+    let native = engine.handle.text().native_tools();
+    let conversation = messages(&req, tools.as_ref().filter(|_| !native))?;
+    let input = match &tools {
+        Some(t) if native => Prompt::ChatWithTools { messages: conversation, tools: t.openai_json() },
+        _ => Prompt::Chat(conversation),
+    };
+    let ids = prompt::tokenize(&engine, input, "messages").await?;
     let max_tokens = match max_tokens_or_n_predict(req.max_completion_tokens.or(req.max_tokens), req.n_predict)? {
         Some(0) => return Err(Error::bad("max_tokens", "max_tokens must be at least 1").into()),
         Some(n) => n as usize,

@@ -1,8 +1,8 @@
 //! Tool calls on `/v1/chat/completions`, the request side: `tools` (functions with
 //! JSON-schema `parameters`), `tool_choice` (`none`, `auto`, `required`, a named
 //! function) and `parallel_tool_calls`, checked field by field; the tools told to the
-//! model in a system message (the generic form: the chat template's own tool syntax
-//! is not used); and the grammar of the answer: for `required` and a named function one
+//! model by the chat template where it lists tools and asks for `<tool_call>` blocks
+//! (Qwen2.5's, Hermes'), else in a system message (the generic form); and the grammar of the answer: for `required` and a named function one
 //! or more calls, for `auto` free text that may turn into calls at the opening line
 //! (llguidance's lazy rule), every call's arguments following its tool's schema. Calls
 //! are written as Qwen2.5 / Hermes write them, a JSON object between `<tool_call>`
@@ -91,7 +91,16 @@ impl Tools {
         Ok(choice.map(|choice| Tools { tools: list, choice, parallel }))
     }
 
-    /// The system text that tells the model its tools and how to call them.
+    /// The tools as OpenAI's objects, for a chat template that lists them itself.
+    pub fn openai_json(&self) -> Vec<Value> {
+        self.tools
+            .iter()
+            .map(|t| json!({ "type": "function", "function": { "name": t.name, "description": t.description, "parameters": t.parameters } }))
+            .collect()
+    }
+
+    /// The system text that tells the model its tools and how to call them (the generic
+    /// form, for templates that do not list tools themselves).
     pub fn instructions(&self) -> String {
         let listed: Vec<Value> = self
             .tools
