@@ -14,7 +14,8 @@
 #             less its exhaustive trials (KIT_TESTS_SKIP: ';'-separated name patterns)
 #   tests-all every trial of the suite (a call of its own)
 #   bench     peregrine-bench on every benchmark shape and weight format, PyTorch beside it
-#             (KIT_GEN=64 for the 3–8B presets: their CPU verification then fits a call)
+#             (KIT_GEN=64 for the 3–8B presets: their CPU verification then fits a call;
+#             KIT_BENCH_FLAGS adds options, e.g. "--threads 256 --gpu-q-pipeline")
 #   peers     llama.cpp's CUDA build and llama-bench on the same shapes and formats; its
 #             build starts first, in the background, while the other suites run
 #   sanitize  compute-sanitizer memcheck over the checks KIT_SANITIZE names
@@ -160,7 +161,7 @@ run() {
     for w in ${KIT_WEIGHTS//,/ }; do
       echo "== bench: peregrine-bench --device cuda --shape $KIT_SHAPES --weights $w"
       timed 420 "$OUT/bench.log" bin/peregrine-bench --device cuda --shape "$KIT_SHAPES" --weights "$w" \
-        --runs "${KIT_RUNS:-3}" ${KIT_GEN:+--gen "$KIT_GEN"} $([ "$w" = bf16 ] && echo --baseline) --json-out "$KIT_WORK/bench-$w.json"
+        --runs "${KIT_RUNS:-3}" ${KIT_GEN:+--gen "$KIT_GEN"} ${KIT_BENCH_FLAGS:-} $([ "$w" = bf16 ] && echo --baseline) --json-out "$KIT_WORK/bench-$w.json"
     done
     python3 - "$KIT_WORK" "$OUT/bench.json" <<'PY'
 import glob, json, sys
