@@ -2,13 +2,16 @@
 //! 152k vocabulary, shared-memory plans that need a smaller block): each weight format
 //! teacher-forced against the fast CPU runtime and run under chaos delays. Two layers of
 //! each preset: every per-layer plan is the full model's, the depth only repeats it (the
-//! benchmark verifies whole-depth runs).
+//! benchmark verifies whole-depth runs), and a short run of the widest ones for
+//! compute-sanitizer.
 
 use libtest_mimic::{Failed, Trial};
 use peregrine_engine::config::ModelConfig;
 use peregrine_engine::cuda::quant::WeightPlan;
 use peregrine_engine::cuda::{tune, CudaRuntime, KernelOptions};
 use peregrine_engine::lab::synthetic::{synthetic_quant_weights, synthetic_weights, QuantMix};
+use peregrine_engine::runtime::RunEnd;
+use peregrine_engine::sampling::SamplingParams;
 use peregrine_engine::tensor::DType;
 use peregrine_engine::weights::Weights;
 use peregrine_engine::{CudaOptions, GpuWeights};
@@ -34,7 +37,26 @@ pub fn trials() -> Vec<Trial> {
             }));
         }
     }
+    t.push(Trial::test("sanitize: 3–8B widths in Q4_K_M and Q8_0 (smaller blocks): prefill, sampling and a few tokens", sanitize_big));
     t
+}
+
+/// Short, for compute-sanitizer: the two widest presets' quantized builds (the block
+/// sizes their shared-memory plans fit) through a prefilled prompt and sampled tokens.
+fn sanitize_big() -> Check {
+    for preset in ["qwen2.5-coder-7b", "llama-3.1-8b"] {
+        for mix in [QuantMix::Q4KM, QuantMix::Uniform(DType::Q8_0)] {
+            let config = ModelConfig { num_layers: LAYERS, ..preset_shape(preset) };
+            let weights = synthetic_quant_weights(&config, WEIGHT_SEED, mix);
+            let mut rt = fitting_runtime(&config, &weights)?;
+            println!("  {}", rt.describe());
+            let prompt = peregrine_engine::lab::rng::SplitMix64(5).tokens(40, config.vocab_size);
+            let sampling = SamplingParams { temperature: 0.8, top_k: 40, seed: 1, ..Default::default() };
+            let (out, end) = super::run(&mut rt, &prompt, 4, &sampling, &[])?;
+            super::ensure(out.len() == 4 && end == RunEnd::Length, || format!("{preset} {mix:?}: {} tokens, end {end:?}", out.len()))?;
+        }
+    }
+    Ok(())
 }
 
 fn big_check(preset: &str, mix: Option<QuantMix>) -> Check {
