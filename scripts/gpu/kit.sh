@@ -19,6 +19,8 @@
 #   peers     llama.cpp's CUDA build and llama-bench on the same shapes and formats; its
 #             build starts first, in the background, while the other suites run
 #   sanitize  compute-sanitizer memcheck over the checks KIT_SANITIZE names
+#   trace     gpu_check's phase trace of KIT_SHAPES in each of KIT_WEIGHTS, per kernel
+#             build of KIT_TRACE_VARIANTS (default: default; e.g. default+threads256,default+threads256+q-pipe)
 #   hf        the engine against transformers through the real HF loader
 #   model     the real default model through `peregrine` (needs both model parts carried)
 #
@@ -171,6 +173,14 @@ if parts:
     json.dump(merged, open(sys.argv[2], "w"), indent=1)
 PY
     grep -vE "Writing|^\s*$" "$OUT/bench.log" | grep -E "tok/s|failed|error|bound" | tail -30
+  fi
+  if has trace; then
+    local tw
+    for tw in ${KIT_WEIGHTS//,/ }; do
+      echo "== trace: gpu_check trace --shapes $KIT_SHAPES --weights $tw --variants ${KIT_TRACE_VARIANTS:-default}"
+      timed 300 "$OUT/trace.log" bin/gpu_check trace --shapes "$KIT_SHAPES" --weights "$tw" --variants "${KIT_TRACE_VARIANTS:-default}"
+    done
+    grep -E "^\| |error|Error" "$OUT/trace.log" | tail -40
   fi
   if has hf; then
     echo "== hf: transformers against the engine through the HF loader"
