@@ -6,7 +6,7 @@ import { Page, Locator, Response, TestInfo, expect } from '@playwright/test';
 export interface DoneEvent {
   finish_reason: string;
   usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
-  timings: { predicted_n: number; predicted_per_second: number; ttft_ms: number; predicted_ms: number };
+  timings: { predicted_n: number; predicted_per_second: number; ttft_ms: number; predicted_ms: number; draft_n_accepted: number };
 }
 
 export interface Settings {
@@ -37,6 +37,7 @@ export class Playground {
   readonly output: Locator;
   readonly copy: Locator;
   readonly tokPerS: Locator;
+  readonly tokensPerStep: Locator;
   readonly ttft: Locator;
   readonly tokens: Locator;
   readonly elapsed: Locator;
@@ -81,6 +82,7 @@ export class Playground {
     this.output = id('output');
     this.copy = id('copy');
     this.tokPerS = id('tok-per-s');
+    this.tokensPerStep = id('tokens-per-step');
     this.ttft = id('ttft');
     this.tokens = id('tokens');
     this.elapsed = id('elapsed');

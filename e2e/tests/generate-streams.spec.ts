@@ -1,5 +1,5 @@
 // Generate streams the output token by token while the counters update, and the
-// final tok/s is the `done` event's decode tok/s to the digits shown.
+// final tok/s and tokens per step are the `done` event's figures to the digits shown.
 // The page renders once per received chunk, so how many partial outputs it shows
 // depends on how the browser groups the stream; the checks below ask only for what
 // any real stream gives: partial output on screen while the state is `streaming`.
@@ -55,6 +55,9 @@ test('output streams in and the counters end on the done event figures', async (
   expect(Math.abs(shown - done.timings.predicted_per_second)).toBeLessThanOrEqual(0.05 + 1e-9);
   await expect(pg.tokPerS).toHaveText(/^\d+\.\d$/);
   await expect(pg.tokens).toHaveText(String(done.usage.completion_tokens));
+  // Tokens per pass over the weights: drafted tokens the model accepted share a pass.
+  const steps = done.timings.predicted_n - done.timings.draft_n_accepted;
+  await expect(pg.tokensPerStep).toHaveText((done.timings.predicted_n / steps).toFixed(2));
   expect(Math.abs((await pg.number(pg.ttft)) - done.timings.ttft_ms)).toBeLessThanOrEqual(0.5 + 1e-9);
   await expect(pg.status).toContainText(`${done.usage.completion_tokens} tokens`);
   await expect(pg.chart.locator('polyline')).toHaveAttribute('points', /\d/);

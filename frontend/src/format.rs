@@ -11,6 +11,11 @@ pub fn tok_per_s(v: Option<f64>) -> String {
     v.filter(|v| v.is_finite()).map_or_else(|| NONE.into(), |v| format!("{v:.1}"))
 }
 
+/// Tokens per step with two decimals (1.00 without speculative decoding).
+pub fn tokens_per_step(v: Option<f64>) -> String {
+    v.filter(|v| v.is_finite()).map_or_else(|| NONE.into(), |v| format!("{v:.2}"))
+}
+
 /// Milliseconds, whole, with the unit.
 pub fn ms(v: Option<f64>) -> String {
     v.filter(|v| v.is_finite()).map_or_else(|| NONE.into(), |v| format!("{v:.0} ms"))

@@ -187,6 +187,16 @@ impl RunState {
         }
     }
 
+    /// Tokens per pass over the weights to show (above 1 where speculative decoding's
+    /// drafts are accepted): the final figure once done, else the live one.
+    pub fn tokens_per_step(&self) -> Option<f64> {
+        match self.timings {
+            Some(t) if t.predicted_n > t.draft_n_accepted => Some(t.predicted_n as f64 / (t.predicted_n - t.draft_n_accepted) as f64),
+            Some(_) => None,
+            None => self.stats.tokens_per_step,
+        }
+    }
+
     /// Time to first token to show.
     pub fn ttft_ms(&self) -> Option<f64> {
         match self.timings {
@@ -234,7 +244,7 @@ mod tests {
     use super::*;
 
     fn stats(tokens: u32, rate: Option<f64>, elapsed_ms: f64) -> StreamEvent {
-        StreamEvent::Stats(Stats { tokens, ttft_ms: Some(100.0), decode_tok_per_s: rate, elapsed_ms })
+        StreamEvent::Stats(Stats { tokens, ttft_ms: Some(100.0), decode_tok_per_s: rate, elapsed_ms, tokens_per_step: None })
     }
 
     #[test]
@@ -271,6 +281,18 @@ mod tests {
         assert!(r.summary().unwrap().starts_with("Done (max tokens reached): 3 tokens in 0.30 s at 10.0 tok/s"));
         r.apply(StreamEvent::Token { text: "late".into(), tokens: 1 });
         assert_eq!(r.output, "  return 1", "nothing after the terminal event");
+    }
+
+    #[test]
+    fn tokens_per_step_is_live_then_final() {
+        let mut r = RunState::connecting("x", Mode::Complete);
+        assert_eq!(r.tokens_per_step(), None);
+        r.apply(StreamEvent::Stats(Stats { tokens: 6, tokens_per_step: Some(2.0), ..Stats::default() }));
+        assert_eq!(r.tokens_per_step(), Some(2.0));
+        let timings = Timings { predicted_n: 10, draft_n: 8, draft_n_accepted: 6, ..Timings::default() };
+        let usage = Usage { completion_tokens: 10, ..Usage::default() };
+        r.apply(StreamEvent::Done { finish_reason: FinishReason::Length, usage, timings });
+        assert_eq!(r.tokens_per_step(), Some(2.5));
     }
 
     #[test]

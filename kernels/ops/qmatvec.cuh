@@ -162,6 +162,14 @@ __device__ __forceinline__ void q_chunk_dot(const QChunk (&h)[R], const QX& x, i
   }
 }
 
+#ifndef PG_Q_PIPE
+#define PG_Q_PIPE 0
+#endif
+/// Whether a lane's row loop loads its next chunks from global memory while it does the
+/// arithmetic of the current ones (twice the bytes in flight per warp, for the register
+/// path's chunks; an opt-in experiment, `--gpu-q-pipeline`, docs/quantized.md).
+constexpr bool Q_PIPE = PG_Q_PIPE != 0;
+
 /// acc[r] = row r · the prepared input `xq` for R rows of format F (K elements each).
 /// Every lane returns the full sums.
 /// With SM the rows are the shared-memory copy of a stage.
@@ -173,14 +181,34 @@ __device__ __forceinline__ void warp_rows_dot_qx(const unsigned char* const (&ro
   const int lane = lane_id();
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.f;
-#pragma unroll 1
-  for (int it = 0; it < ITERS; ++it) {
-    const int c = it * WARP_SIZE + lane;
-    if (C % WARP_SIZE == 0 || c < C) {
-      QChunk h[R];
+  if constexpr (Q_PIPE && !SM && ITERS > 1) {
+    // The same chunks in the same order (so the same sums), each iteration's loads
+    // issued one iteration early.
+    QChunk h[R];
 #pragma unroll
-      for (int r = 0; r < R; ++r) h[r] = q_load<F, K, SM>(rowp[r], c);
-      q_chunk_dot<F, R>(h, qx_load(xq, c), c, acc);
+    for (int r = 0; r < R; ++r) h[r] = q_load<F, K, SM>(rowp[r], lane);
+#pragma unroll 1
+    for (int it = 0; it < ITERS; ++it) {
+      const int c = it * WARP_SIZE + lane, next = c + WARP_SIZE;
+      QChunk n[R];
+      if (it + 1 < ITERS && (C % WARP_SIZE == 0 || next < C)) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) n[r] = q_load<F, K, SM>(rowp[r], next);
+      }
+      if (C % WARP_SIZE == 0 || c < C) q_chunk_dot<F, R>(h, qx_load(xq, c), c, acc);
+#pragma unroll
+      for (int r = 0; r < R; ++r) h[r] = n[r];
+    }
+  } else {
+#pragma unroll 1
+    for (int it = 0; it < ITERS; ++it) {
+      const int c = it * WARP_SIZE + lane;
+      if (C % WARP_SIZE == 0 || c < C) {
+        QChunk h[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) h[r] = q_load<F, K, SM>(rowp[r], c);
+        q_chunk_dot<F, R>(h, qx_load(xq, c), c, acc);
+      }
     }
   }
 #pragma unroll

@@ -14,10 +14,13 @@
 #             less its exhaustive trials (KIT_TESTS_SKIP: ';'-separated name patterns)
 #   tests-all every trial of the suite (a call of its own)
 #   bench     peregrine-bench on every benchmark shape and weight format, PyTorch beside it
-#             (KIT_GEN=64 for the 3–8B presets: their CPU verification then fits a call)
+#             (KIT_GEN=64 for the 3–8B presets: their CPU verification then fits a call;
+#             KIT_BENCH_FLAGS adds options, e.g. "--threads 256 --gpu-q-pipeline")
 #   peers     llama.cpp's CUDA build and llama-bench on the same shapes and formats; its
 #             build starts first, in the background, while the other suites run
 #   sanitize  compute-sanitizer memcheck over the checks KIT_SANITIZE names
+#   trace     gpu_check's phase trace of KIT_SHAPES in each of KIT_WEIGHTS, per kernel
+#             build of KIT_TRACE_VARIANTS (default: default; e.g. default+threads256,default+threads256+q-pipe)
 #   hf        the engine against transformers through the real HF loader
 #   model     the real default model through `peregrine` (needs both model parts carried)
 #
@@ -160,7 +163,7 @@ run() {
     for w in ${KIT_WEIGHTS//,/ }; do
       echo "== bench: peregrine-bench --device cuda --shape $KIT_SHAPES --weights $w"
       timed 420 "$OUT/bench.log" bin/peregrine-bench --device cuda --shape "$KIT_SHAPES" --weights "$w" \
-        --runs "${KIT_RUNS:-3}" ${KIT_GEN:+--gen "$KIT_GEN"} $([ "$w" = bf16 ] && echo --baseline) --json-out "$KIT_WORK/bench-$w.json"
+        --runs "${KIT_RUNS:-3}" ${KIT_GEN:+--gen "$KIT_GEN"} ${KIT_BENCH_FLAGS:-} $([ "$w" = bf16 ] && echo --baseline) --json-out "$KIT_WORK/bench-$w.json"
     done
     python3 - "$KIT_WORK" "$OUT/bench.json" <<'PY'
 import glob, json, sys
@@ -170,6 +173,14 @@ if parts:
     json.dump(merged, open(sys.argv[2], "w"), indent=1)
 PY
     grep -vE "Writing|^\s*$" "$OUT/bench.log" | grep -E "tok/s|failed|error|bound" | tail -30
+  fi
+  if has trace; then
+    local tw
+    for tw in ${KIT_WEIGHTS//,/ }; do
+      echo "== trace: gpu_check trace --shapes $KIT_SHAPES --weights $tw --variants ${KIT_TRACE_VARIANTS:-default}"
+      timed 300 "$OUT/trace.log" bin/gpu_check trace --shapes "$KIT_SHAPES" --weights "$tw" --variants "${KIT_TRACE_VARIANTS:-default}"
+    done
+    grep -E "^\| |error|Error" "$OUT/trace.log" | tail -40
   fi
   if has hf; then
     echo "== hf: transformers against the engine through the HF loader"

@@ -50,6 +50,10 @@ pub struct Stats {
     pub decode_tok_per_s: Option<f64>,
     /// Since the engine started the request, in ms.
     pub elapsed_ms: f64,
+    /// Tokens per pass over the weights so far: above 1 where speculative decoding's
+    /// drafts are accepted.
+    #[serde(default)]
+    pub tokens_per_step: Option<f64>,
 }
 
 /// Final timings, with llama.cpp's field names plus TTFT.
@@ -80,14 +84,24 @@ pub struct TokenClock {
     pub first_ms: Option<f64>,
     pub last_ms: Option<f64>,
     pub tokens: u32,
+    /// Passes over the weights that produced the tokens (an accepted draft shares its
+    /// predecessor's pass).
+    pub steps: u32,
 }
 
 impl TokenClock {
-    /// Records one generated token seen at `at_ms`.
-    pub fn tick(&mut self, at_ms: f64) {
+    /// Records one generated token seen at `at_ms`; `accepted_draft`: it came out of
+    /// the same pass as the token before it.
+    pub fn tick(&mut self, at_ms: f64, accepted_draft: bool) {
         self.first_ms.get_or_insert(at_ms);
         self.last_ms = Some(at_ms);
         self.tokens += 1;
+        self.steps += u32::from(!accepted_draft || self.steps == 0);
+    }
+
+    /// Tokens per pass over the weights; `None` before the first token.
+    pub fn tokens_per_step(&self) -> Option<f64> {
+        (self.steps > 0).then(|| self.tokens as f64 / self.steps as f64)
     }
 
     /// Decode tokens/s by the shared definition; `None` below two tokens.
@@ -100,7 +114,13 @@ impl TokenClock {
 
     /// Live stats at `now_ms`.
     pub fn stats(&self, now_ms: f64) -> Stats {
-        Stats { tokens: self.tokens, ttft_ms: self.first_ms, decode_tok_per_s: self.decode_tok_per_s(), elapsed_ms: now_ms }
+        Stats {
+            tokens: self.tokens,
+            ttft_ms: self.first_ms,
+            decode_tok_per_s: self.decode_tok_per_s(),
+            elapsed_ms: now_ms,
+            tokens_per_step: self.tokens_per_step(),
+        }
     }
 
     /// Final timings for a prompt of `prompt_n` tokens read (besides any cached ones).
@@ -133,13 +153,25 @@ mod tests {
     fn decode_rate_uses_n_minus_one_intervals() {
         let mut c = TokenClock::default();
         assert_eq!(c.decode_tok_per_s(), None);
-        c.tick(100.0);
+        c.tick(100.0, false);
         assert_eq!(c.decode_tok_per_s(), None);
-        c.tick(110.0);
-        c.tick(120.0);
+        c.tick(110.0, false);
+        c.tick(120.0, false);
         assert_eq!(c.decode_tok_per_s(), Some(100.0));
         let t = c.timings(50);
         assert_eq!((t.ttft_ms, t.predicted_n, t.predicted_ms), (100.0, 3, 20.0));
         assert_eq!(t.prompt_per_second, 500.0);
+    }
+
+    #[test]
+    fn accepted_drafts_share_their_predecessors_step() {
+        let mut c = TokenClock::default();
+        assert_eq!(c.tokens_per_step(), None);
+        // One plain step, then a step that emitted two accepted drafts and its own token.
+        for (ms, draft) in [(10.0, false), (20.0, false), (20.0, true), (20.0, true), (30.0, false)] {
+            c.tick(ms, draft);
+        }
+        assert_eq!((c.tokens, c.steps), (5, 3));
+        assert_eq!(c.stats(30.0).tokens_per_step, Some(5.0 / 3.0));
     }
 }

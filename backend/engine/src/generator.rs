@@ -217,7 +217,7 @@ pub(crate) fn score_prompt(
     for (i, &id) in prompt.iter().enumerate().skip(1) {
         let lp = log_softmax(&logits[i - 1]);
         let alts = top_k_indices(&lp, top.min(MAX_TOP_LOGPROBS)).into_iter().map(|(id, logprob)| TokenLogprob { id, logprob }).collect();
-        out.push(PromptToken { id, text: text(id), scored: Some(Sampled { id, logprob: lp[id as usize], top: alts }) });
+        out.push(PromptToken { id, text: text(id), scored: Some(Sampled { id, logprob: lp[id as usize], top: alts, accepted_draft: false }) });
     }
     Ok(Some(out))
 }
@@ -327,7 +327,7 @@ impl<'t> Stream<'t> {
             return Flow::Stop;
         }
         let now = self.ms();
-        self.clock.tick(now);
+        self.clock.tick(now, s.accepted_draft);
         let piece = match self.detok.as_mut().map(|d| d.push(s.id)) {
             Some(Ok(text)) => text,
             Some(Err(e)) => {

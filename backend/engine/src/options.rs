@@ -236,6 +236,9 @@ pub struct CudaOptions {
     /// Tensor parallelism: the down phase streams while its input lands (on one GPU
     /// always). Off until measured on two GPUs.
     pub tp_down_waves: bool,
+    /// Quantized rows load their next chunks during the current ones' arithmetic. Off
+    /// until measured on a GPU.
+    pub quant_pipeline: bool,
     /// How the weight matrices are held on the GPU.
     pub weights: GpuWeights,
     pub diagnostics: Diagnostics,

@@ -188,7 +188,7 @@ impl Runtime for DeviceSampler {
         BackendInfo { kind: "cuda".into(), devices: vec![] }
     }
     fn generate(&mut self, _job: &DecodeJob<'_>, on_token: &mut dyn FnMut(&peregrine_engine::Sampled) -> Flow) -> peregrine_engine::Result<RunEnd> {
-        on_token(&peregrine_engine::Sampled { id: 1, logprob: 0.0, top: vec![] });
+        on_token(&peregrine_engine::Sampled { id: 1, logprob: 0.0, top: vec![], accepted_draft: false });
         Ok(RunEnd::Length)
     }
     fn score(&mut self, _tokens: &[u32]) -> peregrine_engine::Result<Vec<Vec<f32>>> {

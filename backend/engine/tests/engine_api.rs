@@ -35,7 +35,7 @@ impl Runtime for GatedRuntime {
             if self.gate.lock().unwrap().recv().is_err() {
                 return Ok(RunEnd::Stopped);
             }
-            let s = Sampled { id: 100 + i as u32, logprob: -0.5, top: vec![] };
+            let s = Sampled { id: 100 + i as u32, logprob: -0.5, top: vec![], accepted_draft: false };
             if on_token(&s) == Flow::Stop {
                 return Ok(RunEnd::Stopped);
             }

@@ -147,7 +147,7 @@ fn prefill_kernels_compile() {
 /// The decode kernel with quantized weights, for every benchmark shape: each build
 /// enables all five formats for the layer matrices (so every format × shape is
 /// compiled) with the LM head in a different format per shape, the check shapes (whose
-/// odd dimensions fit some formats only), one TP 2 build;
+/// odd dimensions fit some formats only), one TP 2 build, the pipelined row loop;
 /// and the per-format check kernel (qcheck.cu) the GPU tests run.
 #[test]
 fn quantized_decode_kernels_compile() {
@@ -176,6 +176,12 @@ fn quantized_decode_kernels_compile() {
     let llama = preset("llama-3.2-1b").expect("preset");
     let options = KernelOptions { weight_formats: 0b11_0000, lm_head_format: 5, ..KernelOptions::default() };
     compile_only(&llama, &options, 2, None, ARCH, cache.as_deref()).unwrap_or_else(|e| panic!("quantized tp 2: {e}"));
+    // The opt-in pipelined row loop (`--gpu-q-pipeline`), the Q4_K_M mix at 256 threads.
+    for name in ["llama-3.2-1b", "llama-3.1-8b"] {
+        let config = preset(name).expect("preset");
+        let piped = KernelOptions { weight_formats: 0b11_0000, lm_head_format: 5, threads: 256, quant_pipeline: true, ..KernelOptions::default() };
+        compile_only(&config, &piped, 1, None, ARCH, cache.as_deref()).unwrap_or_else(|e| panic!("{name} quantized, pipelined: {e}"));
+    }
     for k in [576, 2048] {
         let (cubin, _) = nvrtc::cubin_of(nvrtc::QCHECK_SOURCE, cache.as_deref(), ARCH, &layout::qcheck_defines(k))
             .unwrap_or_else(|e| panic!("qcheck {k}: {e}"));

@@ -27,7 +27,7 @@ use peregrine_engine::lab::runs::{collect_drafting, ids};
 use peregrine_engine::lab::workload;
 use peregrine_engine::request::{Event, Prompt, Request};
 use peregrine_engine::runtime::{Cancel, DecodeJob, Flow, RunEnd, Runtime, SlotTokens};
-use peregrine_engine::sampling::SamplingParams;
+use peregrine_engine::sampling::{Sampled, SamplingParams};
 use peregrine_engine::speculative::{DraftCounts, DraftPlan, Sizing, SpeculativeMode, SpeculativeRequest};
 use peregrine_engine::{build_generator, load_model, CpuRuntimeKind, EngineOptions};
 
@@ -96,7 +96,10 @@ fn same_with_drafts(rt: &mut dyn Runtime, prompts: &[(String, Vec<u32>)], n: usi
         assert_eq!(none, DraftCounts::default(), "{name}: a plan without drafts drafted");
         let (drafted, end, counts) = collect_drafting(rt, prompt, n, sampling, plan).unwrap();
         assert_eq!(ids(&drafted), ids(&plain), "{name}: tokens differ with drafts ({counts:?})");
-        assert_eq!(drafted, plain, "{name}: log-probabilities differ with drafts");
+        let flagged = drafted.iter().filter(|s| s.accepted_draft).count();
+        assert_eq!(flagged, counts.accepted, "{name}: tokens marked as accepted drafts against the counts");
+        let unmarked: Vec<Sampled> = drafted.into_iter().map(|s| Sampled { accepted_draft: false, ..s }).collect();
+        assert_eq!(unmarked, plain, "{name}: log-probabilities differ with drafts");
         assert_eq!(end, plain_end, "{name}");
         total.drafted += counts.drafted;
         total.accepted += counts.accepted;
@@ -230,23 +233,35 @@ fn engine(kind: CpuRuntimeKind, max_batch: usize, speculative: SpeculativeMode) 
     EngineHandle::start(move || build_generator(load_model(&default_model())?, &options), limits).unwrap()
 }
 
-/// Ids, text, finish reason and the timings' draft counts of a request.
+/// Ids, text, finish reason and the timings' draft counts of a request, and how many
+/// of its tokens said they were accepted drafts.
 #[derive(Debug, Clone, PartialEq)]
 struct Outcome {
     ids: Vec<u32>,
     text: String,
     finish: Option<FinishReason>,
     drafts: (u32, u32),
+    flagged: u32,
 }
 
 async fn run_out(sub: &mut Submission) -> Outcome {
-    let mut out = Outcome { ids: Vec::new(), text: String::new(), finish: None, drafts: (0, 0) };
+    run_cancelling(sub, usize::MAX).await
+}
+
+/// [`run_out`] that cancels the request at the `nth` token that is an accepted draft:
+/// while the engine thread is still handing out that step's accepted run.
+async fn run_cancelling(sub: &mut Submission, nth: usize) -> Outcome {
+    let mut out = Outcome { ids: Vec::new(), text: String::new(), finish: None, drafts: (0, 0), flagged: 0 };
     loop {
         let event = tokio::time::timeout(Duration::from_secs(120), sub.events.recv()).await.expect("an event within 120 s");
         match event.expect("channel open") {
-            Event::Token { id, text, .. } => {
+            Event::Token { id, text, sampled } => {
                 out.ids.push(id);
                 out.text += &text;
+                out.flagged += u32::from(sampled.accepted_draft);
+                if sampled.accepted_draft && out.flagged as usize == nth {
+                    sub.cancel.cancel();
+                }
             }
             Event::Text(t) => out.text += &t,
             Event::Done { finish_reason, timings, .. } => {
@@ -325,9 +340,34 @@ async fn batched_requests_with_drafts_give_what_they_give_alone() {
     for (i, (sub, solo)) in subs.iter_mut().zip(&alone).enumerate() {
         let got = run_out(sub).await;
         assert_eq!((&got.ids, &got.text, got.finish), (&solo.ids, &solo.text, solo.finish), "request {i}");
+        assert_eq!(got.flagged, got.drafts.1, "request {i}: tokens marked as accepted drafts against the timings");
         accepted += got.drafts.1;
     }
     assert!(accepted > 0, "the batch verified and accepted drafts");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_inside_an_accepted_run_ends_the_request_and_leaves_nothing_behind() {
+    for batch in [1, 4] {
+        let on = engine(CpuRuntimeKind::Fast, batch, SpeculativeMode::Lookup);
+        let table = completion(TABLE, 40);
+        let plain = run_out(&mut on.submit(Request { speculative: SpeculativeRequest { mode: Some(SpeculativeMode::Off), ..Default::default() }, ..table.clone() }).unwrap()).await;
+        // A neighbour decoding beside it (batch 4) must not notice.
+        let neighbour = completion("fn fibonacci(n: u64) -> u64 {", 32);
+        let neighbour_alone = run_out(&mut on.submit(neighbour.clone()).unwrap()).await;
+        for nth in [1, 2, 5] {
+            let mut beside = on.submit(neighbour.clone()).unwrap();
+            let cut = run_cancelling(&mut on.submit(table.clone()).unwrap(), nth).await;
+            assert_eq!(cut.finish, Some(FinishReason::Cancelled), "batch {batch}, cancel at accepted draft {nth}: {cut:?}");
+            assert!(plain.ids.starts_with(&cut.ids), "batch {batch}, nth {nth}: {cut:?} is not the start of {plain:?}");
+            assert!(cut.ids.len() < plain.ids.len(), "batch {batch}, nth {nth}: the cancel did not stop the run");
+            assert_eq!(run_out(&mut beside).await, neighbour_alone, "batch {batch}, nth {nth}: the neighbour changed");
+            // The cancelled request's positions left the cache: the same request again is whole.
+            let again = run_out(&mut on.submit(table.clone()).unwrap()).await;
+            assert_eq!((&again.ids, &again.text), (&plain.ids, &plain.text), "batch {batch}, after a cancel at {nth}");
+        }
+        on.shutdown();
+    }
 }
 
 #[test]

@@ -58,7 +58,7 @@ pub struct EngineArgs {
     /// GPU KV-cache positions per request (default: the kernel's default, capped by the model's context).
     #[arg(long, env = "PEREGRINE_KV_POSITIONS")]
     pub kv_positions: Option<usize>,
-    // The three switches below are for tests and experiments: accepted, hidden from `--help`.
+    // The four switches below are for tests and experiments: accepted, hidden from `--help`.
     /// Let tensor-parallel ranks share one GPU (tests of TP and DTP on a single GPU; not for speed).
     #[arg(long, env = "PEREGRINE_TP_SHARE_GPU", hide = true)]
     pub tp_share_gpu: bool,
@@ -68,6 +68,9 @@ pub struct EngineArgs {
     /// Tensor parallelism: the down phase streams while its input lands (not yet measured on two GPUs).
     #[arg(long, env = "PEREGRINE_TP_DOWN_WAVES", hide = true)]
     pub tp_down_waves: bool,
+    /// Quantized GPU rows load their next chunks during the current ones' arithmetic (not yet measured).
+    #[arg(long, env = "PEREGRINE_GPU_Q_PIPELINE", hide = true)]
+    pub gpu_q_pipeline: bool,
     /// Folder holding libnvrtc (searched first; then $CUDA_HOME and the toolkit folders).
     #[arg(long, env = "PEREGRINE_NVRTC_DIR")]
     pub nvrtc_dir: Option<PathBuf>,
@@ -149,6 +152,7 @@ impl EngineArgs {
             share_gpu: self.tp_share_gpu,
             tp_weights_evict_first: self.tp_evict_first,
             tp_down_waves: self.tp_down_waves,
+            quant_pipeline: self.gpu_q_pipeline,
             weights: self.gpu_weights.into(),
             diagnostics: Default::default(),
             paths,
@@ -218,7 +222,7 @@ mod tests {
         }
         let cpu = flags(&["--cpu-isa", "avx512", "--cpu-act-bits", "8", "--cpu-runtime", "ref"]).expect("cpu flags").cpu_options().expect("cpu");
         assert_eq!((cpu.isa_cap, cpu.act_precision, cpu.runtime), (Some(Isa::Avx512Vnni), ActPrecision::Int8, CpuRuntimeKind::Reference));
-        let hidden = [flags(&["--tp-share-gpu", "--tp-evict-first", "--tp-down-waves"]).expect("hidden switches still parse")];
-        assert!(hidden[0].tp_share_gpu && hidden[0].tp_evict_first && hidden[0].tp_down_waves);
+        let hidden = [flags(&["--tp-share-gpu", "--tp-evict-first", "--tp-down-waves", "--gpu-q-pipeline"]).expect("hidden switches still parse")];
+        assert!(hidden[0].tp_share_gpu && hidden[0].tp_evict_first && hidden[0].tp_down_waves && hidden[0].gpu_q_pipeline);
     }
 }

@@ -174,14 +174,14 @@ impl Job {
                 self.prompt_tokens = *prompt_tokens;
                 m.queue_time.observe(now.duration_since(self.submitted).as_secs_f64());
             }
-            Event::Token { .. } => {
+            Event::Token { sampled, .. } => {
                 match self.last_token {
                     Some(prev) => m.inter_token_latency.observe(now.duration_since(prev).as_secs_f64()),
                     None => m.time_to_first_token.observe(now.duration_since(self.caller.arrived).as_secs_f64()),
                 }
                 self.last_token = Some(now);
                 let ms = self.ms_since_start(now);
-                self.clock.tick(ms);
+                self.clock.tick(ms, sampled.accepted_draft);
             }
             Event::Stats(_) => self.last_stats = now,
             Event::Done { finish_reason, usage, timings } => self.finish(Outcome::Finished(*finish_reason), Some(usage), Some(timings)),

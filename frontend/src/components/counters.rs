@@ -1,5 +1,5 @@
-//! The live speed counters (decode tok/s, time to first token, tokens, elapsed),
-//! announced politely to screen readers, and the tok/s chart.
+//! The live speed counters (decode tok/s, tokens per step, time to first token,
+//! tokens, elapsed), announced politely to screen readers, and the tok/s chart.
 
 use leptos::prelude::*;
 use peregrine_frontend::format;
@@ -12,6 +12,7 @@ use crate::state::Playground;
 pub fn Counters() -> impl IntoView {
     let pg = expect_context::<Playground>();
     let tok_per_s = move || pg.run.with(|r| format::tok_per_s(r.tok_per_s()));
+    let per_step = move || pg.run.with(|r| format::tokens_per_step(r.tokens_per_step()));
     let ttft = move || pg.run.with(|r| format::ms(r.ttft_ms()));
     let tokens = move || pg.run.with(|r| r.tokens.to_string());
     let elapsed = move || pg.run.with(|r| format::seconds(r.elapsed_ms()));
@@ -23,6 +24,10 @@ pub fn Counters() -> impl IntoView {
                 <div class="counter primary">
                     <dt>"Decode tok/s"</dt>
                     <dd data-testid="tok-per-s">{tok_per_s}</dd>
+                </div>
+                <div class="counter">
+                    <dt><abbr title="tokens per pass over the weights: above 1 where speculative decoding's drafted tokens are accepted">"Tokens/step"</abbr></dt>
+                    <dd data-testid="tokens-per-step">{per_step}</dd>
                 </div>
                 <div class="counter">
                     <dt><abbr title="time to first token">"TTFT"</abbr></dt>

@@ -109,6 +109,9 @@ pub struct Sampled {
     pub logprob: f32,
     /// The most likely alternatives by the same measure, best first.
     pub top: Vec<TokenLogprob>,
+    /// A drafted token the model accepted: it came out of the same pass over the
+    /// weights as the token before it (speculative decoding).
+    pub accepted_draft: bool,
 }
 
 /// A uniform draw in [0, 1) from (seed, step): splitmix64 finaliser over a combined
@@ -200,7 +203,7 @@ pub fn sample(logits: &[f32], params: &SamplingParams, seen: &[u32], step: u64, 
         .map(|(id, l)| TokenLogprob { id, logprob: l - log_z })
         .collect();
     let id = choose(logits, max, params, seen, step);
-    Sampled { id, logprob: logits[id as usize] - log_z, top }
+    Sampled { id, logprob: logits[id as usize] - log_z, top, accepted_draft: false }
 }
 
 /// The logits sampling draws from: `logits` with the logit bias added, then the

@@ -102,13 +102,14 @@ pub(crate) fn verify<'l>(
     let ended = |accepted, end| Ok(Verdict { accepted, next: None, end: Some(end) });
     for j in 0..=draft.tokens.len() {
         let sampled = next_token(logits(j), job.sampling, seen, *generated, job.top_logprobs, job.stop_tokens, guide.as_deref_mut())?;
-        let Some(s) = sampled else { return ended(j, RunEnd::StopToken) };
+        let Some(mut s) = sampled else { return ended(j, RunEnd::StopToken) };
+        let hit = draft.tokens.get(j) == Some(&s.id);
+        s.accepted_draft = hit;
         if on_token(&s) == Flow::Stop {
             return ended(j, RunEnd::Stopped);
         }
         seen.push(s.id);
         *generated += 1;
-        let hit = draft.tokens.get(j) == Some(&s.id);
         if guide.as_deref().is_some_and(Guide::complete) {
             return ended(j + usize::from(hit), RunEnd::StopToken);
         }

@@ -131,39 +131,48 @@ fn default_model() -> Option<std::path::PathBuf> {
 }
 
 fn top1_agreement(config: &ModelConfig, weights: &Weights, min_top1: f64) -> Check {
-    let mut gpu = runtime(config, weights)?;
+    top1_agreement_of(runtime(config, weights)?, config, weights, POSITIONS, min_top1)
+}
+
+/// Teacher-forced top-1 of `gpu` against the fast CPU runtime on the same weights over
+/// `positions` random tokens; every disagreement must be a near-tie.
+pub fn top1_agreement_of(mut gpu: CudaRuntime, config: &ModelConfig, weights: &Weights, positions: usize, min_top1: f64) -> Check {
     println!("  {}", gpu.describe());
     let mut cpu = FastRuntime::new(config, weights, FastOptions::defaults()).map_err(|e| e.to_string())?;
-    let tokens = SplitMix64(0xBEEF).tokens(POSITIONS, config.vocab_size);
+    let tokens = SplitMix64(0xBEEF).tokens(positions, config.vocab_size);
     let g = gpu.score(&tokens).map_err(|e| e.to_string())?;
     let c = cpu.score(&tokens).map_err(|e| e.to_string())?;
-    ensure(g.len() == POSITIONS && c.len() == POSITIONS, || format!("{} and {} scored positions", g.len(), c.len()))?;
+    ensure(g.len() == positions && c.len() == positions, || format!("{} and {} scored positions", g.len(), c.len()))?;
     // The GPU's pick at each position is its own top-1 there.
     let picks: Vec<u32> = g.iter().map(|row| argmax(row)).collect();
     let a = peregrine_engine::lab::teacher_forced::agreement(&picks, &g, &c);
-    let rate = a.agree as f64 / POSITIONS as f64;
+    let rate = a.agree as f64 / positions as f64;
     println!(
-        "  top-1 agreement {}/{POSITIONS} ({:.1} %), {} disagreements near-ties, logits max rel diff {:.2e}",
+        "  top-1 agreement {}/{positions} ({:.1} %), {} disagreements near-ties, logits max rel diff {:.2e}",
         a.agree,
         100.0 * rate,
         a.near_ties,
         a.worst_rel
     );
     ensure(rate >= min_top1 && a.unexplained.is_empty(), || {
-        format!("top-1 agreement {}/{POSITIONS} (need {min_top1}); not near-ties: {}", a.agree, a.unexplained.join("; "))
+        format!("top-1 agreement {}/{positions} (need {min_top1}); not near-ties: {}", a.agree, a.unexplained.join("; "))
     })
 }
 
 /// Greedy and sampled tokens of a quantized model are the same with chaos delays.
 fn quant_race_check(config: &ModelConfig, mix: QuantMix) -> Result<(), Failed> {
-    let weights = synthetic_quant_weights(config, 99, mix);
-    let mut rt = runtime(config, &weights)?;
+    race_check_of(runtime(config, &synthetic_quant_weights(config, 99, mix))?, config)
+}
+
+/// Greedy and sampled tokens of `rt` are the same with chaos delays.
+pub fn race_check_of(mut rt: CudaRuntime, config: &ModelConfig) -> Result<(), Failed> {
     let prompt = SplitMix64(33).tokens(8, config.vocab_size);
     let sampled = SamplingParams { temperature: 0.9, seed: 3, ..Default::default() };
     let (greedy, _) = run(&mut rt, &prompt, 200, &SamplingParams::default(), &[])?;
     let (drawn, _) = run(&mut rt, &prompt, 32, &sampled, &[])?;
-    rt.set_options(KernelOptions { diagnostics: Diagnostics { chaos: true, ..Diagnostics::default() }, ..KernelOptions::default() })
-        .map_err(|e| e.to_string())?;
+    // The runtime's own block size (a 7–8B width may not fit the default one).
+    let chaos = KernelOptions { diagnostics: Diagnostics { chaos: true, ..Diagnostics::default() }, ..rt.options().clone() };
+    rt.set_options(chaos).map_err(|e| e.to_string())?;
     let (g, _) = run(&mut rt, &prompt, 200, &SamplingParams::default(), &[])?;
     let (d, _) = run(&mut rt, &prompt, 32, &sampled, &[])?;
     ensure(ids(&g) == ids(&greedy) && ids(&d) == ids(&drawn), || "chaos changed the tokens".into())

@@ -180,6 +180,7 @@ impl Runtime for ScriptedRuntime {
                 top: (0..job.top_logprobs as u32)
                     .map(|k| TokenLogprob { id: self.output[k as usize % self.output.len()], logprob: -1.0 - k as f32 })
                     .collect(),
+                accepted_draft: false,
             };
             if on_token(&s) == Flow::Stop {
                 return Ok(RunEnd::Stopped);

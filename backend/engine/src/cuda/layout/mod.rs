@@ -221,6 +221,9 @@ pub struct KernelOptions {
     /// `DOWN_WAVES`, on for one GPU), with gate/up publishing the rank-local activations
     /// as tagged words. Off until measured on two GPUs.
     pub tp_down_waves: bool,
+    /// Quantized rows on the register path load a lane's next chunks while it does the
+    /// arithmetic of the current ones (`PG_Q_PIPE`). Off until measured on a GPU.
+    pub quant_pipeline: bool,
     /// Bit f set: some layer matrix is in `quant::GpuFormat` tag f (bit 0, bf16, is not
     /// counted); 0 for a bf16 model. Set from the uploaded weights: the kernel compiles
     /// the dequantizing row loops of these formats only.
@@ -242,6 +245,7 @@ impl Default for KernelOptions {
             prefill_mma_attention: true,
             tp_weights_evict_first: false,
             tp_down_waves: false,
+            quant_pipeline: false,
             weight_formats: 0,
             lm_head_format: 0,
             diagnostics: Diagnostics::default(),
@@ -263,6 +267,7 @@ impl KernelOptions {
             batched_prefill: cuda.prefill == PrefillMode::Batched,
             tp_weights_evict_first: cuda.tp_weights_evict_first,
             tp_down_waves: cuda.tp_down_waves,
+            quant_pipeline: cuda.quant_pipeline,
             diagnostics: cuda.diagnostics.clone(),
             ..defaults
         }
@@ -523,6 +528,7 @@ pub fn defines_tp(
         put("PF_MMA_KT", PREFILL_MMA_KEY_TILE.to_string());
     }
     put("QFMTS", options.weight_formats.to_string());
+    put("Q_PIPE", u8::from(options.quant_pipeline).to_string());
     put("LM_FMT", options.lm_head_format.to_string());
     put("MAX_TOP", MAX_TOP_LOGPROBS.to_string());
     put("RING", options.ring.to_string());

@@ -100,7 +100,7 @@ impl Launch {
         let n_top = (w(rec::NTOP) as usize).min(MAX_TOP_LOGPROBS);
         let top = (0..n_top).map(|k| TokenLogprob { id: w(rec::TOP_IDS + k), logprob: f32::from_bits(w(rec::TOP_LPS + k)) }).collect();
         let time = w(rec::TIME_LO) as u64 | (w(rec::TIME_HI) as u64) << 32;
-        (Sampled { id: w(rec::ID), logprob: f32::from_bits(w(rec::LOGPROB)), top }, time)
+        (Sampled { id: w(rec::ID), logprob: f32::from_bits(w(rec::LOGPROB)), top, accepted_draft: false }, time)
     }
 
     /// Launches every rank's kernel back to back (rank 0 first; each waits for the
