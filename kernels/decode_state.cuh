@@ -51,6 +51,7 @@ struct Decode {
   u32* tokens = ARG_PTR(u32*, TOKENS);
   unsigned char* seen = ARG_PTR(unsigned char*, SEEN);
   const float* logit_bias = ARG_PTR(const float*, LOGIT_BIAS);  // [V] added to the logits, or null
+  const u32* grammar_bits = ARG_PTR(const u32*, MASK);           // GRAMMAR_MASK: [V/32] allowed tokens, or null
   u32* counts = ARG_PTR(u32*, COUNTS);                           // [V] generated occurrences
   float* dbg = ARG_PTR(float*, DEBUG_LOGITS);
   const u32* stop_ids = ARG_PTR(const u32*, STOP_IDS);

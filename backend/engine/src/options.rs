@@ -239,6 +239,9 @@ pub struct CudaOptions {
     /// Quantized rows load their next chunks during the current ones' arithmetic. Off
     /// until measured on a GPU.
     pub quant_pipeline: bool,
+    /// Constrained requests run on one GPU with the kernel masking each token's logits
+    /// by a bitmap the host computes. Off until run on a GPU.
+    pub grammar_mask: bool,
     /// How the weight matrices are held on the GPU.
     pub weights: GpuWeights,
     pub diagnostics: Diagnostics,

@@ -2,9 +2,10 @@
 //! the CPU float32 reference (reference.rs), the batched prefill against the token
 //! path (prefill.rs), chaos delays and kernel variants (race.rs), prompt reuse
 //! (reuse.rs), tensor parallelism and DTP against one GPU and the CPU DTP reference
-//! (tp.rs), Laneformer lanes (laneformer.rs), quantized weights (quant.rs) and the 3–8B
-//! widths (big.rs), on synthetic random-weight models of the shapes the kernels
-//! special-case and of the benchmark presets. The measuring tools (trace, precompile) are `gpu_check`'s.
+//! (tp.rs), Laneformer lanes (laneformer.rs), quantized weights (quant.rs), the 3–8B
+//! widths (big.rs) and the device's grammar mask (grammar.rs), on synthetic
+//! random-weight models of the shapes the kernels special-case and of the benchmark
+//! presets. The measuring tools (trace, precompile) are `gpu_check`'s.
 //!
 //! Runs wherever a CUDA device is present. Elsewhere every check is reported as
 //! ignored with the reason (libtest-mimic), never as passed. scripts/gpu/ builds this
@@ -13,6 +14,8 @@
 
 #[path = "gpu/big.rs"]
 mod big;
+#[path = "gpu/grammar.rs"]
+mod grammar;
 #[path = "gpu/laneformer.rs"]
 mod laneformer;
 #[path = "gpu/prefill.rs"]
@@ -70,6 +73,7 @@ fn main() {
     trials.extend(laneformer::trials());
     trials.extend(quant::trials());
     trials.extend(big::trials());
+    trials.extend(grammar::trials());
     if let Some(why) = &absent {
         println!("GPU checks did not run: {why}");
         trials = trials.into_iter().map(|t| t.with_ignored_flag(true)).collect();

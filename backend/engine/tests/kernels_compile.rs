@@ -114,6 +114,11 @@ fn diagnostic_builds_compile_for_every_preset() {
     compile_only(&llama, &checked, 2, None, ARCH, cache.as_deref()).unwrap_or_else(|e| panic!("chaos+trace tp 2: {e}"));
     let tp_switches = KernelOptions { tp_down_waves: true, tp_weights_evict_first: true, ..checked };
     compile_only(&llama, &tp_switches, 2, None, ARCH, cache.as_deref()).unwrap_or_else(|e| panic!("tp switches tp 2: {e}"));
+    // The opt-in device grammar mask (one GPU), with a bf16 and a quantized LM head.
+    for lm_head_format in [0, 5] {
+        let masked = KernelOptions { grammar_mask: true, weight_formats: if lm_head_format == 0 { 0 } else { 0b11_0000 }, lm_head_format, ..base.clone() };
+        compile_only(&llama, &masked, 1, None, ARCH, cache.as_deref()).unwrap_or_else(|e| panic!("grammar mask, LM head format {lm_head_format}: {e}"));
+    }
 }
 
 /// The batched prefill's kernels compile for every benchmark shape and for the other

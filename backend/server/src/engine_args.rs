@@ -58,7 +58,7 @@ pub struct EngineArgs {
     /// GPU KV-cache positions per request (default: the kernel's default, capped by the model's context).
     #[arg(long, env = "PEREGRINE_KV_POSITIONS")]
     pub kv_positions: Option<usize>,
-    // The four switches below are for tests and experiments: accepted, hidden from `--help`.
+    // The five switches below are for tests and experiments: accepted, hidden from `--help`.
     /// Let tensor-parallel ranks share one GPU (tests of TP and DTP on a single GPU; not for speed).
     #[arg(long, env = "PEREGRINE_TP_SHARE_GPU", hide = true)]
     pub tp_share_gpu: bool,
@@ -71,6 +71,9 @@ pub struct EngineArgs {
     /// Quantized GPU rows load their next chunks during the current ones' arithmetic (not yet measured).
     #[arg(long, env = "PEREGRINE_GPU_Q_PIPELINE", hide = true)]
     pub gpu_q_pipeline: bool,
+    /// Constrained decoding on one GPU: the kernel masks each token's logits by the host's bitmap (not yet run on a GPU).
+    #[arg(long, env = "PEREGRINE_GPU_GRAMMAR_MASK", hide = true)]
+    pub gpu_grammar_mask: bool,
     /// Folder holding libnvrtc (searched first; then $CUDA_HOME and the toolkit folders).
     #[arg(long, env = "PEREGRINE_NVRTC_DIR")]
     pub nvrtc_dir: Option<PathBuf>,
@@ -153,6 +156,7 @@ impl EngineArgs {
             tp_weights_evict_first: self.tp_evict_first,
             tp_down_waves: self.tp_down_waves,
             quant_pipeline: self.gpu_q_pipeline,
+            grammar_mask: self.gpu_grammar_mask,
             weights: self.gpu_weights.into(),
             diagnostics: Default::default(),
             paths,
@@ -222,7 +226,8 @@ mod tests {
         }
         let cpu = flags(&["--cpu-isa", "avx512", "--cpu-act-bits", "8", "--cpu-runtime", "ref"]).expect("cpu flags").cpu_options().expect("cpu");
         assert_eq!((cpu.isa_cap, cpu.act_precision, cpu.runtime), (Some(Isa::Avx512Vnni), ActPrecision::Int8, CpuRuntimeKind::Reference));
-        let hidden = [flags(&["--tp-share-gpu", "--tp-evict-first", "--tp-down-waves", "--gpu-q-pipeline"]).expect("hidden switches still parse")];
-        assert!(hidden[0].tp_share_gpu && hidden[0].tp_evict_first && hidden[0].tp_down_waves && hidden[0].gpu_q_pipeline);
+        let hidden = [flags(&["--tp-share-gpu", "--tp-evict-first", "--tp-down-waves", "--gpu-q-pipeline", "--gpu-grammar-mask"]).expect("hidden switches still parse")];
+        let h = &hidden[0];
+        assert!(h.tp_share_gpu && h.tp_evict_first && h.tp_down_waves && h.gpu_q_pipeline && h.gpu_grammar_mask);
     }
 }

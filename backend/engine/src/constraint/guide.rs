@@ -45,6 +45,24 @@ impl Guide {
         Ok(&self.masked)
     }
 
+    /// The tokens allowed next as a bitmap over `vocab` tokens in `words` (token i is
+    /// bit i % 32 of word i / 32; the device runtime copies it for its kernel to mask
+    /// with); the same errors as [`Guide::mask`].
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn allowed_bits(&mut self, vocab: usize, words: &mut Vec<u32>) -> Result<()> {
+        let allowed = self.allowed().map_err(Error::Unsatisfiable)?;
+        let bits = allowed.as_slice();
+        words.clear();
+        words.resize(vocab.div_ceil(32), 0);
+        let n = words.len().min(bits.len());
+        words[..n].copy_from_slice(&bits[..n]);
+        // A trie longer than the model's rows: its extra ids stay forbidden.
+        if let (Some(last), tail @ 1..) = (words.last_mut(), vocab % 32) {
+            *last &= (1u32 << tail) - 1;
+        }
+        Ok(())
+    }
+
     /// Whether `id` ends the output (an end id the grammar allowed: it is complete).
     pub(crate) fn is_end(&self, id: u32) -> bool {
         self.ends.contains(&id)

@@ -77,6 +77,9 @@ slots! {
         /// zeroed per run that has OpenAI penalties).
         Counts,
         PresencePenalty, FrequencyPenalty,
+        /// `grammar_mask`: u32 `[vocab / 32]` allowed-token bits of the token being
+        /// sampled (host-copied per token, `ctl::MASK_SEQ`), or 0 (an unconstrained run).
+        Mask,
     }
 }
 
@@ -139,6 +142,9 @@ pub mod ctl {
     pub const STOP: usize = 3;
     /// Host → device: records the host has read (ring back-pressure).
     pub const CONSUMED: usize = 4;
+    /// Host → device (`grammar_mask`): 1 + the index of the generated token whose
+    /// allowed-token bitmap is in the `Mask` buffer.
+    pub const MASK_SEQ: usize = 5;
     /// Words reserved for the control block (a 32-byte line).
     pub const WORDS: usize = 8;
 }
@@ -224,6 +230,9 @@ pub struct KernelOptions {
     /// Quantized rows on the register path load a lane's next chunks while it does the
     /// arithmetic of the current ones (`PG_Q_PIPE`). Off until measured on a GPU.
     pub quant_pipeline: bool,
+    /// Constrained runs mask the logits on the device with a bitmap the host writes per
+    /// token (`PG_GRAMMAR_MASK`; one GPU). Off until run on a GPU.
+    pub grammar_mask: bool,
     /// Bit f set: some layer matrix is in `quant::GpuFormat` tag f (bit 0, bf16, is not
     /// counted); 0 for a bf16 model. Set from the uploaded weights: the kernel compiles
     /// the dequantizing row loops of these formats only.
@@ -246,6 +255,7 @@ impl Default for KernelOptions {
             tp_weights_evict_first: false,
             tp_down_waves: false,
             quant_pipeline: false,
+            grammar_mask: false,
             weight_formats: 0,
             lm_head_format: 0,
             diagnostics: Diagnostics::default(),
@@ -268,6 +278,7 @@ impl KernelOptions {
             tp_weights_evict_first: cuda.tp_weights_evict_first,
             tp_down_waves: cuda.tp_down_waves,
             quant_pipeline: cuda.quant_pipeline,
+            grammar_mask: cuda.grammar_mask,
             diagnostics: cuda.diagnostics.clone(),
             ..defaults
         }
@@ -529,6 +540,7 @@ pub fn defines_tp(
     }
     put("QFMTS", options.weight_formats.to_string());
     put("Q_PIPE", u8::from(options.quant_pipeline).to_string());
+    put("GRAMMAR_MASK", u8::from(options.grammar_mask && tp == 1).to_string());
     put("LM_FMT", options.lm_head_format.to_string());
     put("MAX_TOP", MAX_TOP_LOGPROBS.to_string());
     put("RING", options.ring.to_string());
@@ -558,6 +570,7 @@ pub fn defines_tp(
         ("CTL_REASON", ctl::REASON),
         ("CTL_STOP", ctl::STOP),
         ("CTL_CONSUMED", ctl::CONSUMED),
+        ("CTL_MASK_SEQ", ctl::MASK_SEQ),
     ] {
         put(k, v.to_string());
     }

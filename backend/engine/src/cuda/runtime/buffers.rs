@@ -29,6 +29,8 @@ pub(super) struct State {
     pub(super) seen: CudaSlice<u8>,
     /// `logit_bias` per token (uploaded by runs that have one).
     pub(super) logit_bias: CudaSlice<f32>,
+    /// `grammar_mask`: the allowed-token bits of the token being sampled (copied per token).
+    pub(super) grammar_bits: CudaSlice<u32>,
     /// How often each token was generated (zeroed by runs with OpenAI penalties).
     pub(super) counts: CudaSlice<u32>,
     pub(super) stop_ids: CudaSlice<u32>,
@@ -103,6 +105,7 @@ fn alloc_state(
         tokens: u32s(kv_cap)?,
         seen: stream.alloc_zeros::<u8>(full.vocab_size).map_err(alloc_err("the seen-token flags", full.vocab_size))?,
         logit_bias: f32s(full.vocab_size)?,
+        grammar_bits: u32s(full.vocab_size.div_ceil(32))?,
         counts: u32s(full.vocab_size)?,
         stop_ids: u32s(MAX_DEVICE_STOP_TOKENS)?,
         exchange: u32s(k.exchange_words)?,

@@ -15,6 +15,7 @@
 
 mod buffers;
 mod devices;
+mod grammar;
 mod kernel;
 mod launch;
 mod prefill;
@@ -300,6 +301,11 @@ impl Runtime for CudaRuntime {
 
     fn reused_prefix(&self) -> usize {
         self.cache.reused
+    }
+
+    fn follows_grammars(&self) -> bool {
+        // The kernel masks each token's logits only when built for it, on one GPU.
+        self.shape.options.grammar_mask && self.devices.tp() == 1
     }
 
     fn score(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use cudarc::driver::{sys, CudaSlice, DevicePtrMut};
 
+use super::grammar::{GrammarFeed, Took};
 use super::kernel::KernelArgs;
 use super::launch::{Launch, DEFAULT_STALL_TIMEOUT};
 use super::prefill::Prefill;
@@ -16,7 +17,7 @@ use crate::cuda::layout::{self, ctl, end, Arg, MAX_DEVICE_STOP_TOKENS};
 use crate::cuda::trace::{RawTrace, WORDS_PER_EVENT};
 use crate::cuda::RunStats;
 use crate::error::{CudaError, Error, Result};
-use crate::runtime::{reusable_prefix, DecodeJob, Flow, RunEnd};
+use crate::runtime::{reusable_prefix, DecodeJob, Flow, RunEnd, Runtime};
 use crate::sampling::{Sampled, SamplingParams, MAX_TOP_LOGPROBS};
 
 /// Polls of the ring between yields of the host thread.
@@ -114,6 +115,8 @@ impl CudaRuntime {
             a.set(Arg::Seen, g.dptr(&st.seen));
             // A run without a logit bias sets this to 0 in `job_args`.
             a.set(Arg::LogitBias, g.dptr(&st.logit_bias));
+            // A constrained run sets this in `job_args`.
+            a.set(Arg::Mask, 0);
             a.set(Arg::Counts, g.dptr(&st.counts));
             a.set(Arg::StopIds, g.dptr(&st.stop_ids));
             a.set(Arg::Peers, g.dptr(&st.peers));
@@ -239,6 +242,14 @@ impl CudaRuntime {
                 g.stream.memcpy_htod(device_stops, &mut dst).map_err(cuda_err("upload stop ids"))?;
             }
         }
+        let mut grammar = match job.constraint {
+            Some(c) if self.follows_grammars() => {
+                Some(GrammarFeed::new(c.guide(), self.shape.config.vocab_size, &self.devices.gpus[0].ctx)?)
+            }
+            Some(c) => return Err(crate::constraint::unsupported("cuda", c.kind())),
+            None => None,
+        };
+        let mask_dev = grammar.as_ref().map(|_| self.devices.gpus[0].dptr(&self.buffers.ranks[0].grammar_bits));
         let s = job.sampling;
         self.upload_adjustments(s)?;
         let debug_rows = self.probes.debug_rows(job.max_tokens);
@@ -262,9 +273,17 @@ impl CudaRuntime {
                 a.set(Arg::Seed, s.seed);
                 // Sampling and top log-probs read the whole vocabulary on every rank.
                 a.set(Arg::Gather, u64::from(s.temperature != 0.0 || job.top_logprobs > 0));
+                if let Some(mask) = mask_dev {
+                    a.set(Arg::Mask, mask);
+                }
             },
             debug_rows,
         )?;
+        if let Some(feed) = grammar.as_mut() {
+            // The first generated token's mask before the kernel can reach its LM head.
+            self.launch.set_host_word(ctl::MASK_SEQ, 0);
+            feed.publish(0, &mut self.buffers.ranks[0].grammar_bits, &self.launch)?;
+        }
         let prefill = self.enqueue_prefill(keep, job.prompt.len())?;
         for a in run.args.iter_mut() {
             a.set(Arg::StartStep, prefill.positions as u64);
@@ -280,6 +299,8 @@ impl CudaRuntime {
         let mut published_ids = Vec::new();
         let mut next = 0usize;
         let mut outcome: Option<RunEnd> = None;
+        // A grammar that cannot go on: the run stops, and ends with this error once drained.
+        let mut grammar_error: Option<Error> = None;
         let mut last_progress = Instant::now();
         let mut spins = 0u32;
         loop {
@@ -301,8 +322,39 @@ impl CudaRuntime {
                 if host_stops.contains(&sampled.id) {
                     outcome = Some(RunEnd::StopToken);
                     self.launch.set_host_word(ctl::STOP, 1);
-                } else if on_token(&sampled) == Flow::Stop {
+                    continue;
+                }
+                let mut last = false;
+                if let Some(feed) = grammar.as_mut() {
+                    // The next token's mask first: the kernel is already running its step.
+                    let took = feed.take(sampled.id).and_then(|took| {
+                        if matches!(took, Took::More) && next < job.max_tokens {
+                            feed.publish(next, &mut self.buffers.ranks[0].grammar_bits, &self.launch)?;
+                        }
+                        Ok(took)
+                    });
+                    match took {
+                        Ok(Took::End) => {
+                            outcome = Some(RunEnd::StopToken);
+                            self.launch.set_host_word(ctl::STOP, 1);
+                            continue;
+                        }
+                        Ok(Took::Last) => last = true,
+                        Ok(Took::More) => {}
+                        Err(e) => {
+                            grammar_error = Some(e);
+                            outcome = Some(RunEnd::Stopped);
+                            self.launch.set_host_word(ctl::STOP, 1);
+                            continue;
+                        }
+                    }
+                }
+                if on_token(&sampled) == Flow::Stop {
                     outcome = Some(RunEnd::Stopped);
+                    self.launch.set_host_word(ctl::STOP, 1);
+                } else if last {
+                    // The grammar is complete: nothing may follow (as on the host runtimes).
+                    outcome = Some(RunEnd::StopToken);
                     self.launch.set_host_word(ctl::STOP, 1);
                 }
                 last_progress = Instant::now();
@@ -346,6 +398,9 @@ impl CudaRuntime {
         stats.published = next;
         stats.total = started.elapsed();
         self.last_run = stats;
+        if let Some(e) = grammar_error {
+            return Err(e);
+        }
         if let Some(o) = outcome {
             return Ok(o);
         }
