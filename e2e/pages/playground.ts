@@ -15,6 +15,8 @@ export interface Settings {
   topP?: number | string;
   seed?: number | string;
   ignoreEos?: boolean;
+  /** A JSON schema for the answer (text; '' clears it). */
+  jsonSchema?: string;
 }
 
 /** A real model on the CPU reference path in a debug build: allow time. */
@@ -38,6 +40,9 @@ export class Playground {
   readonly copy: Locator;
   readonly tokPerS: Locator;
   readonly tokensPerStep: Locator;
+  readonly jsonSchema: Locator;
+  readonly jsonSchemaError: Locator;
+  readonly schemaVerdict: Locator;
   readonly ttft: Locator;
   readonly tokens: Locator;
   readonly elapsed: Locator;
@@ -83,6 +88,9 @@ export class Playground {
     this.copy = id('copy');
     this.tokPerS = id('tok-per-s');
     this.tokensPerStep = id('tokens-per-step');
+    this.jsonSchema = id('json-schema');
+    this.jsonSchemaError = id('json-schema-error');
+    this.schemaVerdict = id('schema-verdict');
     this.ttft = id('ttft');
     this.tokens = id('tokens');
     this.elapsed = id('elapsed');
@@ -129,6 +137,7 @@ export class Playground {
     if (s.topP !== undefined) await this.topP.fill(String(s.topP));
     if (s.seed !== undefined) await this.seed.fill(String(s.seed));
     if (s.ignoreEos !== undefined) await this.ignoreEos.setChecked(s.ignoreEos);
+    if (s.jsonSchema !== undefined) await this.jsonSchema.fill(s.jsonSchema);
   }
 
   /** The phase shown by the status line: idle, connecting, queued, streaming, done, stopped, error. */

@@ -12,5 +12,6 @@ pub mod highlight;
 pub mod markdown;
 pub mod recent;
 pub mod run;
+pub mod schema_check;
 pub mod settings;
 pub mod sse;

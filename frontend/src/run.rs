@@ -69,6 +69,8 @@ pub struct RunState {
     /// Final figures, once done.
     pub usage: Option<Usage>,
     pub timings: Option<Timings>,
+    /// The JSON schema the answer was asked to follow, if any.
+    pub schema: Option<serde_json::Value>,
 }
 
 impl Default for RunState {
@@ -85,6 +87,7 @@ impl Default for RunState {
             samples: Vec::new(),
             usage: None,
             timings: None,
+            schema: None,
         }
     }
 }
@@ -197,6 +200,13 @@ impl RunState {
         }
     }
 
+    /// Whether a finished answer validates against the schema it was asked to follow
+    /// (`None` without a schema, or before the run ended).
+    pub fn schema_verdict(&self) -> Option<crate::schema_check::Verdict> {
+        let schema = self.schema.as_ref()?;
+        matches!(self.phase, Phase::Done { .. } | Phase::Stopped).then(|| crate::schema_check::check(schema, &self.output))
+    }
+
     /// Time to first token to show.
     pub fn ttft_ms(&self) -> Option<f64> {
         match self.timings {
@@ -281,6 +291,16 @@ mod tests {
         assert!(r.summary().unwrap().starts_with("Done (max tokens reached): 3 tokens in 0.30 s at 10.0 tok/s"));
         r.apply(StreamEvent::Token { text: "late".into(), tokens: 1 });
         assert_eq!(r.output, "  return 1", "nothing after the terminal event");
+    }
+
+    #[test]
+    fn a_schema_run_is_judged_once_it_ended() {
+        let mut r = RunState { schema: Some(serde_json::json!({"type": "object", "required": ["a"]})), ..RunState::connecting("x", Mode::Chat) };
+        r.apply(StreamEvent::Token { text: "{\"a\": 1}".into(), tokens: 3 });
+        assert_eq!(r.schema_verdict(), None, "not while streaming");
+        r.apply(StreamEvent::Done { finish_reason: FinishReason::Stop, usage: Usage::default(), timings: Timings::default() });
+        assert_eq!(r.schema_verdict(), Some(crate::schema_check::Verdict::Valid { unchecked: vec![] }));
+        assert_eq!(RunState::connecting("x", Mode::Chat).schema_verdict(), None, "no schema, no verdict");
     }
 
     #[test]

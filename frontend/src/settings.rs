@@ -16,6 +16,7 @@ pub enum Field {
     Temperature,
     TopP,
     Seed,
+    JsonSchema,
 }
 
 /// The form as typed.
@@ -27,6 +28,9 @@ pub struct SettingsForm {
     /// Empty = a random seed per run.
     pub seed: String,
     pub ignore_eos: bool,
+    /// A JSON schema the answer must follow (the server constrains the output to it);
+    /// empty = none.
+    pub json_schema: String,
 }
 
 impl Default for SettingsForm {
@@ -48,6 +52,19 @@ impl SettingsForm {
             top_p: p.top_p.to_string(),
             seed: p.seed.map(|s| s.to_string()).unwrap_or_default(),
             ignore_eos: p.ignore_eos,
+            json_schema: String::new(),
+        }
+    }
+
+    /// The JSON schema asked for: `Ok(None)` when the field is empty.
+    pub fn schema(&self) -> Result<Option<serde_json::Value>, String> {
+        if self.json_schema.trim().is_empty() {
+            return Ok(None);
+        }
+        match serde_json::from_str::<serde_json::Value>(&self.json_schema) {
+            Ok(v) if v.is_object() || v.is_boolean() => Ok(Some(v)),
+            Ok(_) => Err("A JSON schema is an object, such as {\"type\": \"object\"}.".into()),
+            Err(e) => Err(format!("The JSON schema is not valid JSON: {e}.")),
         }
     }
 
@@ -68,6 +85,9 @@ impl SettingsForm {
         }
         if !self.seed.trim().is_empty() && number::<u64>(&self.seed).is_none() {
             errors.push((Field::Seed, "Seed must be a whole number (or empty for a random seed).".into()));
+        }
+        if let Err(e) = self.schema() {
+            errors.push((Field::JsonSchema, e));
         }
         errors
     }
@@ -156,9 +176,17 @@ mod tests {
 
     #[test]
     fn every_bad_field_is_named() {
-        let f = SettingsForm { max_tokens: "0".into(), temperature: "3".into(), top_p: "0".into(), seed: "-1".into(), ignore_eos: false };
+        let f = SettingsForm {
+            max_tokens: "0".into(),
+            temperature: "3".into(),
+            top_p: "0".into(),
+            seed: "-1".into(),
+            ignore_eos: false,
+            json_schema: "{\"type\":".into(),
+        };
         let fields: Vec<Field> = f.errors().into_iter().map(|(f, _)| f).collect();
-        assert_eq!(fields, vec![Field::MaxTokens, Field::Temperature, Field::TopP, Field::Seed]);
+        assert_eq!(fields, vec![Field::MaxTokens, Field::Temperature, Field::TopP, Field::Seed, Field::JsonSchema]);
+        assert!(f.error(Field::JsonSchema).unwrap().starts_with("The JSON schema is not valid JSON"));
         assert!(f.error(Field::MaxTokens).unwrap().contains("1 to 4096"));
         for bad in ["", "abc", "4097", "1.5", "-3"] {
             let f = SettingsForm { max_tokens: bad.into(), ..SettingsForm::default() };
@@ -166,6 +194,15 @@ mod tests {
         }
         let f = SettingsForm { temperature: "NaN".into(), top_p: " 0.5 ".into(), seed: " ".into(), ..SettingsForm::default() };
         assert_eq!(f.errors().len(), 1);
+    }
+
+    #[test]
+    fn a_json_schema_is_an_object_or_nothing() {
+        let with = |s: &str| SettingsForm { json_schema: s.into(), ..SettingsForm::default() };
+        assert_eq!(with("  ").schema(), Ok(None));
+        assert_eq!(with(r#"{"type": "object"}"#).schema(), Ok(Some(serde_json::json!({"type": "object"}))));
+        assert!(with("[1]").schema().unwrap_err().contains("is an object"));
+        assert_eq!(with("[1]").errors().len(), 1);
     }
 
     #[test]

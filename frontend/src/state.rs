@@ -205,7 +205,7 @@ impl Playground {
                 (prefix, Surroundings { suffix, ..Surroundings::default() })
             }
         };
-        self.launch(GenerateRequest { prompt, mode, params, cache_prompt: None, speculative: Default::default(), around });
+        self.launch(GenerateRequest { prompt, mode, params, cache_prompt: None, speculative: Default::default(), json_schema: self.form.with_untracked(|f| f.schema().ok().flatten()), around });
     }
 
     /// Chat: the last message again after the same conversation (a new answer).
@@ -218,7 +218,7 @@ impl Playground {
         };
         let Some(params) = self.checked_params() else { return };
         let around = Surroundings { system: self.system.get_untracked(), history: self.history.get_untracked(), ..Surroundings::default() };
-        self.launch(GenerateRequest { prompt, mode: Mode::Chat, params, cache_prompt: None, speculative: Default::default(), around });
+        self.launch(GenerateRequest { prompt, mode: Mode::Chat, params, cache_prompt: None, speculative: Default::default(), json_schema: self.form.with_untracked(|f| f.schema().ok().flatten()), around });
     }
 
     /// Chat: the last message back in the editor, its answer dropped, so sending it
@@ -254,7 +254,7 @@ impl Playground {
         self.abort.set_value(controller);
         let seq = self.run_seq.with_value(|s| s + 1);
         self.run_seq.set_value(seq);
-        self.run.set(RunState { suffix: request.around.suffix.clone(), ..RunState::connecting(&prompt, request.mode) });
+        self.run.set(RunState { suffix: request.around.suffix.clone(), schema: request.json_schema.clone(), ..RunState::connecting(&prompt, request.mode) });
         self.share_link.set(ShareLink::Idle);
         self.focus.set(Some(FocusTarget::Stop));
         let Some(signal) = signal else {

@@ -139,6 +139,10 @@ pub struct GenerateRequest {
     pub cache_prompt: Option<bool>,
     #[serde(flatten)]
     pub speculative: crate::speculative::SpeculativeParams,
+    /// A JSON schema the answer must follow (llama.cpp's field name): the output is
+    /// constrained to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json_schema: Option<serde_json::Value>,
     #[serde(flatten)]
     pub around: Surroundings,
 }

@@ -148,3 +148,35 @@ async fn invalid_grammars_and_schemas_are_400s_naming_the_field() {
     let (status, text) = post(&server, "/completion", both).await;
     refused(status, &text, "json_schema", "give one of grammar, json_schema");
 }
+
+/// The playground's `json_schema`: the streamed answer is the schema's JSON, and a bad
+/// schema is a 400 naming the field before any event.
+#[tokio::test]
+async fn the_playground_route_takes_a_json_schema() {
+    let _turn = engine_lock().await;
+    let server = serve().await;
+    let body = json!({ "prompt": "Name an item to buy.", "mode": "chat", "max_tokens": 60, "temperature": 0, "json_schema": item_schema() });
+    let (status, text) = post(&server, "/api/generate", body).await;
+    assert_eq!(status, 200, "{text}");
+    let mut answer = String::new();
+    let mut finish = None;
+    for block in text.split("\n\n") {
+        let data: String = block.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).collect();
+        let Ok(event) = serde_json::from_str::<Value>(&data) else { continue };
+        match event["type"].as_str() {
+            Some("token") => answer += event["text"].as_str().unwrap(),
+            Some("done") => finish = Some(event["finish_reason"].clone()),
+            _ => {}
+        }
+    }
+    assert_eq!(finish, Some(json!("stop")), "a complete grammar ends the run: {text}");
+    check_item(&answer);
+    // The playground's own error shape: {code, message}, the message naming the field.
+    for (schema, reason) in [(json!({ "type": "no-such-type" }), "no-such-type"), (json!([1]), "object")] {
+        let (status, text) = post(&server, "/api/generate", json!({ "prompt": "x", "json_schema": schema })).await;
+        assert_eq!(status, 400, "{text}");
+        let e: Value = serde_json::from_str(&text).unwrap();
+        let message = e["message"].as_str().unwrap();
+        assert!(e["code"] == "invalid_request" && message.contains("json_schema") && message.contains(reason), "{text}");
+    }
+}

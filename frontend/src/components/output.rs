@@ -1,11 +1,12 @@
 //! The streamed output: code highlighted in the context of its prompt, an infill
-//! in place between its prefix and suffix, chat answers as sanitised markdown, and a
-//! copy button.
+//! in place between its prefix and suffix, chat answers as sanitised markdown, a copy
+//! button, and (for a run with a JSON schema) whether the answer validates.
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use peregrine_api::playground::Mode;
 use peregrine_frontend::run::RunState;
+use peregrine_frontend::schema_check::Verdict;
 use peregrine_frontend::{fill, highlight, markdown};
 
 use crate::client;
@@ -67,6 +68,18 @@ pub fn Output() -> impl IntoView {
                 aria-busy=move || active().to_string()
                 inner_html=move || html.get()
             ></div>
+            {move || pg.run.with(RunState::schema_verdict).map(|v| {
+                let (ok, text) = match v {
+                    Verdict::Valid { unchecked } if unchecked.is_empty() => (true, "The answer validates against the JSON schema.".to_string()),
+                    Verdict::Valid { unchecked } => {
+                        (true, format!("The answer validates against the JSON schema (not checked here: {}).", unchecked.join(", ")))
+                    }
+                    Verdict::Invalid(why) => (false, format!("The answer does not validate against the JSON schema: {why}.")),
+                };
+                view! {
+                    <p class="schema-verdict" class:invalid=!ok data-testid="schema-verdict" data-valid=ok.to_string() role="status">{text}</p>
+                }
+            })}
         </section>
     }
 }

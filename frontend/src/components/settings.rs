@@ -1,5 +1,6 @@
-//! The settings form: max tokens, temperature, top-p, seed and "ignore end of
-//! sequence"; each field says what is wrong with it as it is typed.
+//! The settings form: max tokens, temperature, top-p, seed, "ignore end of sequence"
+//! and an optional JSON schema for the answer; each field says what is wrong with it
+//! as it is typed.
 
 use leptos::prelude::*;
 use peregrine_api::playground::MAX_MAX_TOKENS;
@@ -14,6 +15,7 @@ pub fn field_id(field: Field) -> &'static str {
         Field::Temperature => "temperature",
         Field::TopP => "top-p",
         Field::Seed => "seed",
+        Field::JsonSchema => "json-schema",
     }
 }
 
@@ -52,6 +54,34 @@ fn SettingField(
             />
             <span class="hint" id=hint_id>{hint}</span>
             <span class="field-error" id=error_id data-testid=format!("{id}-error") aria-live="polite">
+                {move || error.get().unwrap_or_default()}
+            </span>
+        </div>
+    }
+}
+
+/// The optional JSON schema: the server constrains the answer to it.
+#[component]
+fn SchemaField() -> impl IntoView {
+    let pg = expect_context::<Playground>();
+    let id = field_id(Field::JsonSchema);
+    let error = Memo::new(move |_| pg.form.with(|f| f.error(Field::JsonSchema)));
+    view! {
+        <div class="field schema-field" class:invalid=move || error.with(Option::is_some)>
+            <label for=id>"JSON schema (optional)"</label>
+            <textarea
+                id=id
+                data-testid=id
+                rows="3"
+                spellcheck="false"
+                placeholder="{\"type\": \"object\", \"properties\": {…}}"
+                aria-invalid=move || error.with(Option::is_some).to_string()
+                aria-describedby="json-schema-hint json-schema-error"
+                prop:value=move || pg.form.with(|f| f.json_schema.clone())
+                on:input=move |e| pg.form.update(|f| f.json_schema = event_target_value(&e))
+            ></textarea>
+            <span class="hint" id="json-schema-hint">"the answer is constrained to it; empty = free text"</span>
+            <span class="field-error" id="json-schema-error" data-testid="json-schema-error" aria-live="polite">
                 {move || error.get().unwrap_or_default()}
             </span>
         </div>
@@ -109,6 +139,7 @@ pub fn Settings() -> impl IntoView {
                 />
                 "Ignore end of sequence (always generate max tokens)"
             </label>
+            <SchemaField/>
         </fieldset>
     }
 }

@@ -53,6 +53,7 @@ pub async fn generate(State(state): State<AppState>, caller: Caller, body: Resul
         ignore_eos: p.ignore_eos,
         cache_prompt: req.cache_prompt.unwrap_or(true),
         speculative: crate::speculative::engine_request(&req.speculative, engine.handle.verify_capacity())?,
+        constraint: crate::structured::compile(&engine, crate::structured::json_schema(req.json_schema.as_ref())?).await?,
         ..Request::new(Prompt::Tokens(ids))
     };
     let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/api/generate", caller, ticker: true })?;
@@ -62,7 +63,7 @@ pub async fn generate(State(state): State<AppState>, caller: Caller, body: Resul
 impl crate::fields::Fields for GenerateRequest {
     const ROUTE: &'static str = "/api/generate";
     const ACCEPTED: &'static [&'static [&'static str]] = &[
-        &["prompt", "mode", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "ignore_eos", "cache_prompt"],
+        &["prompt", "mode", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "ignore_eos", "cache_prompt", "json_schema"],
         &["system", "history", "suffix"],
         crate::fields::SPECULATIVE,
     ];
