@@ -13,7 +13,7 @@ mod response_object;
 mod responses;
 pub(crate) mod steps;
 pub(crate) mod stream;
-mod tool_output;
+pub(crate) mod tool_output;
 pub mod tools;
 
 use axum::routing::{get, post};

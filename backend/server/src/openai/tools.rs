@@ -8,7 +8,7 @@
 //! are written as Qwen2.5 / Hermes write them, a JSON object between `<tool_call>`
 //! lines; `tool_output.rs` reads them back.
 
-use peregrine_engine::GrammarSource;
+use peregrine_engine::{ChatMessage, GrammarSource, Prompt};
 use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
@@ -82,13 +82,39 @@ impl Tools {
             }
             Some(_) => return Err(Error::bad("tool_choice", "tool_choice must be a string or an object")),
         };
-        if list.is_empty() {
+        Tools::of(list, choice, parallel)
+    }
+
+    /// A request's checked tools and choice (`None`: `none`); `None` when there are no
+    /// tools, and a 400 naming `tool_choice` when it asks for a call of none.
+    pub fn of(tools: Vec<Tool>, choice: Option<Choice>, parallel: bool) -> Result<Option<Tools>> {
+        if tools.is_empty() {
             return match choice {
-                Some(Choice::Required | Choice::Named(_)) => Err(Error::bad("tool_choice", "tool_choice asks for a call but tools is empty")),
+                Some(Choice::Required | Choice::Named(_)) => Err(Error::bad("tool_choice", "tool_choice asks for a call but there are no tools")),
                 _ => Ok(None),
             };
         }
-        Ok(choice.map(|choice| Tools { tools: list, choice, parallel }))
+        Ok(choice.map(|choice| Tools { tools, choice, parallel }))
+    }
+
+    /// The grammar the answer follows, as the field `tool_choice` asks it; `None` under
+    /// `auto` on a runtime that applies no grammar (its calls are then read unchecked).
+    pub fn asked(&self, follows_grammars: bool) -> Option<crate::structured::Asked> {
+        (self.choice != Choice::Auto || follows_grammars).then(|| crate::structured::Asked { param: "tool_choice".into(), source: self.grammar() })
+    }
+
+    /// The prompt of `conversation` with these tools: listed by the chat template itself
+    /// where it asks for the same call blocks (`native`), else in the generic system
+    /// message (appended to the conversation's own, or added first).
+    pub fn prompt(&self, mut conversation: Vec<ChatMessage>, native: bool) -> Prompt {
+        if native {
+            return Prompt::ChatWithTools { messages: conversation, tools: self.openai_json() };
+        }
+        match conversation.first_mut() {
+            Some(first) if first.role == "system" => first.content = format!("{}\n\n{}", first.content, self.instructions()),
+            _ => conversation.insert(0, ChatMessage::new("system", self.instructions())),
+        }
+        Prompt::Chat(conversation)
     }
 
     /// The tools as OpenAI's objects, for a chat template that lists them itself.

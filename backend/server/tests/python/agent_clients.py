@@ -5,7 +5,8 @@ without streaming (with a GBNF grammar too); the OpenAI routes without /v1; chat
 `response_format` json_schema on 24 schemas, each answer validated by `jsonschema`;
 an invalid grammar and an invalid schema each a 400 naming the field; tools with
 `tool_choice: "required"` (arguments validated), the same calls streamed as deltas, and a
-tool round trip. Usage:
+tool round trip; Anthropic tool use forced (`any`), through the SDK's stream, and a
+`tool_result` round trip. Usage:
 python agent_clients.py BASE_URL MODEL_ID API_KEY. Exits non-zero on the first mismatch."""
 
 import json
@@ -103,7 +104,7 @@ assert "".join(e.delta.text for e in raw if e.type == "content_block_delta") == 
 
 expect_error(anthropic.BadRequestError, lambda: ant.messages.create(**{**mask, "extra_body": {"top_kk": 3}}), "top_kk")
 expect_error(anthropic.BadRequestError, lambda: ant.messages.create(**mask, thinking={"type": "enabled", "budget_tokens": 1024}), "thinking")
-expect_error(anthropic.BadRequestError, lambda: ant.messages.create(**mask, tools=[{"name": "t", "input_schema": {"type": "object"}}]), "tools")
+expect_error(anthropic.BadRequestError, lambda: ant.messages.create(**mask, tools=[{"name": "t"}]), "tools[0].input_schema")
 image = {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}]}
 expect_error(anthropic.BadRequestError, lambda: ant.messages.create(model=model, max_tokens=4, messages=[image]), "messages[0].content[0].type")
 try:
@@ -257,4 +258,24 @@ reply = structured.chat.completions.create(model=model, messages=history, tools=
 assert reply.choices[0].message.content and not reply.choices[0].message.tool_calls, reply
 expect_error(openai.BadRequestError, lambda: structured.chat.completions.create(**{**ask_tools, "tool_choice": {"type": "function", "function": {"name": "nope"}}}), "tool_choice.function.name")
 
-print(f"openai {openai.__version__}, anthropic {anthropic.__version__}: responses {answer!r}, messages {said!r}, /completion {whole['content']!r}, grammar {fixed!r}; {len(SCHEMAS)} schemas validated; tool calls {[c.function.name for c in calls]}; all checks passed")
+# --- Anthropic tool use: a forced call, the SDK's stream, a tool_result round trip --------
+ant_tools = [{"name": n, "description": n.replace("_", " "), "input_schema": p} for n, p in TOOL_PARAMS.items()]
+ask_ant = dict(model=model, max_tokens=150, messages=question, tools=ant_tools, tool_choice={"type": "any", "disable_parallel_tool_use": True}, extra_body={"temperature": 0})
+used = ant.messages.create(**ask_ant)
+assert used.stop_reason == "tool_use", used
+uses = [b for b in used.content if b.type == "tool_use"]
+assert len(uses) == 1, used
+jsonschema.validate(uses[0].input, TOOL_PARAMS[uses[0].name])
+with ant.messages.stream(**ask_ant) as s:
+    final = s.get_final_message()
+assert [(b.name, b.input) for b in final.content if b.type == "tool_use"] == [(uses[0].name, uses[0].input)], final
+answered = ant.messages.create(
+    model=model, max_tokens=24, tools=ant_tools, tool_choice={"type": "none"}, extra_body={"temperature": 0},
+    messages=question + [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": uses[0].id, "name": uses[0].name, "input": uses[0].input}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id, "content": "18 degrees, sunny"}]},
+    ],
+)
+assert answered.content[0].type == "text" and answered.content[0].text, answered
+
+print(f"openai {openai.__version__}, anthropic {anthropic.__version__}: responses {answer!r}, messages {said!r}, /completion {whole['content']!r}, grammar {fixed!r}; {len(SCHEMAS)} schemas validated; tool calls {[c.function.name for c in calls]}, tool_use {uses[0].name}; all checks passed")
