@@ -10,6 +10,7 @@ mod logprobs;
 mod models;
 pub(crate) mod params;
 mod response_object;
+mod response_tools;
 mod responses;
 pub(crate) mod steps;
 pub(crate) mod stream;
