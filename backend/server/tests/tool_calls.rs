@@ -3,7 +3,10 @@
 //! auto and none; calls answered as `tool_calls` (`finish_reason: "tool_calls"`) whose
 //! arguments follow the tool's schema, the same call streamed as `tool_calls` deltas, a
 //! history with an assistant's calls and the tool's result, a chat template that lists
-//! tools itself getting them natively, and bad tool fields as 400s naming them.
+//! tools itself getting them natively, and bad tool fields as 400s naming them; the
+//! same on Anthropic's `/v1/messages` (`tool_use` blocks, streamed as
+//! `input_json_delta`, a `tool_result` round trip) and on `/v1/responses`
+//! (`function_call` items, streamed and not, a `function_call_output` round trip).
 
 mod common;
 
@@ -21,7 +24,11 @@ async fn serve() -> Server {
 }
 
 async fn post(server: &Server, body: Value) -> (u16, String) {
-    let res = reqwest::Client::new().post(server.url("/v1/chat/completions")).json(&body).send().await.unwrap();
+    post_to(server, "/v1/chat/completions", body).await
+}
+
+async fn post_to(server: &Server, path: &str, body: Value) -> (u16, String) {
+    let res = reqwest::Client::new().post(server.url(path)).json(&body).send().await.unwrap();
     (res.status().as_u16(), res.text().await.unwrap())
 }
 
@@ -230,4 +237,111 @@ async fn bad_tool_fields_are_400s_naming_them() {
         assert_eq!(e["error"]["param"], param, "{text}");
         assert!(e["error"]["message"].as_str().unwrap().contains(param), "{text}");
     }
+}
+
+#[tokio::test]
+async fn messages_answer_tool_use_blocks_streamed_and_not_and_take_tool_results() {
+    let _turn = engine_lock().await;
+    let server = serve().await;
+    let anthropic_tools: Vec<Value> =
+        tools().as_array().unwrap().iter().map(|t| json!({ "name": t["function"]["name"], "input_schema": t["function"]["parameters"] })).collect();
+    let body = json!({
+        "messages": [{ "role": "user", "content": "What is the weather in Paris?" }], "max_tokens": 120, "temperature": 0,
+        "tools": anthropic_tools, "tool_choice": { "type": "tool", "name": "get_weather", "disable_parallel_tool_use": true },
+    });
+    let post_messages = |body: Value| post_to(&server, "/v1/messages", body);
+    let (status, text) = post_messages(body.clone()).await;
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["stop_reason"], "tool_use", "{v}");
+    let blocks = v["content"].as_array().unwrap();
+    let uses: Vec<&Value> = blocks.iter().filter(|b| b["type"] == "tool_use").collect();
+    assert_eq!(uses.len(), 1, "{v}");
+    assert!(uses[0]["id"].as_str().unwrap().starts_with("toolu_") && uses[0]["name"] == "get_weather", "{v}");
+    check_weather(&uses[0]["input"]);
+
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let (status, text) = post_messages(streamed).await;
+    assert_eq!(status, 200, "{text}");
+    let events: Vec<Value> = text.lines().filter_map(|l| l.strip_prefix("data: ")).map(|d| serde_json::from_str(d).unwrap()).collect();
+    let start = events.iter().find(|e| e["type"] == "content_block_start" && e["content_block"]["type"] == "tool_use").expect("a tool_use block");
+    let index = &start["index"];
+    let input: String = events
+        .iter()
+        .filter(|e| e["type"] == "content_block_delta" && &e["index"] == index)
+        .map(|e| e["delta"]["partial_json"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(serde_json::from_str::<Value>(&input).unwrap(), uses[0]["input"], "streamed and whole calls agree");
+    assert_eq!(events.iter().find(|e| e["type"] == "message_delta").unwrap()["delta"]["stop_reason"], "tool_use");
+
+    let round_trip = json!({
+        "messages": [
+            { "role": "user", "content": "What is the weather in Paris?" },
+            { "role": "assistant", "content": [uses[0].clone()] },
+            { "role": "user", "content": [{ "type": "tool_result", "tool_use_id": uses[0]["id"], "content": "18 degrees, sunny" }] }
+        ],
+        "max_tokens": 24, "temperature": 0, "tools": body["tools"], "tool_choice": { "type": "none" },
+    });
+    let (status, text) = post_messages(round_trip).await;
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["content"][0]["type"], "text", "{v}");
+    assert!(!v["content"][0]["text"].as_str().unwrap().is_empty(), "{v}");
+}
+
+#[tokio::test]
+async fn responses_answer_function_call_items_streamed_and_not_and_take_outputs() {
+    let _turn = engine_lock().await;
+    let server = serve().await;
+    let flat: Vec<Value> = tools()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| json!({ "type": "function", "name": t["function"]["name"], "parameters": t["function"]["parameters"], "strict": true }))
+        .collect();
+    let body = json!({
+        "input": "What is the weather in Paris?", "max_output_tokens": 120, "temperature": 0,
+        "tools": flat, "tool_choice": "required", "parallel_tool_calls": false,
+    });
+    let post_responses = |body: Value| post_to(&server, "/v1/responses", body);
+    let (status, text) = post_responses(body.clone()).await;
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["status"], "completed", "{v}");
+    assert_eq!(v["tool_choice"], "required");
+    let calls: Vec<&Value> = v["output"].as_array().unwrap().iter().filter(|i| i["type"] == "function_call").collect();
+    assert_eq!(calls.len(), 1, "{v}");
+    assert!(calls[0]["call_id"].as_str().unwrap().starts_with("call_") && calls[0]["id"].as_str().unwrap().starts_with("fc_"), "{v}");
+    let args: Value = serde_json::from_str(calls[0]["arguments"].as_str().unwrap()).unwrap();
+    match calls[0]["name"].as_str().unwrap() {
+        "get_weather" => check_weather(&args),
+        _ => assert!(args["zone"].is_string(), "{args}"),
+    }
+
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let (status, text) = post_responses(streamed).await;
+    assert_eq!(status, 200, "{text}");
+    let events: Vec<Value> = text.lines().filter_map(|l| l.strip_prefix("data: ")).map(|d| serde_json::from_str(d).unwrap()).collect();
+    let done = events.iter().find(|e| e["type"] == "response.function_call_arguments.done").expect("the call's arguments");
+    assert_eq!(serde_json::from_str::<Value>(done["arguments"].as_str().unwrap()).unwrap(), args, "streamed and whole calls agree");
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "response.completed");
+    assert!(last["response"]["output"].as_array().unwrap().iter().any(|i| i["type"] == "function_call"), "{last}");
+    let numbers: Vec<u64> = events.iter().map(|e| e["sequence_number"].as_u64().unwrap()).collect();
+    assert_eq!(numbers, (0..events.len() as u64).collect::<Vec<_>>());
+
+    let round_trip = json!({
+        "input": [
+            { "role": "user", "content": "What is the weather in Paris?" },
+            { "type": "function_call", "call_id": calls[0]["call_id"], "name": calls[0]["name"], "arguments": calls[0]["arguments"] },
+            { "type": "function_call_output", "call_id": calls[0]["call_id"], "output": "18 degrees, sunny" }
+        ],
+        "max_output_tokens": 24, "temperature": 0, "tools": body["tools"], "tool_choice": "none",
+    });
+    let (status, text) = post_responses(round_trip).await;
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["output"][0]["type"], "message", "{v}");
 }

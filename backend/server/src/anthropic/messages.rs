@@ -2,8 +2,9 @@
 //! assistant turns, content as a string or `text` blocks), `system` (a string or
 //! `text` blocks), `max_tokens` (required, as Anthropic requires it), `temperature`
 //! (0–1), `top_p`, `top_k`, `stop_sequences`, `stream`; `metadata` and
-//! `cache_control` (top-level and on blocks) only label (prompt reuse is automatic here). Anything else that
-//! would change the answer (tools, images, thinking) is a 400 naming the field.
+//! `cache_control` (top-level and on blocks) only label (prompt reuse is automatic here);
+//! tools and tool results (`tool_use.rs`). Anything else that would change the answer
+//! (images, thinking) is a 400 naming the field.
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -14,6 +15,7 @@ use serde_json::Value;
 
 use super::error::AnthropicError;
 use super::events::MessageAnswer;
+use super::tool_use;
 use crate::app::AppState;
 use crate::error::{Error, Result};
 use crate::extract::JsonBody;
@@ -39,14 +41,15 @@ pub struct MessagesRequest {
     pub top_k: Option<u32>,
     pub stop_sequences: Option<Vec<String>>,
     pub stream: Option<bool>,
-    /// Only an empty list (tool use is not implemented yet).
-    pub tools: Option<Vec<Value>>,
+    /// `[{name, description, input_schema}]` (`tool_use.rs`).
+    pub tools: Option<Value>,
+    pub tool_choice: Option<Value>,
 }
 
 impl crate::fields::Fields for MessagesRequest {
     const ROUTE: &'static str = "/v1/messages";
     const ACCEPTED: &'static [&'static [&'static str]] = &[
-        &["model", "messages", "system", "max_tokens", "temperature", "top_p", "top_k", "stop_sequences", "stream", "tools"],
+        &["model", "messages", "system", "max_tokens", "temperature", "top_p", "top_k", "stop_sequences", "stream", "tools", "tool_choice"],
         &["cache_control"],
         crate::fields::LABELS,
     ];
@@ -63,10 +66,9 @@ fn blocks_text(content: &Value, at: &str) -> Result<String> {
                 let at = format!("{at}[{j}]");
                 let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
                 if kind != "text" {
-                    let why = if kind.starts_with("tool_") { "tool use is not implemented yet" } else { "only text blocks are supported" };
                     return Err(Error::bad(
                         &format!("{at}.type"),
-                        format!("{at}.type: `{}` blocks are not supported: {why}", crate::error::shorten(kind)),
+                        format!("{at}.type: `{}` blocks are not supported: only text blocks are", crate::error::shorten(kind)),
                     ));
                 }
                 let keys = block.as_object().into_iter().flat_map(|o| o.keys());
@@ -109,7 +111,11 @@ fn conversation(req: &MessagesRequest) -> Result<Vec<ChatMessage>> {
             Some(r @ ("user" | "assistant")) => r,
             _ => return Err(Error::bad(&format!("{at}.role"), format!("{at}.role: must be \"user\" or \"assistant\""))),
         };
-        out.push(ChatMessage::new(role, blocks_text(object.get("content").unwrap_or(&Value::Null), &format!("{at}.content"))?));
+        let content = object.get("content").unwrap_or(&Value::Null);
+        match content.as_array() {
+            Some(blocks) if tool_use::has_tool_blocks(content) => out.extend(tool_use::turn(role, blocks, &format!("{at}.content"))?),
+            _ => out.push(ChatMessage::new(role, blocks_text(content, &format!("{at}.content"))?)),
+        }
     }
     Ok(out)
 }
@@ -122,9 +128,7 @@ pub async fn messages(
 ) -> std::result::Result<Response, AnthropicError> {
     let JsonBody(req) = body?;
     let engine = state.engine.get()?;
-    if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-        return Err(Error::bad("tools", "tools: tool use is not implemented yet").into());
-    }
+    let tools = tool_use::tools_of(req.tools.as_ref(), req.tool_choice.as_ref())?;
     let max_tokens = match req.max_tokens {
         None => return Err(Error::bad("max_tokens", "max_tokens: Field required").into()),
         Some(0) => return Err(Error::bad("max_tokens", "max_tokens: must be at least 1").into()),
@@ -144,12 +148,18 @@ pub async fn messages(
     let sampling = common.sampling()?;
     let stop = req.stop_sequences.clone().unwrap_or_default();
     crate::routes::generate::check_stops(&stop).map_err(|e| Error::bad("stop_sequences", format!("stop_sequences: {e}")))?;
-    let ids = prompt::tokenize(&engine, Prompt::Chat(conversation(&req)?), "messages").await?;
+    let input = match &tools {
+        Some(t) => t.prompt(conversation(&req)?, engine.handle.text().native_tools()),
+        None => Prompt::Chat(conversation(&req)?),
+    };
+    let ids = prompt::tokenize(&engine, input, "messages").await?;
     let prompt_n = ids.len();
-    let request = common.request(&engine, ids, max_tokens, sampling, stop)?;
+    let asked = tools.as_ref().and_then(|t| t.asked(engine.handle.follows_grammars()));
+    let constraint = crate::structured::compile(&engine, asked).await?;
+    let request = peregrine_engine::Request { constraint, ..common.request(&engine, ids, max_tokens, sampling, stop)? };
     let job = jobs::submit(&state, &engine.handle, JobSpec { request, endpoint: "/v1/messages", caller, ticker: false })?;
     let steps = Steps { job, text: engine.handle.text().clone(), logprobs: false };
-    let out = MessageAnswer::new(item_id("msg"), engine.model_id(), prompt_n);
+    let out = MessageAnswer::new(item_id("msg"), engine.model_id(), prompt_n, tools.is_some());
     if req.stream.unwrap_or(false) {
         return Ok(crate::openai::stream::sse_named(steps, out, state.settings.keep_alive));
     }

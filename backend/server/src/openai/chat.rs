@@ -72,13 +72,12 @@ impl crate::fields::Fields for ChatRequest {
     ];
 }
 
-/// The messages as template input (only text content is supported), the tools'
-/// instructions added to the system message (a first one when there is none).
-fn messages(req: &ChatRequest, tools: Option<&Tools>) -> Result<Vec<ChatMessage>> {
+/// The messages as template input (only text content is supported).
+fn messages(req: &ChatRequest) -> Result<Vec<ChatMessage>> {
     if req.messages.is_empty() {
         return Err(Error::bad("messages", "messages must contain at least one message"));
     }
-    let mut out = req
+    req
         .messages
         .iter()
         .enumerate()
@@ -111,14 +110,7 @@ fn messages(req: &ChatRequest, tools: Option<&Tools>) -> Result<Vec<ChatMessage>
             }
             Ok(ChatMessage::new(m.role.clone(), content))
         })
-        .collect::<Result<Vec<_>>>()?;
-    if let Some(tools) = tools {
-        match out.first_mut() {
-            Some(first) if first.role == "system" => first.content = format!("{}\n\n{}", first.content, tools.instructions()),
-            _ => out.insert(0, ChatMessage::new("system", tools.instructions())),
-        }
-    }
-    Ok(out)
+        .collect()
 }
 
 /// Handles a chat completion request.
@@ -131,9 +123,7 @@ pub async fn chat_completions(
     let engine = state.engine.get()?;
     req.common.check_model(&engine)?;
     let tools = Tools::from_request(req.tools.as_ref(), req.tool_choice.as_ref(), req.parallel_tool_calls.as_ref())?;
-    // Under auto a runtime that applies no grammar still answers, its calls unchecked.
-    let constrain = |t: &&Tools| t.choice != tools::Choice::Auto || engine.handle.follows_grammars();
-    let tool_grammar = tools.as_ref().filter(constrain).map(|t| crate::structured::Asked { param: "tool_choice".into(), source: t.grammar() });
+    let tool_grammar = tools.as_ref().and_then(|t| t.asked(engine.handle.follows_grammars()));
     let asked =
         req.common.structured(vec![crate::structured::response_format("response_format", req.response_format.as_ref())?, tool_grammar])?;
     let n = super::choices::count(req.common.n)?;
@@ -147,13 +137,10 @@ pub async fn chat_completions(
     if top.is_some() && tools.is_some() {
         return Err(Error::bad("logprobs", "logprobs cannot be combined with tools yet").into());
     }
-    // A template that lists tools itself and asks for the same call blocks gets them as
-    // transformers passes them; any other gets the generic system message.
-    let native = engine.handle.text().native_tools();
-    let conversation = messages(&req, tools.as_ref().filter(|_| !native))?;
+    let conversation = messages(&req)?;
     let input = match &tools {
-        Some(t) if native => Prompt::ChatWithTools { messages: conversation, tools: t.openai_json() },
-        _ => Prompt::Chat(conversation),
+        Some(t) => t.prompt(conversation, engine.handle.text().native_tools()),
+        None => Prompt::Chat(conversation),
     };
     let ids = prompt::tokenize(&engine, input, "messages").await?;
     let max_tokens = match max_tokens_or_n_predict(req.max_completion_tokens.or(req.max_tokens), req.n_predict)? {

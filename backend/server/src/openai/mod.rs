@@ -10,10 +10,11 @@ mod logprobs;
 mod models;
 pub(crate) mod params;
 mod response_object;
+mod response_tools;
 mod responses;
 pub(crate) mod steps;
 pub(crate) mod stream;
-mod tool_output;
+pub(crate) mod tool_output;
 pub mod tools;
 
 use axum::routing::{get, post};

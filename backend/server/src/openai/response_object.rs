@@ -5,14 +5,19 @@
 //! `response.in_progress`, `response.output_item.added`, `response.content_part.added`,
 //! `response.output_text.delta`*, `response.output_text.done`,
 //! `response.content_part.done`, `response.output_item.done`, then
-//! `response.completed` or `response.incomplete` (a failure: one `error` event).
+//! `response.completed` or `response.incomplete` (a failure: one `error` event). With
+//! function tools, each call is a `function_call` item after the message (streamed:
+//! `response.output_item.added`, one `response.function_call_arguments.delta`,
+//! `response.function_call_arguments.done`, `response.output_item.done`).
 
 use peregrine_api::{FinishReason, Timings, Usage};
 use serde_json::{json, Value};
 
 use super::params::CommonParams;
+use super::response_tools::output_item;
 use super::steps::{Step, Steps};
 use super::stream::Render;
+use super::tool_output::{read_calls, Call, CallScanner};
 use crate::error::{Error, Result};
 
 /// Builds response objects and their events.
@@ -29,6 +34,12 @@ pub struct ResponseAnswer {
     /// Text so far (streamed).
     text: String,
     sequence: u64,
+    /// The request's `tools`, `tool_choice` and `parallel_tool_calls`, echoed.
+    tool_fields: (Value, Value, bool),
+    /// With tools: the answer's text, read for calls.
+    calls: Option<CallScanner>,
+    /// The answer streams (its message item is announced whatever follows).
+    streamed: bool,
 }
 
 impl ResponseAnswer {
@@ -55,7 +66,19 @@ impl ResponseAnswer {
             metadata: metadata.filter(|m| !m.is_null()).unwrap_or_else(|| json!({})),
             text: String::new(),
             sequence: 0,
+            tool_fields: (json!([]), json!("none"), false),
+            calls: None,
+            streamed: false,
         }
+    }
+
+    /// The answer with tools (`active`: calls are read back), echoing the request's fields.
+    pub fn with_tools(mut self, active: bool, tools: &Option<Value>, choice: &Option<Value>, parallel: bool) -> ResponseAnswer {
+        let listed = tools.clone().filter(|t| !t.is_null()).unwrap_or_else(|| json!([]));
+        let choice = choice.clone().filter(|c| !c.is_null()).unwrap_or_else(|| json!(if active { "auto" } else { "none" }));
+        self.tool_fields = (listed, choice, parallel);
+        self.calls = active.then(CallScanner::default);
+        self
     }
 
     fn item(&self, status: &str, text: Option<&str>) -> Value {
@@ -66,13 +89,16 @@ impl ResponseAnswer {
         json!({ "id": self.item_id, "type": "message", "status": status, "role": "assistant", "content": content })
     }
 
-    /// The response object; `end` is the finish (with the whole text) once there is one.
-    fn object(&self, end: Option<(FinishReason, &str, &Usage, &Timings)>) -> Value {
+    /// The response object; `end` is the finish (with the message's text and the calls)
+    /// once there is one.
+    fn object(&self, end: Option<(FinishReason, &str, &[Call], &Usage, &Timings)>) -> Value {
         let (status, incomplete, output, usage, timings) = match end {
             None => ("in_progress", Value::Null, json!([]), Value::Null, Value::Null),
-            Some((reason, text, usage, timings)) => {
+            Some((reason, text, calls, usage, timings)) => {
                 let done = reason == FinishReason::Stop;
-                let item = self.item(if done { "completed" } else { "incomplete" }, Some(text));
+                let status = if done { "completed" } else { "incomplete" };
+                let message = (self.streamed || calls.is_empty() || !text.is_empty()).then(|| self.item(status, Some(text)));
+                let items: Vec<Value> = message.into_iter().chain(calls.iter().map(|c| output_item(c, "completed"))).collect();
                 let usage = json!({
                     "input_tokens": usage.prompt_tokens,
                     "input_tokens_details": { "cached_tokens": usage.prompt_tokens_details.cached_tokens },
@@ -81,7 +107,7 @@ impl ResponseAnswer {
                     "total_tokens": usage.total_tokens,
                 });
                 let incomplete = if done { Value::Null } else { json!({ "reason": "max_output_tokens" }) };
-                (if done { "completed" } else { "incomplete" }, incomplete, json!([item]), usage, json!(timings))
+                (status, incomplete, json!(items), usage, json!(timings))
             }
         };
         json!({
@@ -95,14 +121,14 @@ impl ResponseAnswer {
             "max_output_tokens": self.max_output_tokens,
             "model": self.model,
             "output": output,
-            "parallel_tool_calls": false,
+            "parallel_tool_calls": self.tool_fields.2,
             "previous_response_id": null,
             "reasoning": { "effort": null, "summary": null },
             "store": false,
             "temperature": self.temperature,
             "text": { "format": { "type": "text" } },
-            "tool_choice": "none",
-            "tools": [],
+            "tool_choice": self.tool_fields.1,
+            "tools": self.tool_fields.0,
             "top_p": self.top_p,
             "truncation": "disabled",
             "usage": usage,
@@ -114,7 +140,11 @@ impl ResponseAnswer {
     /// Waits for the end and builds the whole response.
     pub async fn collect(self, steps: Steps) -> Result<Value> {
         let f = steps.finish().await?;
-        Ok(self.object(Some((f.reason, &f.text, &f.usage, &f.timings))))
+        let (text, calls) = match self.calls.is_some().then(|| read_calls(&f.text)).flatten() {
+            Some((before, calls)) => (before, calls),
+            None => (f.text, Vec::new()),
+        };
+        Ok(self.object(Some((f.reason, &text, &calls, &f.usage, &f.timings))))
     }
 
     /// An event of `kind` with these fields and the next sequence number.
@@ -141,6 +171,7 @@ impl Render for ResponseAnswer {
     fn render(&mut self, step: Step) -> Vec<Value> {
         match step {
             Step::Started => {
+                self.streamed = true;
                 let response = self.object(None);
                 let item = self.item("in_progress", None);
                 let part = self.part(json!({ "part": { "type": "output_text", "text": "", "annotations": [], "logprobs": [] } }));
@@ -153,23 +184,54 @@ impl Render for ResponseAnswer {
             }
             Step::Prompt(_) | Step::Failed(_) => vec![],
             Step::Text { text, .. } => {
+                let text = match &mut self.calls {
+                    Some(scanner) => scanner.push(&text),
+                    None => text,
+                };
+                if text.is_empty() {
+                    return vec![];
+                }
                 self.text.push_str(&text);
                 let delta = self.part(json!({ "delta": text, "logprobs": [] }));
                 vec![self.event("response.output_text.delta", delta)]
             }
             Step::Done { reason, usage, timings } => {
+                let mut out = Vec::new();
+                let calls = match self.calls.as_ref().map(CallScanner::finish) {
+                    Some(Ok(calls)) => calls,
+                    Some(Err(held)) if !held.is_empty() => {
+                        self.text.push_str(&held);
+                        let delta = self.part(json!({ "delta": held, "logprobs": [] }));
+                        out.push(self.event("response.output_text.delta", delta));
+                        Vec::new()
+                    }
+                    _ => Vec::new(),
+                };
                 let text = std::mem::take(&mut self.text);
-                let response = self.object(Some((reason, &text, &usage, &timings)));
+                let response = self.object(Some((reason, &text, &calls, &usage, &timings)));
                 let item = response["output"][0].clone();
                 let done = self.part(json!({ "text": text, "logprobs": [] }));
                 let part = self.part(json!({ "part": { "type": "output_text", "text": text, "annotations": [], "logprobs": [] } }));
+                out.push(self.event("response.output_text.done", done));
+                out.push(self.event("response.content_part.done", part));
+                out.push(self.event("response.output_item.done", json!({ "output_index": 0, "item": item })));
+                for (i, call) in calls.iter().enumerate() {
+                    let index = i + 1;
+                    let item = output_item(call, "completed");
+                    let started = output_item(&Call { arguments: String::new(), ..call.clone() }, "in_progress");
+                    out.push(self.event("response.output_item.added", json!({ "output_index": index, "item": started })));
+                    let at = json!({ "item_id": item["id"], "output_index": index });
+                    let mut delta = at.clone();
+                    delta["delta"] = json!(call.arguments);
+                    out.push(self.event("response.function_call_arguments.delta", delta));
+                    let mut done = at;
+                    done["arguments"] = json!(call.arguments);
+                    out.push(self.event("response.function_call_arguments.done", done));
+                    out.push(self.event("response.output_item.done", json!({ "output_index": index, "item": item })));
+                }
                 let last = if reason == FinishReason::Stop { "response.completed" } else { "response.incomplete" };
-                vec![
-                    self.event("response.output_text.done", done),
-                    self.event("response.content_part.done", part),
-                    self.event("response.output_item.done", json!({ "output_index": 0, "item": item })),
-                    self.event(last, json!({ "response": response })),
-                ]
+                out.push(self.event(last, json!({ "response": response })));
+                out
             }
         }
     }

@@ -2,8 +2,9 @@
 //! of messages (`{role, content}` with `input_text` / `output_text` parts, so earlier
 //! turns come back as the client keeps them), `instructions` as the system message,
 //! `max_output_tokens`, `temperature`, `top_p`, `stream`, structured output through
-//! `text.format` (`structured.rs`). Everything that would change the answer and is not
-//! implemented (tools, stored responses) is a 400 naming the field. The answer and its events: `response_object.rs`.
+//! `text.format` (`structured.rs`), function tools (`response_tools.rs`). Everything
+//! that would change the answer and is not implemented (other tools, stored responses)
+//! is a 400 naming the field. The answer and its events: `response_object.rs`.
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -36,8 +37,10 @@ pub struct ResponsesRequest {
     pub stream: Option<bool>,
     /// Only `false` (nothing is stored for later retrieval).
     pub store: Option<bool>,
-    /// Only an empty list (tool calls are not implemented yet).
-    pub tools: Option<Vec<Value>>,
+    /// Function tools (`response_tools.rs`).
+    pub tools: Option<Value>,
+    pub tool_choice: Option<Value>,
+    pub parallel_tool_calls: Option<Value>,
     /// `{format: {type: "text" | "json_object" | "json_schema", …}}`.
     pub text: Option<Value>,
     pub metadata: Option<Value>,
@@ -46,7 +49,8 @@ pub struct ResponsesRequest {
 impl crate::fields::Fields for ResponsesRequest {
     const ROUTE: &'static str = "/v1/responses";
     const ACCEPTED: &'static [&'static [&'static str]] = &[
-        &["model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "stream", "store", "tools", "text"],
+        &["model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "stream", "store", "text"],
+        &["tools", "tool_choice", "parallel_tool_calls"],
         crate::fields::LABELS,
     ];
 }
@@ -94,17 +98,16 @@ fn conversation(req: &ResponsesRequest) -> Result<Vec<ChatMessage>> {
                 let Some(object) = item.as_object() else {
                     return Err(Error::bad(&at, format!("{at} must be a message object")));
                 };
+                if let Some(turn) = super::response_tools::input_item(object, &at)? {
+                    messages.push(turn);
+                    continue;
+                }
                 match object.get("type").and_then(Value::as_str) {
                     None | Some("message") => {}
                     Some(kind) => {
-                        let why = if kind.starts_with("function_call") {
-                            "tool calls are not implemented yet"
-                        } else {
-                            "only message items are supported"
-                        };
                         return Err(Error::bad(
                             &format!("{at}.type"),
-                            format!("{at}.type: `{}` items are not supported: {why}", crate::error::shorten(kind)),
+                            format!("{at}.type: `{}` items are not supported: only messages and function calls are", crate::error::shorten(kind)),
                         ));
                     }
                 }
@@ -131,9 +134,6 @@ fn check_unimplemented(req: &ResponsesRequest) -> Result<()> {
     if req.store == Some(true) {
         return Err(Error::bad("store", "`store: true` is not supported: stored responses are not implemented; send store: false"));
     }
-    if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-        return Err(Error::bad("tools", "`tools` is not supported yet: tool calls are not implemented"));
-    }
     Ok(())
 }
 
@@ -146,11 +146,17 @@ pub async fn responses(
     let JsonBody(req) = body?;
     let engine = state.engine.get()?;
     check_unimplemented(&req)?;
-    let asked = crate::structured::responses_text(req.text.as_ref())?;
+    let tools = super::response_tools::tools_of(req.tools.as_ref(), req.tool_choice.as_ref(), req.parallel_tool_calls.as_ref())?;
+    let tool_grammar = tools.as_ref().and_then(|t| t.asked(engine.handle.follows_grammars()));
+    let asked = crate::structured::one_of(vec![crate::structured::responses_text(req.text.as_ref())?, tool_grammar])?;
     let common = CommonParams { model: req.model.clone(), temperature: req.temperature, top_p: req.top_p, ..CommonParams::default() };
     common.check_model(&engine)?;
     let sampling = common.sampling()?;
-    let ids = prompt::tokenize(&engine, Prompt::Chat(conversation(&req)?), "input").await?;
+    let input = match &tools {
+        Some(t) => t.prompt(conversation(&req)?, engine.handle.text().native_tools()),
+        None => Prompt::Chat(conversation(&req)?),
+    };
+    let ids = prompt::tokenize(&engine, input, "input").await?;
     let max_tokens = match req.max_output_tokens {
         Some(0) => return Err(Error::bad("max_output_tokens", "max_output_tokens must be at least 1").into()),
         Some(n) => n as usize,
@@ -169,7 +175,8 @@ pub async fn responses(
         req.max_output_tokens,
         &common,
         req.metadata.clone(),
-    );
+    )
+    .with_tools(tools.is_some(), &req.tools, &req.tool_choice, req.parallel_tool_calls.as_ref().and_then(Value::as_bool).unwrap_or(true));
     if req.stream.unwrap_or(false) {
         return Ok(super::stream::sse_named(steps, out, state.settings.keep_alive));
     }

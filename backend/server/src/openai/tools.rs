@@ -8,7 +8,7 @@
 //! are written as Qwen2.5 / Hermes write them, a JSON object between `<tool_call>`
 //! lines; `tool_output.rs` reads them back.
 
-use peregrine_engine::GrammarSource;
+use peregrine_engine::{ChatMessage, GrammarSource, Prompt};
 use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
@@ -56,19 +56,10 @@ impl Tools {
             Some(Value::Array(items)) => items.iter().enumerate().map(|(i, t)| tool(i, t)).collect::<Result<Vec<_>>>()?,
             Some(_) => return Err(Error::bad("tools", "tools must be an array of {type: \"function\", function: {...}}")),
         };
-        let parallel = match parallel {
-            None | Some(Value::Null) => true,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => return Err(Error::bad("parallel_tool_calls", "parallel_tool_calls must be true or false")),
-        };
+        let parallel = parallel_of(parallel)?;
         let choice = match choice {
             None | Some(Value::Null) => Some(Choice::Auto),
-            Some(Value::String(s)) => match s.as_str() {
-                "none" => None,
-                "auto" => Some(Choice::Auto),
-                "required" => Some(Choice::Required),
-                _ => return Err(Error::bad("tool_choice", "tool_choice must be none, auto, required or {type: \"function\", function: {name}}")),
-            },
+            Some(Value::String(s)) => keyword_choice(s, "{type: \"function\", function: {name}}")?,
             Some(Value::Object(o)) => {
                 let name = o.get("function").and_then(|f| f.get("name")).and_then(Value::as_str);
                 if o.get("type").and_then(Value::as_str) != Some("function") || name.is_none() {
@@ -82,13 +73,39 @@ impl Tools {
             }
             Some(_) => return Err(Error::bad("tool_choice", "tool_choice must be a string or an object")),
         };
-        if list.is_empty() {
+        Tools::of(list, choice, parallel)
+    }
+
+    /// A request's checked tools and choice (`None`: `none`); `None` when there are no
+    /// tools, and a 400 naming `tool_choice` when it asks for a call of none.
+    pub fn of(tools: Vec<Tool>, choice: Option<Choice>, parallel: bool) -> Result<Option<Tools>> {
+        if tools.is_empty() {
             return match choice {
-                Some(Choice::Required | Choice::Named(_)) => Err(Error::bad("tool_choice", "tool_choice asks for a call but tools is empty")),
+                Some(Choice::Required | Choice::Named(_)) => Err(Error::bad("tool_choice", "tool_choice asks for a call but there are no tools")),
                 _ => Ok(None),
             };
         }
-        Ok(choice.map(|choice| Tools { tools: list, choice, parallel }))
+        Ok(choice.map(|choice| Tools { tools, choice, parallel }))
+    }
+
+    /// The grammar the answer follows, as the field `tool_choice` asks it; `None` under
+    /// `auto` on a runtime that applies no grammar (its calls are then read unchecked).
+    pub fn asked(&self, follows_grammars: bool) -> Option<crate::structured::Asked> {
+        (self.choice != Choice::Auto || follows_grammars).then(|| crate::structured::Asked { param: "tool_choice".into(), source: self.grammar() })
+    }
+
+    /// The prompt of `conversation` with these tools: listed by the chat template itself
+    /// where it asks for the same call blocks (`native`), else in the generic system
+    /// message (appended to the conversation's own, or added first).
+    pub fn prompt(&self, mut conversation: Vec<ChatMessage>, native: bool) -> Prompt {
+        if native {
+            return Prompt::ChatWithTools { messages: conversation, tools: self.openai_json() };
+        }
+        match conversation.first_mut() {
+            Some(first) if first.role == "system" => first.content = format!("{}\n\n{}", first.content, self.instructions()),
+            _ => conversation.insert(0, ChatMessage::new("system", self.instructions())),
+        }
+        Prompt::Chat(conversation)
     }
 
     /// The tools as OpenAI's objects, for a chat template that lists them itself.
@@ -153,6 +170,26 @@ impl Tools {
     }
 }
 
+/// `parallel_tool_calls`: true unless it says false.
+pub fn parallel_of(value: Option<&Value>) -> Result<bool> {
+    match value {
+        None | Some(Value::Null) => Ok(true),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(Error::bad("parallel_tool_calls", "parallel_tool_calls must be true or false")),
+    }
+}
+
+/// A `tool_choice` keyword (`None`: `none`); `named` spells the API's named form for the
+/// message.
+pub fn keyword_choice(keyword: &str, named: &str) -> Result<Option<Choice>> {
+    match keyword {
+        "none" => Ok(None),
+        "auto" => Ok(Some(Choice::Auto)),
+        "required" => Ok(Some(Choice::Required)),
+        _ => Err(Error::bad("tool_choice", format!("tool_choice must be none, auto, required or {named}"))),
+    }
+}
+
 /// An assistant turn of the history (message `i`, its text `content`) with its
 /// `tool_calls` written as the model writes calls, so the next turn reads them back.
 pub fn history_calls(i: usize, content: &str, calls: &[Value]) -> Result<String> {
@@ -194,7 +231,14 @@ fn tool(i: usize, value: &Value) -> Result<Tool> {
     let Some(function) = object.get("function").and_then(Value::as_object) else {
         return Err(Error::bad(&f_at, format!("{f_at} is required (an object)")));
     };
-    if let Some(key) = function.keys().find(|k| !matches!(k.as_str(), "name" | "description" | "parameters" | "strict")) {
+    function_tool(function, &f_at, &[])
+}
+
+/// A function's `{name, description, parameters, strict}` (and the `also` fields, which
+/// the caller checked) at `f_at`.
+pub fn function_tool(function: &serde_json::Map<String, Value>, f_at: &str, also: &[&str]) -> Result<Tool> {
+    let known = |k: &str| matches!(k, "name" | "description" | "parameters" | "strict") || also.contains(&k);
+    if let Some(key) = function.keys().find(|k| !known(k)) {
         let field = format!("{f_at}.{key}");
         return Err(Error::bad(&field, format!("Unrecognized request argument supplied: {field}")));
     }

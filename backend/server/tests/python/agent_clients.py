@@ -5,7 +5,9 @@ without streaming (with a GBNF grammar too); the OpenAI routes without /v1; chat
 `response_format` json_schema on 24 schemas, each answer validated by `jsonschema`;
 an invalid grammar and an invalid schema each a 400 naming the field; tools with
 `tool_choice: "required"` (arguments validated), the same calls streamed as deltas, and a
-tool round trip. Usage:
+tool round trip; Responses function tools (a required call, streamed, a
+`function_call_output` round trip); Anthropic tool use forced (`any`), through the
+SDK's stream, and a `tool_result` round trip. Usage:
 python agent_clients.py BASE_URL MODEL_ID API_KEY. Exits non-zero on the first mismatch."""
 
 import json
@@ -65,8 +67,7 @@ assert events[-1].response.output_text == answer and events[-1].response.usage.o
 one = oai.responses.create(model=model, input="Say hi.", max_output_tokens=2)
 assert one.usage.output_tokens <= 2, one.usage
 expect_error(openai.BadRequestError, lambda: oai.responses.create(model=model, input="Hi", extra_body={"max_output_token": 3}), "max_output_token")
-tool = {"type": "function", "name": "get_time", "parameters": {"type": "object", "properties": {}}}
-expect_error(openai.BadRequestError, lambda: oai.responses.create(model=model, input="Hi", tools=[tool]), "tools")
+expect_error(openai.BadRequestError, lambda: oai.responses.create(model=model, input="Hi", tools=[{"type": "web_search"}]), "tools[0].type")
 expect_error(openai.BadRequestError, lambda: oai.responses.create(model=model, input="Hi", previous_response_id="resp_1"), "previous_response_id")
 try:
     OpenAI(base_url=f"{base}/v1", api_key="wrong-key", max_retries=0).responses.create(model=model, input="Hi")
@@ -103,7 +104,7 @@ assert "".join(e.delta.text for e in raw if e.type == "content_block_delta") == 
 
 expect_error(anthropic.BadRequestError, lambda: ant.messages.create(**{**mask, "extra_body": {"top_kk": 3}}), "top_kk")
 expect_error(anthropic.BadRequestError, lambda: ant.messages.create(**mask, thinking={"type": "enabled", "budget_tokens": 1024}), "thinking")
-expect_error(anthropic.BadRequestError, lambda: ant.messages.create(**mask, tools=[{"name": "t", "input_schema": {"type": "object"}}]), "tools")
+expect_error(anthropic.BadRequestError, lambda: ant.messages.create(**mask, tools=[{"name": "t"}]), "tools[0].input_schema")
 image = {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}]}
 expect_error(anthropic.BadRequestError, lambda: ant.messages.create(model=model, max_tokens=4, messages=[image]), "messages[0].content[0].type")
 try:
@@ -257,4 +258,44 @@ reply = structured.chat.completions.create(model=model, messages=history, tools=
 assert reply.choices[0].message.content and not reply.choices[0].message.tool_calls, reply
 expect_error(openai.BadRequestError, lambda: structured.chat.completions.create(**{**ask_tools, "tool_choice": {"type": "function", "function": {"name": "nope"}}}), "tool_choice.function.name")
 
-print(f"openai {openai.__version__}, anthropic {anthropic.__version__}: responses {answer!r}, messages {said!r}, /completion {whole['content']!r}, grammar {fixed!r}; {len(SCHEMAS)} schemas validated; tool calls {[c.function.name for c in calls]}; all checks passed")
+# --- Responses function tools: a required call, streamed, a function_call_output round trip
+flat_tools = [{"type": "function", "name": n, "description": n.replace("_", " "), "parameters": p, "strict": True} for n, p in TOOL_PARAMS.items()]
+ask_resp = dict(model=model, input="What is the weather in Paris?", tools=flat_tools, tool_choice="required", parallel_tool_calls=False, max_output_tokens=150, temperature=0)
+fc = oai.responses.create(**ask_resp)
+fcalls = [o for o in fc.output if o.type == "function_call"]
+assert fc.status == "completed" and len(fcalls) == 1, fc
+jsonschema.validate(json.loads(fcalls[0].arguments), TOOL_PARAMS[fcalls[0].name])
+fevents = list(oai.responses.create(**ask_resp, stream=True))
+fdone = [e for e in fevents if e.type == "response.function_call_arguments.done"]
+assert len(fdone) == 1 and json.loads(fdone[0].arguments) == json.loads(fcalls[0].arguments), fevents
+after = oai.responses.create(
+    model=model, max_output_tokens=24, temperature=0, tools=flat_tools, tool_choice="none",
+    input=[
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"type": "function_call", "call_id": fcalls[0].call_id, "name": fcalls[0].name, "arguments": fcalls[0].arguments},
+        {"type": "function_call_output", "call_id": fcalls[0].call_id, "output": "18 degrees, sunny"},
+    ],
+)
+assert after.output_text, after
+
+# --- Anthropic tool use: a forced call, the SDK's stream, a tool_result round trip --------
+ant_tools = [{"name": n, "description": n.replace("_", " "), "input_schema": p} for n, p in TOOL_PARAMS.items()]
+ask_ant = dict(model=model, max_tokens=150, messages=question, tools=ant_tools, tool_choice={"type": "any", "disable_parallel_tool_use": True}, extra_body={"temperature": 0})
+used = ant.messages.create(**ask_ant)
+assert used.stop_reason == "tool_use", used
+uses = [b for b in used.content if b.type == "tool_use"]
+assert len(uses) == 1, used
+jsonschema.validate(uses[0].input, TOOL_PARAMS[uses[0].name])
+with ant.messages.stream(**ask_ant) as s:
+    final = s.get_final_message()
+assert [(b.name, b.input) for b in final.content if b.type == "tool_use"] == [(uses[0].name, uses[0].input)], final
+answered = ant.messages.create(
+    model=model, max_tokens=24, tools=ant_tools, tool_choice={"type": "none"}, extra_body={"temperature": 0},
+    messages=question + [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": uses[0].id, "name": uses[0].name, "input": uses[0].input}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id, "content": "18 degrees, sunny"}]},
+    ],
+)
+assert answered.content[0].type == "text" and answered.content[0].text, answered
+
+print(f"openai {openai.__version__}, anthropic {anthropic.__version__}: responses {answer!r}, messages {said!r}, /completion {whole['content']!r}, grammar {fixed!r}; {len(SCHEMAS)} schemas validated; tool calls {[c.function.name for c in calls]}, function_call {fcalls[0].name}, tool_use {uses[0].name}; all checks passed")
