@@ -102,8 +102,7 @@ pub fn build_tuned(
     log: &mut dyn FnMut(&str),
 ) -> Result<(CudaRuntime, ThreadsChoice)> {
     // The weights' formats are part of the kernel, so of the cached choice's key.
-    let plan = crate::cuda::quant::WeightPlan::new(config, weights, cuda.weights, gpus.len())?;
-    let base = KernelOptions { weight_formats: plan.layer_mask(), lm_head_format: plan.lm_head.tag(), ..KernelOptions::from_cuda(cuda) };
+    let base = planned_options(config, weights, cuda, gpus.len())?;
     if cuda.threads == ThreadsPolicy::Tuned {
         // An earlier load's choice builds the runtime with it at once (no kernel compiled twice).
         if let Some(threads) = cached_choice(gpus, config, dtp.as_ref(), cuda, &base) {
@@ -119,6 +118,13 @@ pub fn build_tuned(
         ThreadsPolicy::Tuned => choose_threads(&mut rt, log)?,
     };
     Ok((rt, choice))
+}
+
+/// The kernel options `cuda` describes with the formats the weights will have on `tp`
+/// GPUs (which also decide the block sizes tried, [`candidates`]).
+pub fn planned_options(config: &ModelConfig, weights: &Weights, cuda: &CudaOptions, tp: usize) -> Result<KernelOptions> {
+    let plan = crate::cuda::quant::WeightPlan::new(config, weights, cuda.weights, tp)?;
+    Ok(KernelOptions { weight_formats: plan.layer_mask(), lm_head_format: plan.lm_head.tag(), ..KernelOptions::from_cuda(cuda) })
 }
 
 /// [`CudaRuntime::with_kernel`] at `options`' block size or, where that kernel needs more

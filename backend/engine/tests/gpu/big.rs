@@ -7,8 +7,7 @@
 
 use libtest_mimic::{Failed, Trial};
 use peregrine_engine::config::ModelConfig;
-use peregrine_engine::cuda::quant::WeightPlan;
-use peregrine_engine::cuda::{tune, CudaRuntime, KernelOptions};
+use peregrine_engine::cuda::{tune, CudaRuntime};
 use peregrine_engine::lab::synthetic::{synthetic_quant_weights, synthetic_weights, QuantMix};
 use peregrine_engine::runtime::RunEnd;
 use peregrine_engine::sampling::SamplingParams;
@@ -73,9 +72,7 @@ fn big_check(preset: &str, mix: Option<QuantMix>) -> Check {
 /// kernel fits the device's shared memory.
 fn fitting_runtime(config: &ModelConfig, weights: &Weights) -> Result<CudaRuntime, Failed> {
     let cuda = CudaOptions { weights: GpuWeights::Native, ..cuda_options() };
-    // The formats pick the block sizes tried (as `tune::build_tuned` does).
-    let plan = WeightPlan::new(config, weights, cuda.weights, 1).map_err(|e| e.to_string())?;
-    let base = KernelOptions { weight_formats: plan.layer_mask(), lm_head_format: plan.lm_head.tag(), ..KernelOptions::default() };
+    let base = tune::planned_options(config, weights, &cuda, 1).map_err(|e| e.to_string())?;
     let mut log = |line: &str| println!("  {line}");
     Ok(tune::with_fitting_kernel(config, weights, &[0], &cuda, base, None, &mut log).map_err(|e| e.to_string())?)
 }
