@@ -10,6 +10,9 @@ step "Checking the committed playground bundle against the frontend sources"
 if [ "$(scripts/frontend-hash.sh)" != "$(cat frontend/bundle/SOURCES.sha256 2>/dev/null)" ]; then
   die "frontend/bundle is stale: the playground's sources changed since it was built. Run scripts/bundle-playground.sh and commit frontend/bundle."
 fi
+# Incremental state only grows the shared target folder (each clone path adds its own).
+export CARGO_INCREMENTAL=0
+scripts/cache-room.sh 15
 scripts/setup.sh test
 export PEREGRINE_DEFAULT_MODEL
 # The engine's NVRTC test compiles the real kernel for every preset with the pinned wheel.
