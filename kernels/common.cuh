@@ -12,6 +12,18 @@ typedef unsigned short bf16_t;
 #define FULL_MASK 0xffffffffu
 #define NEG_INF (-__int_as_float(0x7f800000))
 
+/// Tensor-parallel ranks that share this launch (PG_VRANKS: ranks on one GPU run as one
+/// kernel, rank r on the r-th contiguous range of blocks); 1 for a launch per rank.
+#ifndef PG_VRANKS
+#define PG_VRANKS 1
+#endif
+constexpr int VRANKS = PG_VRANKS;
+/// One rank's grid, and this block's index in it and its rank: every schedule that
+/// hands work to blocks names these, never gridDim.x / blockIdx.x.
+__device__ __forceinline__ u32 rank_grid() { return VRANKS > 1 ? gridDim.x / VRANKS : gridDim.x; }
+__device__ __forceinline__ u32 rank_block() { return VRANKS > 1 ? blockIdx.x % rank_grid() : blockIdx.x; }
+__device__ __forceinline__ u32 launch_rank() { return VRANKS > 1 ? blockIdx.x / rank_grid() : 0; }
+
 __device__ __forceinline__ u32 lane_id() { return threadIdx.x & (WARP_SIZE - 1); }
 __device__ __forceinline__ u32 warp_id() { return threadIdx.x / WARP_SIZE; }
 

@@ -39,7 +39,12 @@
 #include "phases/sampler.cuh"
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args args) {
+#if PG_VRANKS > 1
+  // Ranks sharing one launch: each reads its own argument block from the table rank 0's names.
+  Decode k(reinterpret_cast<const Args*>(args.a[PG_ARG_RANK_ARGS])[launch_rank()]);
+#else
   Decode k(args);
+#endif
   for (u32 s = k.start; s < k.steps; ++s) {
     if (!k.begin_step(s)) return;
     for (int l = 0; l < L; ++l) {
@@ -57,7 +62,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) pg_decode(const Args ar
       continue;
     }
     const u32 host_stop = k.lm_head_phase();
-    if (k.score || blockIdx.x != 0) continue;
+    if (k.score || rank_block() != 0) continue;
     k.sampler_phase(host_stop);
   }
 }

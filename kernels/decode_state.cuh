@@ -71,7 +71,7 @@ struct Decode {
   const u32 trace_step = ARG_U32(TRACE_STEP);
   u64* tagged = ARG_PTR(u64*, TAGGED);  // tagged: [L][T_LAYER] words (zeroed per run)
 
-  const u32 G = gridDim.x;
+  const u32 G = rank_grid();
   // Tensor parallelism: every rank's exchange region, receive slots and
   // full-vocabulary logits/adj (PG_PEER_SLOTS pointers per rank; this rank's are local).
   const int rank = IS_TP ? (int)ARG_U32(RANK) : 0;
@@ -138,7 +138,7 @@ struct Decode {
   __device__ __forceinline__ void load_after(u32 step, int l, int kind, const float* base, const bf16_t* base_bf16, float* out, int writers) const {
     const int m = x_recv[l];
     load_combined<THREADS, D, TP>(vec, base, base_bf16, my_rx + rx_off(step, l, kind), m >= 0 ? my_rx + rx_off(step, m, kind) : nullptr,
-                                  x_mode[l], PG_DTP_LANE_SCALE, rank, out, blockIdx.x, writers);
+                                  x_mode[l], PG_DTP_LANE_SCALE, rank, out, rank_block(), writers);
   }
   // Where layer l's partials of projection `kind` go: slot `rank` of each rank's slots.
   __device__ __forceinline__ bool slots_of(float* (&dst)[TP], u32 step, int l, int kind) const {

@@ -105,13 +105,20 @@ __device__ __forceinline__ void red_release_sys(u32* p, u32 v) {
 /// peers): one arrival on a counter in a peer GPU's memory.
 __device__ __forceinline__ void peer_arrive(u32* ctr) {
   chaos_delay(reinterpret_cast<u64>(ctr) >> 2);
-  red_release_sys(ctr, 1);
+  // Ranks of one launch (VRANKS) are blocks of one GPU: device scope suffices.
+  if (VRANKS > 1) red_release_gpu(ctr, 1);
+  else red_release_sys(ctr, 1);
 }
 
 /// Thread 0: spins until `ctr` (written by peer GPUs) reaches `target`.
 __device__ __forceinline__ void wait_peers(const u32* ctr, u32 target) {
   chaos_delay(target ^ 0x5bd1e995u);
-  while (ld_acquire_sys(ctr) < target) {
+  if (VRANKS > 1) {
+    while (ld_acquire_gpu(ctr) < target) {
+    }
+  } else {
+    while (ld_acquire_sys(ctr) < target) {
+    }
   }
 }
 

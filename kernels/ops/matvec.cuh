@@ -52,8 +52,8 @@ __device__ __forceinline__ void warp_rows_dot(const bf16_t* __restrict__ W, int 
 /// True when this block owns at least one row group of a `rows`-row matrix whose groups
 /// go to the first `grid` blocks (default: the whole grid).
 template <int NR>
-__device__ __forceinline__ bool block_has_rows(int rows, int grid = gridDim.x) {
-  return (int)blockIdx.x < min(grid, (rows + NR - 1) / NR);
+__device__ __forceinline__ bool block_has_rows(int rows, int grid = rank_grid()) {
+  return (int)rank_block() < min(grid, (rows + NR - 1) / NR);
 }
 
 // ---- staging (decode.cu STAGE_CAP) ----------------------------------------------------------
@@ -108,11 +108,11 @@ __device__ __forceinline__ void stage_group(const bf16_t* __restrict__ W, int ro
   }
 }
 
-/// stage_group of this warp's first `grid_rows` group (warp_id() · grid + blockIdx.x; a
+/// stage_group of this warp's first `grid_rows` group (warp_id() · grid + rank_block(); a
 /// block of the row grid).
 template <int K, int NR, int WARPS, int CAP>
-__device__ __forceinline__ void stage_rows(const bf16_t* __restrict__ W, int rows, uint4* slot, int grid = gridDim.x) {
-  stage_group<K, NR, CAP>(W, rows, warp_id() * grid + blockIdx.x, slot);
+__device__ __forceinline__ void stage_rows(const bf16_t* __restrict__ W, int rows, uint4* slot, int grid = rank_grid()) {
+  stage_group<K, NR, CAP>(W, rows, warp_id() * grid + rank_block(), slot);
 }
 
 /// warp_rows_dot of the group stage_group started in `slot` (same row0), streaming the
@@ -170,8 +170,8 @@ __device__ __forceinline__ void warp_rows_dot_staged(const bf16_t* __restrict__ 
 /// warp_rows_dot_staged. `grid`: the groups go to the first `grid` blocks only.
 template <int K, int NR, int WARPS, int CAP = 0, int PENDING = 0, class Epi, class Wait = NoWait>
 __device__ __forceinline__ void grid_rows(const bf16_t* __restrict__ W, int rows, const float* xs, Epi epi, const uint4* slot = nullptr,
-                                          bool ahead = false, int grid = gridDim.x, Wait wait = {}) {
-  const int gw = warp_id() * grid + blockIdx.x;  // callers are blocks of the row grid
+                                          bool ahead = false, int grid = rank_grid(), Wait wait = {}) {
+  const int gw = warp_id() * grid + rank_block();  // callers are blocks of the row grid
   const int nw = WARPS * grid;
   const int groups = (rows + NR - 1) / NR;
   for (int g = gw; g < groups; g += nw) {

@@ -317,7 +317,7 @@ __device__ __forceinline__ void q_groups_dot(const QSeg& sg, const int (&row0)[G
 
 /// This warp's first row group of a matrix whose groups go to `grid` blocks, warp-major
 /// (grid_rows' order; callers are blocks of that grid).
-__device__ __forceinline__ int q_first_group(int grid) { return warp_id() * grid + (int)blockIdx.x; }
+__device__ __forceinline__ int q_first_group(int grid) { return warp_id() * grid + (int)rank_block(); }
 
 /// Lane 0 hands the sums of rows row0 .. row0 + NR - 1 that lie before `rows` to `epi`.
 template <int NR, class Epi>
@@ -482,7 +482,7 @@ __host__ __device__ constexpr int q_group_batch(int nr) { return nr >= 4 ? 1 : 4
 /// within a group. `ahead`, PENDING: the next phase's stage (PENDING commit groups) was
 /// started after this one's and may stay in flight.
 template <int K, int NR, int WARPS, int PENDING = 0, class Epi>
-__device__ __forceinline__ void qmat_grid_rows(const QMat& m, int rows, const float* xs, unsigned char* xq, Epi epi, int grid = gridDim.x,
+__device__ __forceinline__ void qmat_grid_rows(const QMat& m, int rows, const float* xs, unsigned char* xq, Epi epi, int grid = rank_grid(),
                                                QSet set = {}, bool ahead = false, QSet ring = {}) {
   q_prep_x<WARPS * WARP_SIZE, K>(xs, xq);
   __syncthreads();

@@ -19,7 +19,7 @@ constexpr int TRACE_ARRIVE = PG_TRACE_ARRIVE;
 /// This block's record (`events` events) when tracing is compiled in, the buffer is
 /// set and `on` (the traced step); else null, which every stamp site skips.
 __device__ __forceinline__ u64* trace_record(u64* buf, int events, bool on) {
-  return PG_TRACE && buf && on ? buf + (size_t)blockIdx.x * events * TRACE_WORDS : nullptr;
+  return PG_TRACE && buf && on ? buf + (size_t)rank_block() * events * TRACE_WORDS : nullptr;
 }
 
 /// Event `e` of a record, or null.

@@ -18,7 +18,7 @@ __device__ __forceinline__ void Decode::attention_phase() {
   if constexpr (ATTN_OWN > 0) attn_first = row_grid() < (int)G && (!OWN_FAST || n <= OWN_MAX) ? row_grid() : 0;
   const bool own_fast = OWN_FAST && attn_first > 0;
   const int attn_blocks = (int)G - attn_first;
-  const int attn_block = (int)blockIdx.x - attn_first;
+  const int attn_block = (int)rank_block() - attn_first;
   const int splits = min((n + ATTN_PASS - 1) / ATTN_PASS, max(1, min(PG_ATTN_MAX_SPLITS, attn_blocks / NH)));
   const int chunk = (n + splits - 1) / splits;
   const int sp_cur = (n - 1) / chunk;

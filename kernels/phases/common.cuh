@@ -11,8 +11,8 @@
 
 /// Blocks that take the layers' matrix rows: all, or all but attn_own's.
 __device__ __forceinline__ int row_grid() {
-  if constexpr (ATTN_OWN == 0) return (int)gridDim.x;
-  else return (int)gridDim.x > 2 * ATTN_OWN ? (int)gridDim.x - ATTN_OWN : (int)gridDim.x;
+  if constexpr (ATTN_OWN == 0) return (int)rank_grid();
+  else return (int)rank_grid() > 2 * ATTN_OWN ? (int)rank_grid() - ATTN_OWN : (int)rank_grid();
 }
 
 /// This block owns rows of a layer matrix of `rows` rows.

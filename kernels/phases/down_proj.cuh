@@ -21,7 +21,7 @@ __device__ __forceinline__ void Decode::down_phase() {
     // down_waves' segments are counted in bf16 iterations: a quantized down waits for all of its input.
     const bool waves = !(QUANT && quant) && down_waves_here();
     // down_waves: the row warps are the low ones (grid_rows hands out groups warp-major).
-    const int row_warps = waves ? ((D + NR - 1) / NR - (int)blockIdx.x + row_grid() - 1) / row_grid() : WARPS;
+    const int row_warps = waves ? ((D + NR - 1) / NR - (int)rank_block() + row_grid() - 1) / row_grid() : WARPS;
     if (waves) {
       if (warp_id() >= row_warps) load_down_segments(vec, tl + T_ACT, tag, row_warps);
       else trace_wait_start(ev);

@@ -10,7 +10,7 @@
 /// most one row group and at least its last warp has none (a loader).
 __device__ __forceinline__ bool down_waves_here() {
   constexpr int GROUPS = (D + NR - 1) / NR;
-  return DOWN_WAVES && GROUPS <= WARPS * row_grid() && (WARPS - 1) * row_grid() + (int)blockIdx.x >= GROUPS;
+  return DOWN_WAVES && GROUPS <= WARPS * row_grid() && (WARPS - 1) * row_grid() + (int)rank_block() >= GROUPS;
 }
 
 /// down_waves, a warp without a down row group: polls every segment of the tagged

@@ -18,7 +18,7 @@
 __device__ __forceinline__ void refill_receive_slots(float* rx, int rank, int writers) {
   constexpr int CHUNKS = D / 4;
   const float sentinel = __uint_as_float(PEER_SENTINEL);
-  for (int c = blockIdx.x * THREADS + threadIdx.x; c < 2 * L * TP * CHUNKS; c += writers * THREADS) {
+  for (int c = rank_block() * THREADS + threadIdx.x; c < 2 * L * TP * CHUNKS; c += writers * THREADS) {
     const int group = c / (TP * CHUNKS), slot = (c / CHUNKS) % TP, lyr = group / 2;
     if (slot == rank) continue;
     if (x_mode[lyr] == XM_ALL || x_send[lyr] != 0) (void)ld_peer_ready(rx + (size_t)c * 4);
@@ -34,9 +34,9 @@ __device__ __forceinline__ void refill_receive_slots(float* rx, int rank, int wr
 /// `my_xc` as counters). `runs`: LM-head runs before this one (the counter's target
 /// grows by one round per run).
 __device__ __forceinline__ void dtp_swap_h(const float* vec, u32* const (&peer_xc)[TP], const u32* my_xc, int rank, int writers, u32 runs) {
-  if ((int)blockIdx.x < writers) {
+  if ((int)rank_block() < writers) {
     for (int i = threadIdx.x * 4; i < D; i += THREADS * 4) {
-      if ((i / 4) % writers != (int)blockIdx.x) continue;
+      if ((i / 4) % writers != (int)rank_block()) continue;
       const float4 h = *reinterpret_cast<const float4*>(vec + i);
 #pragma unroll
       for (int r = 0; r < TP; ++r)
@@ -101,7 +101,7 @@ __device__ __forceinline__ void tp_merge_sampler(LmStats* total, float* win_raw,
   for (int r = 0; r < TP; ++r)
     if (r != rank) peer_arrive(peer_xc[r] + XC_LMX);
   wait_peers(my_xc + XC_LMX, runs * (TP - 1));
-  if (gather) wait_peers(my_xc + XC_GATHER, runs * gridDim.x * (TP - 1));
+  if (gather) wait_peers(my_xc + XC_GATHER, runs * rank_grid() * (TP - 1));
   LmStats m = lm_stats_empty();
   float raw = NEG_INF;
   u32 stop = 0;

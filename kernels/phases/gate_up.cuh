@@ -40,7 +40,7 @@ __device__ __forceinline__ void Decode::gate_up_phase() {
           },
           down_ahead, NoWait{}, &wq, xq_smem(), set_a());
     } else {
-      const int gw = warp_id() * row_grid() + blockIdx.x;
+      const int gw = warp_id() * row_grid() + rank_block();
       const int nw = WARPS * row_grid();
       constexpr int GROUPS = (2 * F + NR - 1) / NR;
       for (int grp = gw; grp < GROUPS; grp += nw) {

@@ -37,7 +37,7 @@ __device__ __forceinline__ bool grammar_allows(const u32* bits, u32 id) { return
 __device__ __forceinline__ u32 Decode::lm_head_phase() {
   // Read the host's stop flag early: the PCIe round trip overlaps the LM head.
   u32 host_stop = 0;
-  if (!score && rank == 0 && blockIdx.x == 0 && threadIdx.x == 0) host_stop = ld_host_flag(ctl + PG_CTL_STOP);
+  if (!score && rank == 0 && rank_block() == 0 && threadIdx.x == 0) host_stop = ld_host_flag(ctl + PG_CTL_STOP);
   const auto final_nw = early_norm(final_norm);
   if (TAGGED) {
     load_tagged<THREADS, D>(vec, tagged + (size_t)(L - 1) * T_LAYER + T_XD, tag, nullptr, trace_event(tr, EV_LM));
@@ -76,7 +76,7 @@ __device__ __forceinline__ u32 Decode::lm_head_phase() {
     };
     // Q8_0: groups of two rows streamed through a ring in the free stage region (qmatvec.cuh q_ring_rows).
     if constexpr (LM_FMT == QF_Q8_0)
-      qmat_grid_rows<D, 2, WARPS>(qmat1(lm_head, LM_FMT, V), V, vec, xq_smem(), lm_epi, gridDim.x, QSet{}, false, set_all());
+      qmat_grid_rows<D, 2, WARPS>(qmat1(lm_head, LM_FMT, V), V, vec, xq_smem(), lm_epi, rank_grid(), QSet{}, false, set_all());
     else if constexpr (LM_FMT != QF_BF16) qmat_grid_rows<D, LM_NR, WARPS>(qmat1(lm_head, LM_FMT, V), V, vec, xq_smem(), lm_epi);
     else grid_rows<LM_K, LM_NR, WARPS>(lm_head, V, vec, lm_epi);
     // Lane 0 of each warp holds its warp's statistics; merge them in warp order.
@@ -86,7 +86,7 @@ __device__ __forceinline__ u32 Decode::lm_head_phase() {
     if (threadIdx.x == 0) {
       LmStats b = wst[0];
       for (int w = 1; w < WARPS; ++w) b = lm_stats_merge(b, wst[w]);
-      reinterpret_cast<float4*>(partials)[blockIdx.x] = lm_stats_pack(b);
+      reinterpret_cast<float4*>(partials)[rank_block()] = lm_stats_pack(b);
     }
   }
   block_arrive(step_ctr(ctr, CTR_LM), trace_event(tr, EV_LM));

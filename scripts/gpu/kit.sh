@@ -129,12 +129,13 @@ run() {
   fi
   if has tests || has tests-all; then
     # `tests` leaves out the exhaustive trials (each kernel variant, the benchmark-sized
-    # presets, long prompts at tp 2, the 3–8B widths: KIT_TESTS_FILTER="widths" runs
+    # presets, long prompts at tp 2, the 3–8B widths, the opt-in one launch of a
+    # Laneformer's lanes: KIT_TESTS_FILTER="widths" or "one launch" runs
     # those in a call of their own), which do not fit one call beside the other suites;
     # `tests-all` runs every trial. The summary says how many were filtered out.
     local skip=() pattern filters
     if ! has tests-all; then
-      IFS=';' read -ra filters <<< "${KIT_TESTS_SKIP:-kernel default+;over long prompts;tp 2 qwen2.5-coder-1.5b;laneformer-2b lanes on tp 2;1000 greedy tokens;widths, 2 layers;sanitize:}"
+      IFS=';' read -ra filters <<< "${KIT_TESTS_SKIP:-kernel default+;over long prompts;tp 2 qwen2.5-coder-1.5b;laneformer-2b lanes on tp 2;1000 greedy tokens;widths, 2 layers;one launch of every lane;sanitize:}"
       for pattern in "${filters[@]}"; do skip+=(--skip "$pattern"); done
     fi
     if [ -n "${KIT_TESTS_FILTER:-}" ]; then

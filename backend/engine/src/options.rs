@@ -242,6 +242,9 @@ pub struct CudaOptions {
     /// Constrained requests run on one GPU with the kernel masking each token's logits
     /// by a bitmap the host computes. Off until run on a GPU.
     pub grammar_mask: bool,
+    /// Tensor-parallel ranks on one GPU (a Laneformer's lanes there) run as one kernel
+    /// launch instead of one per rank. Off until run on a GPU.
+    pub one_launch: bool,
     /// How the weight matrices are held on the GPU.
     pub weights: GpuWeights,
     pub diagnostics: Diagnostics,

@@ -84,6 +84,11 @@ fn decode_kernel_compiles_for_every_preset_one_gpu_tp_and_dtp() {
         let bytes = compile_only(&shape, &base, sched.lanes, Some(&sched), ARCH, cache.as_deref()).unwrap_or_else(|e| panic!("dtp: {e}"));
         assert!(bytes > 0, "dtp: empty cubin");
     }
+    // The opt-in one launch of every lane on one GPU (the published schedule).
+    let sched = DtpSchedule::of_laneformer(&laneformer).expect("schedule");
+    let one = KernelOptions { one_launch: true, ..base.clone() };
+    let bytes = compile_only(&laneformer, &one, sched.lanes, Some(&sched), ARCH, cache.as_deref()).unwrap_or_else(|e| panic!("dtp one launch: {e}"));
+    assert!(bytes > 0, "dtp one launch: empty cubin");
     let odd = preset("smollm2-135m").expect("preset");
     let err = compile_only(&odd, &base, 2, None, ARCH, cache.as_deref()).expect_err("9 heads do not split over 2");
     assert!(err.to_string().contains("query heads"), "{err}");
@@ -112,6 +117,8 @@ fn diagnostic_builds_compile_for_every_preset() {
     }
     let llama = preset("llama-3.2-1b").expect("preset");
     compile_only(&llama, &checked, 2, None, ARCH, cache.as_deref()).unwrap_or_else(|e| panic!("chaos+trace tp 2: {e}"));
+    let one_launch = KernelOptions { one_launch: true, ..checked.clone() };
+    compile_only(&llama, &one_launch, 2, None, ARCH, cache.as_deref()).unwrap_or_else(|e| panic!("chaos+trace tp 2 one launch: {e}"));
     let tp_switches = KernelOptions { tp_down_waves: true, tp_weights_evict_first: true, ..checked };
     compile_only(&llama, &tp_switches, 2, None, ARCH, cache.as_deref()).unwrap_or_else(|e| panic!("tp switches tp 2: {e}"));
     // The opt-in device grammar mask (one GPU), with a bf16 and a quantized LM head.

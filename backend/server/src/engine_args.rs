@@ -58,7 +58,7 @@ pub struct EngineArgs {
     /// GPU KV-cache positions per request (default: the kernel's default, capped by the model's context).
     #[arg(long, env = "PEREGRINE_KV_POSITIONS")]
     pub kv_positions: Option<usize>,
-    // The five switches below are for tests and experiments: accepted, hidden from `--help`.
+    // The six switches below are for tests and experiments: accepted, hidden from `--help`.
     /// Let tensor-parallel ranks share one GPU (tests of TP and DTP on a single GPU; not for speed).
     #[arg(long, env = "PEREGRINE_TP_SHARE_GPU", hide = true)]
     pub tp_share_gpu: bool,
@@ -74,6 +74,9 @@ pub struct EngineArgs {
     /// Constrained decoding on one GPU: the kernel masks each token's logits by the host's bitmap (not yet run on a GPU).
     #[arg(long, env = "PEREGRINE_GPU_GRAMMAR_MASK", hide = true)]
     pub gpu_grammar_mask: bool,
+    /// Tensor-parallel ranks sharing one GPU (a Laneformer's lanes) run as one kernel (not yet run on a GPU).
+    #[arg(long, env = "PEREGRINE_TP_ONE_LAUNCH", hide = true)]
+    pub tp_one_launch: bool,
     /// Folder holding libnvrtc (searched first; then $CUDA_HOME and the toolkit folders).
     #[arg(long, env = "PEREGRINE_NVRTC_DIR")]
     pub nvrtc_dir: Option<PathBuf>,
@@ -157,6 +160,7 @@ impl EngineArgs {
             tp_down_waves: self.tp_down_waves,
             quant_pipeline: self.gpu_q_pipeline,
             grammar_mask: self.gpu_grammar_mask,
+            one_launch: self.tp_one_launch,
             weights: self.gpu_weights.into(),
             diagnostics: Default::default(),
             paths,
@@ -226,8 +230,10 @@ mod tests {
         }
         let cpu = flags(&["--cpu-isa", "avx512", "--cpu-act-bits", "8", "--cpu-runtime", "ref"]).expect("cpu flags").cpu_options().expect("cpu");
         assert_eq!((cpu.isa_cap, cpu.act_precision, cpu.runtime), (Some(Isa::Avx512Vnni), ActPrecision::Int8, CpuRuntimeKind::Reference));
-        let hidden = [flags(&["--tp-share-gpu", "--tp-evict-first", "--tp-down-waves", "--gpu-q-pipeline", "--gpu-grammar-mask"]).expect("hidden switches still parse")];
+        let hidden = [flags(&["--tp-share-gpu", "--tp-evict-first", "--tp-down-waves", "--gpu-q-pipeline", "--gpu-grammar-mask", "--tp-one-launch"])
+            .expect("hidden switches still parse")];
         let h = &hidden[0];
-        assert!(h.tp_share_gpu && h.tp_evict_first && h.tp_down_waves && h.gpu_q_pipeline && h.gpu_grammar_mask);
+        assert!(h.tp_share_gpu && h.tp_evict_first && h.tp_down_waves && h.gpu_q_pipeline && h.gpu_grammar_mask && h.tp_one_launch);
+        assert!(h.cuda_options().expect("hidden switches").one_launch);
     }
 }

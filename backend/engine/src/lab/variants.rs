@@ -6,7 +6,8 @@ use crate::error::{Error, Result};
 
 /// `default` (or `v10`, its name when the earlier kernels were still kept), then `+`
 /// modifiers: `threadsN` (threads per block), `tp-evict` / `tp-waves` (the
-/// tensor-parallel switches), `q-pipe` (quantized rows' loads one chunk ahead), `trace`,
+/// tensor-parallel switches), `q-pipe` (quantized rows' loads one chunk ahead),
+/// `one-launch` (ranks sharing a GPU as one kernel), `trace`,
 /// `chaos`, `nosplit` (one block per attention head).
 pub fn kernel_variant(name: &str) -> Result<KernelOptions> {
     let (first, mods) = name.split_once('+').unwrap_or((name, ""));
@@ -19,6 +20,7 @@ pub fn kernel_variant(name: &str) -> Result<KernelOptions> {
             "tp-evict" => o.tp_weights_evict_first = true,
             "tp-waves" => o.tp_down_waves = true,
             "q-pipe" => o.quant_pipeline = true,
+            "one-launch" => o.one_launch = true,
             "trace" => o.diagnostics.trace = true,
             "chaos" => o.diagnostics.chaos = true,
             "nosplit" => o.attn_max_splits = 1,

@@ -1,6 +1,7 @@
 //! Laneformer lanes on the GPU: tiny Laneformer shapes (every head kind, windowed
 //! layers, per-lane norms, both early modes, no communication, pre-norm aggregation)
-//! with their lanes as ranks folded onto GPU 0, against the CPU lane reference.
+//! with their lanes as ranks folded onto GPU 0, against the CPU lane reference; and the
+//! lanes as one launch against one kernel per lane.
 
 use libtest_mimic::Trial;
 use peregrine_engine::config::ModelConfig;
@@ -19,8 +20,14 @@ use super::{ensure, ids, run, runtime, Check, MAX_REL_ERR, WEIGHT_SEED};
 pub fn trials() -> Vec<Trial> {
     laneformer_shapes()
         .into_iter()
-        .map(|(name, lanes)| {
-            Trial::test(format!("laneformer {name}: lanes on GPU 0 match the CPU lane reference"), move || laneformer_check(&lanes))
+        .flat_map(|(name, lanes)| {
+            let one = lanes.clone();
+            [
+                Trial::test(format!("laneformer {name}: lanes on GPU 0 match the CPU lane reference"), move || laneformer_check(&lanes)),
+                Trial::test(format!("laneformer {name}: one launch of every lane gives the per-lane kernels' bits"), move || {
+                    one_launch_check(&one)
+                }),
+            ]
         })
         .collect()
 }
@@ -130,5 +137,43 @@ fn laneformer_check(config: &ModelConfig) -> Check {
         let (got, _) = run(&mut rt, prompt, 24, &SamplingParams::default(), &[])?;
         ensure(ids(&got) == ids(&want), || format!("chaos on lane {rank} changed the tokens"))?;
     }
+    Ok(())
+}
+
+/// The lanes as one launch (`one_launch`) against one kernel per lane on the same GPU:
+/// the same summation order everywhere, so scored logits of 40 positions are the same
+/// bits, and 24 greedy tokens after the batched prefill and after the token path are
+/// the same tokens with the same log-probabilities, also under chaos delays (which a
+/// single launch puts on every lane).
+fn one_launch_check(config: &ModelConfig) -> Check {
+    config.validate().map_err(|e| e.to_string())?;
+    let weights = synthetic_weights(config, WEIGHT_SEED);
+    let sched = DtpSchedule::of_laneformer(config).map_err(|e| e.to_string())?;
+    let tokens = SplitMix64(67).tokens(40, config.vocab_size);
+    let per_lane = KernelOptions { prefill_chunk: 16, ..KernelOptions::default() };
+    let one = KernelOptions { one_launch: true, ..per_lane.clone() };
+    let mut rt = runtime(config, &weights, &vec![0; config.lanes.count], per_lane.clone(), Some(sched))?;
+    let want_scores = rt.score(&tokens).map_err(|e| e.to_string())?;
+    let prompt = &tokens[..36];
+    let mut want = Vec::new();
+    for batched in [true, false] {
+        rt.set_options(KernelOptions { batched_prefill: batched, ..per_lane.clone() }).map_err(|e| e.to_string())?;
+        want.push(run(&mut rt, prompt, 24, &SamplingParams::default(), &[])?.0);
+    }
+    rt.set_options(one.clone()).map_err(|e| e.to_string())?;
+    let scores = rt.score(&tokens).map_err(|e| e.to_string())?;
+    let differing = scores.iter().zip(&want_scores).filter(|(a, b)| a != b).count();
+    ensure(scores.len() == want_scores.len() && differing == 0, || format!("{differing} of {} scored rows differ", tokens.len()))?;
+    for (batched, want) in [true, false].into_iter().zip(&want) {
+        rt.set_options(KernelOptions { batched_prefill: batched, ..one.clone() }).map_err(|e| e.to_string())?;
+        let (got, _) = run(&mut rt, prompt, 24, &SamplingParams::default(), &[])?;
+        let same = got.len() == want.len() && got.iter().zip(want).all(|(g, w)| g.id == w.id && g.logprob.to_bits() == w.logprob.to_bits());
+        ensure(same, || format!("batched prefill {batched}: one launch gave {:?}, the per-lane kernels {:?}", ids(&got), ids(want)))?;
+    }
+    let chaos = KernelOptions { diagnostics: Diagnostics { chaos: true, chaos_rank: 0, trace: false }, ..one };
+    rt.set_options(chaos).map_err(|e| e.to_string())?;
+    let (got, _) = run(&mut rt, prompt, 24, &SamplingParams::default(), &[])?;
+    ensure(ids(&got) == ids(&want[0]), || "chaos delays in the one launch changed the tokens".into())?;
+    println!("  one launch: {} scored rows and 2 × 24 greedy tokens identical to the per-lane kernels", tokens.len());
     Ok(())
 }

@@ -82,6 +82,9 @@ slots! {
         /// `grammar_mask`: u32 `[vocab / 32]` allowed-token bits of the token being
         /// sampled (host-copied per token, `ctl::MASK_SEQ`), or 0 (an unconstrained run).
         Mask,
+        /// `one_launch`: device array of `tp × Arg::COUNT` u64, every rank's argument
+        /// block (rank 0's launch parameter names it; each rank's blocks read their own).
+        RankArgs,
     }
 }
 
@@ -147,6 +150,15 @@ pub const PREFILL_ROW_THREADS: u32 = 256;
 pub const PREFILL_ATTN_THREADS: u32 = 128;
 /// Lanes that split each tile's keys per query in the prefill attention (CUDA-core kernel).
 pub const PREFILL_KEY_SPLIT: u32 = 4;
+/// Ranks per launch: every rank under `one_launch` (all on one GPU), else one.
+pub fn launch_ranks(options: &KernelOptions, tp: usize) -> usize {
+    if options.one_launch {
+        tp
+    } else {
+        1
+    }
+}
+
 /// Keys per shared-memory tile of the tensor-core prefill attention.
 pub const PREFILL_MMA_KEY_TILE: u32 = 64;
 /// Queries per warp of the tensor-core prefill attention (one m16n8k16 row block).
@@ -196,6 +208,9 @@ pub struct KernelOptions {
     /// Constrained runs mask the logits on the device with a bitmap the host writes per
     /// token (`PG_GRAMMAR_MASK`; one GPU). Off until run on a GPU.
     pub grammar_mask: bool,
+    /// Tensor-parallel ranks that share one GPU run as one launch, each rank a range of
+    /// its blocks, their exchanges at device scope (`PG_VRANKS`). Off until run on a GPU.
+    pub one_launch: bool,
     /// Bit f set: some layer matrix is in `quant::GpuFormat` tag f (bit 0, bf16, is not
     /// counted); 0 for a bf16 model. Set from the uploaded weights: the kernel compiles
     /// the dequantizing row loops of these formats only.
@@ -219,6 +234,7 @@ impl Default for KernelOptions {
             tp_down_waves: false,
             quant_pipeline: false,
             grammar_mask: false,
+            one_launch: false,
             weight_formats: 0,
             lm_head_format: 0,
             diagnostics: Diagnostics::default(),
@@ -242,16 +258,18 @@ impl KernelOptions {
             tp_down_waves: cuda.tp_down_waves,
             quant_pipeline: cuda.quant_pipeline,
             grammar_mask: cuda.grammar_mask,
+            one_launch: cuda.one_launch,
             diagnostics: cuda.diagnostics.clone(),
             ..defaults
         }
     }
 
     /// The options of rank `rank`'s kernel in a run of degree `tp`: chaos delays only on
-    /// `chaos_rank` under tensor parallelism (one rank's delays already reorder the exchange).
+    /// `chaos_rank` under tensor parallelism (one rank's delays already reorder the exchange),
+    /// on every rank of one launch (they share one kernel).
     pub fn for_rank(&self, rank: usize, tp: usize) -> KernelOptions {
         let d = &self.diagnostics;
-        let chaos = d.chaos && (tp == 1 || d.chaos_rank as usize == rank);
+        let chaos = d.chaos && (tp == 1 || self.one_launch || d.chaos_rank as usize == rank);
         KernelOptions { diagnostics: Diagnostics { chaos, ..d.clone() }, ..self.clone() }
     }
 
@@ -504,6 +522,7 @@ pub fn defines_tp(
     put("QFMTS", options.weight_formats.to_string());
     put("Q_PIPE", u8::from(options.quant_pipeline).to_string());
     put("GRAMMAR_MASK", u8::from(options.grammar_mask && tp == 1).to_string());
+    put("VRANKS", launch_ranks(options, tp).to_string());
     put("LM_FMT", options.lm_head_format.to_string());
     put("MAX_TOP", MAX_TOP_LOGPROBS.to_string());
     put("RING", options.ring.to_string());

@@ -9,7 +9,7 @@ use super::devices::Devices;
 use super::kernel::{Kernel, Kernels};
 use super::{alloc_err, Shape};
 use crate::config::ModelConfig;
-use crate::cuda::layout::{self, KernelOptions, PeerSlot, MAX_DEVICE_STOP_TOKENS};
+use crate::cuda::layout::{self, Arg, KernelOptions, PeerSlot, MAX_DEVICE_STOP_TOKENS};
 use crate::error::Result;
 
 /// Per-request state buffers of one rank.
@@ -42,6 +42,8 @@ pub(super) struct State {
     pub(super) peers: CudaSlice<u64>,
     /// The phases' tagged words (zeroed per run; [`layout::tagged_words_used`]).
     pub(super) tagged: CudaSlice<u64>,
+    /// `one_launch`: every rank's argument block, which the one launch reads (rank 0's is used).
+    pub(super) rank_args: CudaSlice<u64>,
 }
 
 /// The buffers part: each rank's [`State`].
@@ -113,5 +115,6 @@ fn alloc_state(
         peers: stream.alloc_zeros::<u64>(tp * PeerSlot::COUNT).map_err(alloc_err("the peer table", 8 * tp * PeerSlot::COUNT))?,
         // Allocated under TP too (a few MB at most): set_options may turn tp_down_waves on.
         tagged: stream.alloc_zeros::<u64>(layout::tagged_words(c)).map_err(alloc_err("the tagged words", 8 * layout::tagged_words(c)))?,
+        rank_args: stream.alloc_zeros::<u64>(tp * Arg::COUNT).map_err(alloc_err("the ranks' argument table", 8 * tp * Arg::COUNT))?,
     })
 }

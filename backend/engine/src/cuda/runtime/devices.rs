@@ -91,6 +91,11 @@ impl Devices {
         self.gpus.len()
     }
 
+    /// Whether every rank is on the same GPU.
+    pub(super) fn on_one_gpu(&self) -> bool {
+        self.gpus.iter().all(|g| g.ctx.ordinal() == self.gpus[0].ctx.ordinal())
+    }
+
     /// The devices' names, one per rank.
     pub(super) fn names(&self) -> Vec<String> {
         self.gpus.iter().map(|g| g.name.clone()).collect()

@@ -124,6 +124,24 @@ impl Launch {
         Ok(())
     }
 
+    /// `one_launch`: one cooperative kernel of every rank's blocks (each rank's grid in
+    /// turn) on rank 0's stream, with rank 0's arguments, which name every rank's.
+    pub(super) fn launch_one(&mut self, devices: &Devices, kernels: &Kernels, threads: u32, args: &KernelArgs) -> Result<()> {
+        let k = &kernels.ranks[0];
+        let blocks = devices.grid * devices.tp() as u32;
+        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: k.smem_bytes };
+        let g = &devices.gpus[0];
+        let mut b = g.stream.launch_builder(&k.func);
+        b.arg(args);
+        // SAFETY: as in `launch`: `args` and the table it names hold pointers to live
+        // buffers of the sizes the kernel was compiled for, all on this one device; the
+        // grid is at most the device's SM count, one block per SM, and a cooperative
+        // launch makes every block resident.
+        unsafe { b.launch_cooperative(cfg) }
+            .map_err(|source| CudaError::Driver { context: "launch the ranks' decode kernel".into(), source })?;
+        Ok(())
+    }
+
     /// None while any rank's kernel runs and none failed; else the first failure, or
     /// success once every rank's kernel has ended.
     pub(super) fn kernel_status(devices: &Devices) -> Option<sys::CUresult> {

@@ -104,6 +104,11 @@ pub fn tune_file_in(paths: &CudaPaths, key: &str) -> Option<std::path::PathBuf> 
     paths.cubin_cache.as_ref().map(|d| d.join("tune").join(format!("threads-{h:016x}.txt")))
 }
 
+/// `one_launch` asked for ranks on several GPUs.
+fn one_launch_needs_one_gpu() -> crate::error::Error {
+    CudaError::Unsupported("one launch for every rank needs every rank on one GPU".into()).into()
+}
+
 impl CudaRuntime {
     /// Uploads `weights` to the GPUs `ordinals` (several: tensor parallelism, each GPU
     /// gets its shard and its own persistent kernel; with `dtp`, Delayed Tensor
@@ -131,6 +136,9 @@ impl CudaRuntime {
         dtp: Option<DtpSchedule>,
     ) -> Result<CudaRuntime> {
         let tp = ordinals.len();
+        if options.one_launch && ordinals.iter().any(|&o| o != ordinals[0]) {
+            return Err(one_launch_needs_one_gpu());
+        }
         // The weights' formats are part of the kernel the runtime compiles.
         let plan = WeightPlan::new(config, weights, cuda.weights, tp)?;
         for note in &plan.notes {
@@ -205,6 +213,9 @@ impl CudaRuntime {
         if let Some(why) = layout::unsupported(&self.shape.shard, &options) {
             return Err(CudaError::Unsupported(format!("unsupported shape: {why}")).into());
         }
+        if options.one_launch && !self.devices.on_one_gpu() {
+            return Err(one_launch_needs_one_gpu());
+        }
         // Every rank's kernel first: a failure leaves the runtime as it was.
         let kernels = Kernels::compile(&self.devices, &self.shape, &options, &self.kernels.paths)?;
         if !self.buffers.fit(&kernels, self.devices.grid) {
@@ -215,7 +226,9 @@ impl CudaRuntime {
             .into());
         }
         self.kernels.ranks = kernels;
-        if options.batched_prefill && self.prefill.is_empty() {
+        // One launch also puts every rank's prefill on one stream (prefill/mod.rs).
+        let one_stream = layout::launch_ranks(&options, self.devices.tp()) > 1;
+        if options.batched_prefill && (self.prefill.is_empty() || self.prefill.one_stream != one_stream) {
             *self.prefill = BatchedPrefill::load(&self.devices, &self.shape, &options, &self.kernels.paths)?;
         }
         self.prefill.set_mma_attention(options.prefill_mma_attention);

@@ -147,9 +147,27 @@ impl CudaRuntime {
         Ok(Prepared { args: all_args, logits: dbgs, trace })
     }
 
-    /// Launches every rank's kernel with `args`.
+    /// Launches every rank's kernel with `args` (one kernel for all ranks under `one_launch`).
     pub(super) fn launch(&mut self, args: &[KernelArgs]) -> Result<()> {
+        if layout::launch_ranks(&self.shape.options, self.devices.tp()) > 1 {
+            return self.launch_as_one(args);
+        }
         self.launch.launch(&self.devices, &self.kernels, self.shape.options.threads, args)
+    }
+
+    /// `one_launch`: every rank's argument block into rank 0's table, rank 0's stream
+    /// after the work queued on the others (each rank's prefill), then one kernel of
+    /// every rank's blocks on it.
+    fn launch_as_one(&mut self, args: &[KernelArgs]) -> Result<()> {
+        let table: Vec<u64> = args.iter().flat_map(|a| a.0).collect();
+        let g0 = &self.devices.gpus[0];
+        g0.stream.memcpy_htod(&table, &mut self.buffers.ranks[0].rank_args).map_err(cuda_err("upload the ranks' arguments"))?;
+        let no_timing = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
+        let queued = self.devices.gpus.iter().map(|g| g.stream.record_event(no_timing).map_err(cuda_err("event"))).collect::<Result<Vec<_>>>()?;
+        g0.wait_for_peers(0, &queued, "wait for the ranks' queued work")?;
+        let mut first = args[0];
+        first.set(Arg::RankArgs, g0.dptr(&self.buffers.ranks[0].rank_args));
+        self.launch.launch_one(&self.devices, &self.kernels, self.shape.options.threads, &first)
     }
 
     /// Waits for the kernels, reads the trace back, then returns `rows` rows of the

@@ -57,12 +57,16 @@ pub enum Exchange {
 /// `[slot layers][2 exchanges][tp ranks][chunk × hidden]` f32, and how each layer's
 /// partials enter the residual. Standard TP reuses one slot layer (every layer
 /// all-reduces before the next writes); DTP keeps one per layer (a layer's partials are
-/// added `delay` layers later).
+/// added `delay` layers later). Ranks on one GPU that share one stream (`one_launch`)
+/// share rank 0's slots: each writes its own slot there and reads every rank's.
 struct TpParts {
     rank: usize,
     tp: usize,
     slot_layers: usize,
-    slots: CudaSlice<f32>,
+    /// The slots this rank owns (None: it uses another rank's, at `base`).
+    _slots: Option<CudaSlice<f32>>,
+    /// Device address of the slots this rank writes and reads.
+    base: u64,
     /// Per layer: (mode, layer whose other-lane partials it adds or -1, sends its own).
     table: Vec<(XMode, i64, bool)>,
     /// DTP's lane-local scale (√lanes).
@@ -112,6 +116,8 @@ impl Prefill {
     /// Compiles prefill.cu for `config` (a rank's shard under tensor parallelism), loads
     /// cuBLAS and allocates the chunk buffers. `tp`: (this rank, degree, DTP schedule)
     /// under tensor parallelism; the context must be current (cuBLAS binds to it).
+    /// `shared_slots`: the address of another rank's receive slots to use instead of
+    /// allocating its own (ranks sharing one GPU and one stream).
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         ctx: &Arc<CudaContext>,
@@ -122,6 +128,7 @@ impl Prefill {
         arch: &str,
         kv_cap: usize,
         tp: Option<(usize, usize, Option<&DtpSchedule>)>,
+        shared_slots: Option<u64>,
     ) -> Result<Prefill> {
         let shape = layout::prefill_shape(config).map_err(|why| CudaError::Unsupported(format!("batched prefill unsupported: {why}")))?;
         let blas_dir = cublas::preload(&paths.cublas_dirs)?;
@@ -151,11 +158,20 @@ impl Prefill {
             tp: match tp {
                 Some((rank, tp, _)) if tp > 1 => {
                     let slot_layers = if dtp.is_some() { c.num_layers } else { 1 };
+                    let own = match shared_slots {
+                        Some(_) => None,
+                        None => Some(f32s(slot_layers * 2 * tp * chunk * c.hidden_size)?),
+                    };
+                    let base = match (&own, shared_slots) {
+                        (Some(s), _) => s.device_ptr(stream).0,
+                        (None, shared) => shared.unwrap_or_default(),
+                    };
                     Some(TpParts {
                         rank,
                         tp,
                         slot_layers,
-                        slots: f32s(slot_layers * 2 * tp * chunk * c.hidden_size)?,
+                        _slots: own,
+                        base,
                         table: layout::exchange_table(c.num_layers, dtp),
                         lane_scale: (tp as f32).sqrt(),
                     })
@@ -380,18 +396,24 @@ impl Prefill {
     /// partial slot (β = 0) under tensor parallelism.
     fn projection_out(&self, stream: &Arc<CudaStream>, layer: usize, kind: Exchange) -> (u64, f32) {
         match &self.tp {
-            Some(t) => (self.part_slot(stream, layer, kind, t.rank), 0.0),
+            Some(t) => (self.part_slot(layer, kind, t.rank), 0.0),
             None => (self.x.device_ptr(stream).0, 1.0),
         }
     }
 
     /// Tensor parallelism: the device address of rank `slot`'s partial of layer `layer`'s
     /// exchange `kind` in this rank's receive buffer (rank `slot` copies its partial there).
-    pub fn part_slot(&self, stream: &Arc<CudaStream>, layer: usize, kind: Exchange, slot: usize) -> u64 {
+    pub fn part_slot(&self, layer: usize, kind: Exchange, slot: usize) -> u64 {
         let t = self.tp.as_ref().expect("part_slot under tensor parallelism only");
         let floats = self.chunk * self.config.hidden_size;
         let index = ((layer % t.slot_layers) * 2 + kind as usize) * t.tp + slot;
-        t.slots.device_ptr(stream).0 + (index * floats * std::mem::size_of::<f32>()) as u64
+        t.base + (index * floats * std::mem::size_of::<f32>()) as u64
+    }
+
+    /// Tensor parallelism: the device address of this rank's receive slots (for ranks
+    /// that share them).
+    pub fn slots_base(&self) -> Option<u64> {
+        self.tp.as_ref().map(|t| t.base)
     }
 
     /// Tensor parallelism: layer `layer`'s (mode, layer whose other-lane partials it
@@ -425,8 +447,8 @@ impl Prefill {
         let t = self.tp.as_ref().expect("enqueue_add_parts under tensor parallelism only");
         let x = self.x.device_ptr(stream).0;
         let (mode, late, _) = t.table[layer];
-        let now = self.part_slot(stream, layer, kind, 0);
-        let late = if late >= 0 { self.part_slot(stream, late as usize, kind, 0) } else { 0 };
+        let now = self.part_slot(layer, kind, 0);
+        let late = if late >= 0 { self.part_slot(late as usize, kind, 0) } else { 0 };
         let total = rows * self.config.hidden_size;
         Self::timed(stream, profile, PrefillOp::Rows, || {
             let mut b = stream.launch_builder(&self.add_parts);

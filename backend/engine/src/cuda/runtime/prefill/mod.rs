@@ -1,14 +1,18 @@
 //! The prefill part ([`BatchedPrefill`]): the batched prefill of the prompt before the
 //! decode kernel starts. One [`Prefill`] per rank (kernels.rs: its kernels, cuBLAS
 //! handle and chunk buffers), enqueued on one GPU or, under tensor parallelism, on every
-//! rank in lockstep with the partials exchanged by peer copies.
+//! rank in lockstep with the partials exchanged by peer copies; ranks that run as one
+//! launch on one GPU (`one_launch`) instead enqueue on one stream in turn, each writing
+//! its partials into shared slots, so no copy and no cross-stream wait is needed.
 
 mod kernels;
 
 use self::kernels::{Exchange, PrefillOp, Profile};
 pub(super) use self::kernels::{Prefill, PrefillWeights};
 
-use cudarc::driver::{sys, CudaEvent};
+use std::sync::Arc;
+
+use cudarc::driver::{sys, CudaEvent, CudaStream};
 
 use super::buffers::State;
 use super::devices::{Devices, Gpu};
@@ -31,6 +35,8 @@ pub(super) struct PrefillRun {
 /// shape needs the per-token path.
 pub(super) struct BatchedPrefill {
     pub(super) ranks: Vec<Prefill>,
+    /// Every rank enqueues on rank 0's stream and shares rank 0's receive slots.
+    pub(super) one_stream: bool,
 }
 
 impl BatchedPrefill {
@@ -39,27 +45,27 @@ impl BatchedPrefill {
     /// error that says how to run without it.
     pub(super) fn load(devices: &Devices, shape: &Shape, options: &KernelOptions, paths: &CudaPaths) -> Result<BatchedPrefill> {
         if !options.batched_prefill || layout::prefill_shape(&shape.shard).is_err() {
-            return Ok(BatchedPrefill { ranks: Vec::new() });
+            return Ok(BatchedPrefill { ranks: Vec::new(), one_stream: false });
         }
         let tp = devices.tp();
-        let ranks = devices
-            .gpus
-            .iter()
-            .enumerate()
-            .map(|(rank, g)| {
-                g.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
-                let dtp = shape.dtp.as_ref();
-                Prefill::new(&g.ctx, &g.stream, &shape.shard, options, paths, &devices.arch, shape.kv_cap, Some((rank, tp, dtp))).map_err(
-                    |e| match e {
-                        Error::Cuda(e) => {
-                            CudaError::context("batched prefill (--prefill tokens runs prompts token by token instead)", e).into()
-                        }
-                        other => other,
-                    },
-                )
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(BatchedPrefill { ranks })
+        let one_stream = layout::launch_ranks(options, tp) > 1;
+        let mut ranks: Vec<Prefill> = Vec::with_capacity(tp);
+        for (rank, g) in devices.gpus.iter().enumerate() {
+            g.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
+            let dtp = shape.dtp.as_ref();
+            let (stream, shared) = match ranks.first() {
+                Some(r0) if one_stream => (&devices.gpus[0].stream, r0.slots_base()),
+                _ if one_stream => (&devices.gpus[0].stream, None),
+                _ => (&g.stream, None),
+            };
+            let p = Prefill::new(&g.ctx, stream, &shape.shard, options, paths, &devices.arch, shape.kv_cap, Some((rank, tp, dtp)), shared)
+                .map_err(|e| match e {
+                    Error::Cuda(e) => CudaError::context("batched prefill (--prefill tokens runs prompts token by token instead)", e).into(),
+                    other => other,
+                })?;
+            ranks.push(p);
+        }
+        Ok(BatchedPrefill { ranks, one_stream })
     }
 
     /// Whether no rank has a batched prefill.
@@ -77,6 +83,7 @@ impl BatchedPrefill {
     /// One line for logs: how prompts run with `batched` (the option) on `tp` ranks.
     pub(super) fn describe(&self, batched: bool, tp: usize) -> String {
         match (self.ranks.first(), batched) {
+            (Some(p), true) if tp > 1 && self.one_stream => format!("{} for every rank on one stream, partials in shared slots", p.describe()),
             (Some(p), true) if tp > 1 => format!("{} on every rank, partials exchanged by peer copies", p.describe()),
             (Some(p), true) => p.describe(),
             (_, false) => "prompt token by token in the persistent kernel".to_string(),
@@ -88,6 +95,8 @@ impl BatchedPrefill {
 /// One rank's share of the parts a prefill reads, borrowed together.
 struct RankParts<'a> {
     gpu: &'a Gpu,
+    /// The stream its work goes on (rank 0's for every rank under `one_stream`).
+    stream: &'a Arc<CudaStream>,
     weights: &'a DeviceWeights,
     state: &'a State,
     prefill: &'a Prefill,
@@ -103,9 +112,14 @@ impl CudaRuntime {
         if !self.shape.options.batched_prefill || from >= n || self.prefill.is_empty() {
             return Ok(PrefillRun { positions: from, ..PrefillRun::default() });
         }
+        let one_stream = self.prefill.one_stream;
+        let stream0 = &self.devices.gpus[0].stream;
         let ranks: Vec<RankParts<'_>> = (self.devices.gpus.iter().zip(&self.weights.ranks))
             .zip(self.buffers.ranks.iter().zip(&self.prefill.ranks))
-            .map(|((gpu, weights), (state, prefill))| RankParts { gpu, weights, state, prefill })
+            .map(|((gpu, weights), (state, prefill))| {
+                let stream = if one_stream { stream0 } else { &gpu.stream };
+                RankParts { gpu, stream, weights, state, prefill }
+            })
             .collect();
         let r0 = &ranks[0];
         r0.prefill.check_positions(n)?;
@@ -128,7 +142,7 @@ impl CudaRuntime {
                 profile,
             )?;
         } else {
-            enqueue_tp(&ranks, self.shape.config.num_layers, from, n, &mut profile)?;
+            enqueue_tp(&ranks, self.shape.config.num_layers, from, n, &mut profile, one_stream)?;
         }
         let g0 = ranks[0].gpu;
         g0.ctx.bind_to_thread().map_err(cuda_err("bind context"))?;
@@ -154,23 +168,32 @@ fn each_rank(
 
 /// The batched prefill under tensor parallelism: every rank's half-layers in turn, each
 /// o / down half followed by the exchange of the partials (`exchange`). Rank 0's ops are
-/// the profiled ones.
-fn enqueue_tp(ranks: &[RankParts<'_>], layers: usize, from: usize, n: usize, profile: Profile<'_, '_>) -> Result<()> {
+/// the profiled ones. `one_stream`: every rank's work is on one stream in this order and
+/// the slots are shared, so the order alone makes each partial land before it is added.
+fn enqueue_tp(ranks: &[RankParts<'_>], layers: usize, from: usize, n: usize, profile: Profile<'_, '_>, one_stream: bool) -> Result<()> {
     for (c0, rows) in ranks[0].prefill.chunks(from, n) {
         // Per (layer, exchange): every rank's event after its copies to the peers.
         let mut sent: Vec<Vec<CudaEvent>> = (0..2 * layers).map(|_| Vec::new()).collect();
         each_rank(ranks, profile, |_, r, p| {
-            r.prefill.enqueue_embed(&r.gpu.stream, &r.weights.prefill_weights(), r.gpu.dptr(&r.state.tokens), c0, rows, p)
+            r.prefill.enqueue_embed(r.stream, &r.weights.prefill_weights(), r.gpu.dptr(&r.state.tokens), c0, rows, p)
         })?;
         for l in 0..layers {
             each_rank(ranks, profile, |_, r, p| {
-                r.prefill.enqueue_attention(&r.gpu.stream, &r.weights.prefill_weights(), l, r.gpu.dptr(&r.state.kv), c0, rows, p)
+                r.prefill.enqueue_attention(r.stream, &r.weights.prefill_weights(), l, r.gpu.dptr(&r.state.kv), c0, rows, p)
             })?;
-            exchange(ranks, l, Exchange::O, rows, &mut sent, profile)?;
-            each_rank(ranks, profile, |_, r, p| r.prefill.enqueue_ffn(&r.gpu.stream, &r.weights.prefill_weights(), l, rows, p))?;
-            exchange(ranks, l, Exchange::Down, rows, &mut sent, profile)?;
+            if one_stream {
+                each_rank(ranks, profile, |_, r, p| r.prefill.enqueue_add_parts(r.stream, l, Exchange::O, rows, p))?;
+            } else {
+                exchange(ranks, l, Exchange::O, rows, &mut sent, profile)?;
+            }
+            each_rank(ranks, profile, |_, r, p| r.prefill.enqueue_ffn(r.stream, &r.weights.prefill_weights(), l, rows, p))?;
+            if one_stream {
+                each_rank(ranks, profile, |_, r, p| r.prefill.enqueue_add_parts(r.stream, l, Exchange::Down, rows, p))?;
+            } else {
+                exchange(ranks, l, Exchange::Down, rows, &mut sent, profile)?;
+            }
         }
-        if ranks[0].prefill.slots_per_layer() {
+        if ranks[0].prefill.slots_per_layer() && !one_stream {
             // DTP: a layer's slots are read up to `delay` layers after the peers wrote
             // them, after the last wait on those peers: no rank starts the next chunk
             // (and writes the slots again) before every rank is done with this one.
@@ -208,12 +231,12 @@ fn exchange(
     if send {
         // (The copies are not profiled: the add that follows them is.)
         each_rank(ranks, &mut None, |i, r, _| {
-            let src = r.prefill.part_slot(&r.gpu.stream, l, kind, i);
+            let src = r.prefill.part_slot(l, kind, i);
             for (p, peer) in ranks.iter().enumerate() {
                 if p == i {
                     continue;
                 }
-                let dst = peer.prefill.part_slot(&peer.gpu.stream, l, kind, i);
+                let dst = peer.prefill.part_slot(l, kind, i);
                 // SAFETY: both slots are live allocations of `bytes` or more (chunk rows ≥
                 // rows); the copy is ordered after this rank's GEMM on its stream and before
                 // the peer's add by the event below.
@@ -244,6 +267,6 @@ fn exchange(
         if let Some(m) = waits_on {
             r.gpu.wait_for_peers(i, &sent[at(m)], "wait for a peer's partials")?;
         }
-        r.prefill.enqueue_add_parts(&r.gpu.stream, l, kind, rows, p)
+        r.prefill.enqueue_add_parts(r.stream, l, kind, rows, p)
     })
 }
