@@ -78,6 +78,16 @@ impl LoadedEngine {
         named.or_else(|| (model == self.handle.info().model_name).then(|| self.model_id()))
     }
 
+    /// OpenAI's `system_fingerprint`: the server's version and a hash of what answers
+    /// depend on besides the request (the model, the backend and its devices), in
+    /// llama-server's `b…` form, so a client can tell when that changed.
+    pub fn fingerprint(&self) -> String {
+        let info = self.handle.info();
+        let what = format!("{}\n{}\n{}\n{}", self.model_id(), info.backend, info.devices.join(","), info.max_batch);
+        let hash = what.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
+        format!("b{}-{:08x}", env!("CARGO_PKG_VERSION"), hash as u32)
+    }
+
     /// Whether a client's `model` names this model.
     pub fn serves(&self, model: &str) -> bool {
         self.served_name(model).is_some()

@@ -93,6 +93,8 @@ async fn openai_completions_streamed_and_not_agree() {
     assert_eq!(u["prompt_tokens_details"]["cached_tokens"].as_u64(), u["prompt_tokens"].as_u64().map(|n| n - 1), "{u}");
     assert!(usage_chunk["timings"]["predicted_per_second"].is_number());
     assert!(chunks[..chunks.len() - 1].iter().all(|c| c["usage"].is_null() && c["object"] == "text_completion"));
+    assert!(full["system_fingerprint"].as_str().is_some_and(|f| f.starts_with('b')), "{full}");
+    assert!(chunks.iter().all(|c| c["system_fingerprint"] == full["system_fingerprint"]));
     let finishes: Vec<&Value> = chunks.iter().filter_map(|c| c["choices"][0].get("finish_reason")).filter(|f| !f.is_null()).collect();
     assert_eq!(finishes, vec![&choice["finish_reason"]]);
     let streamed_text: String = chunks.iter().filter_map(|c| c["choices"][0]["text"].as_str()).collect();
@@ -180,6 +182,10 @@ async fn chat_completions_streamed_and_not() {
     // The same conversation again: all of its prompt but the last token came from the cache.
     assert_eq!(usage["prompt_tokens_details"]["cached_tokens"].as_u64(), usage["prompt_tokens"].as_u64().map(|n| n - 1), "{usage}");
     assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk"));
+    // One backend configuration: one fingerprint, in llama-server's `b…` form, on every chunk and answer.
+    let fingerprint = v["system_fingerprint"].as_str().unwrap_or_default();
+    assert!(fingerprint.starts_with('b') && fingerprint.len() > 2, "{v}");
+    assert!(chunks.iter().all(|c| c["system_fingerprint"] == fingerprint), "a chunk with another fingerprint");
 }
 
 /// Drops a stream after its first token, then checks the engine is free at once.

@@ -3,7 +3,9 @@
 //! `max_tokens` for an answer cut short) and usage (`input_tokens` counts the prompt
 //! tokens computed, `cache_read_input_tokens` those reused); streamed as Anthropic's
 //! events: `message_start`, `content_block_start`, `ping`, `content_block_delta`*,
-//! `content_block_stop` (then per call its `tool_use` block with one `input_json_delta`),
+//! `content_block_stop` (then, with calls, a block per call and per text between or
+//! after them, in the model's order: `tool_use` with one `input_json_delta`, `text` with
+//! one `text_delta`),
 //! `message_delta`, `message_stop` (a failure: one `error` event).
 
 use peregrine_api::{FinishReason, Usage};
@@ -13,7 +15,7 @@ use super::tool_use;
 use crate::error::{Error, Result};
 use crate::openai::steps::{Step, Steps};
 use crate::openai::stream::Render;
-use crate::openai::tool_output::{read_calls, CallScanner};
+use crate::openai::tool_output::{read_parts, CallScanner, Part};
 
 /// Anthropic's `stop_reason`.
 fn stop_reason(reason: FinishReason) -> &'static str {
@@ -72,11 +74,11 @@ impl MessageAnswer {
     /// Waits for the end and builds the whole message.
     pub async fn collect(self, steps: Steps) -> Result<Value> {
         let f = steps.finish().await?;
-        let called = self.calls.is_some().then(|| read_calls(&f.text)).flatten();
+        let called = self.calls.is_some().then(|| read_parts(&f.text)).flatten();
         let (content, reason) = match called {
-            Some((before, calls)) => {
-                let text = (!before.is_empty()).then(|| json!({ "type": "text", "text": before }));
-                let blocks: Vec<Value> = text.into_iter().chain(calls.iter().map(tool_use::block)).collect();
+            Some(parts) => {
+                // Text and tool_use blocks in the order the model wrote them.
+                let blocks: Vec<Value> = parts.iter().map(block).collect();
                 (json!(blocks), calls_stop(f.reason))
             }
             None => (json!([{ "type": "text", "text": f.text }]), stop_reason(f.reason)),
@@ -84,6 +86,14 @@ impl MessageAnswer {
         let mut out = self.message(content, Some(reason), usage(&f.usage));
         out["timings"] = json!(f.timings);
         Ok(out)
+    }
+}
+
+/// A part of an answer with calls as a Messages content block.
+fn block(part: &Part) -> Value {
+    match part {
+        Part::Text(text) => json!({ "type": "text", "text": text }),
+        Part::Call(call) => tool_use::block(call),
     }
 }
 
@@ -113,15 +123,20 @@ impl Render for MessageAnswer {
                 let mut out = Vec::new();
                 let mut stop = stop_reason(reason);
                 match self.calls.as_ref().map(CallScanner::finish) {
-                    Some(Ok(calls)) if !calls.is_empty() => {
+                    Some(Ok(parts)) => {
                         out.push(json!({ "type": "content_block_stop", "index": 0 }));
-                        for (i, call) in calls.iter().enumerate() {
-                            let block = tool_use::block(call);
+                        for (i, part) in parts.iter().enumerate() {
                             let index = i + 1;
-                            let input = block["input"].to_string();
-                            let start = json!({ "type": "tool_use", "id": block["id"], "name": block["name"], "input": {} });
+                            let (start, delta) = match part {
+                                Part::Call(call) => {
+                                    let block = tool_use::block(call);
+                                    let input = block["input"].to_string();
+                                    let start = json!({ "type": "tool_use", "id": block["id"], "name": block["name"], "input": {} });
+                                    (start, json!({ "type": "input_json_delta", "partial_json": input }))
+                                }
+                                Part::Text(text) => (json!({ "type": "text", "text": "" }), json!({ "type": "text_delta", "text": text })),
+                            };
                             out.push(json!({ "type": "content_block_start", "index": index, "content_block": start }));
-                            let delta = json!({ "type": "input_json_delta", "partial_json": input });
                             out.push(json!({ "type": "content_block_delta", "index": index, "delta": delta }));
                             out.push(json!({ "type": "content_block_stop", "index": index }));
                         }
@@ -148,5 +163,47 @@ impl Render for MessageAnswer {
 
     fn failure(&mut self, e: &Error) -> Value {
         super::error::error_body(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ANSWER: &str = "Checking both.\n<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>\nNow the time.\n<tool_call>\n{\"name\": \"time\", \"arguments\": {}}\n</tool_call>\n";
+
+    #[test]
+    fn a_streamed_answer_keeps_text_between_calls_as_blocks_in_order() {
+        let mut m = MessageAnswer::new("msg_1".into(), "m", 3, true);
+        let mut events = m.render(Step::Started);
+        for piece in ANSWER.split_inclusive(' ') {
+            events.extend(m.render(Step::Text { text: piece.to_string(), token: None }));
+        }
+        events.extend(m.render(Step::Done { reason: FinishReason::Stop, usage: Usage::default(), timings: Default::default() }));
+        let starts: Vec<String> = events
+            .iter()
+            .filter(|e| e["type"] == "content_block_start")
+            .map(|e| format!("{} {}", e["index"], e["content_block"]["type"].as_str().unwrap_or("?")))
+            .collect();
+        assert_eq!(starts, ["0 text", "1 tool_use", "2 text", "3 tool_use"]);
+        let text_of = |index: u64| -> String {
+            events
+                .iter()
+                .filter(|e| e["type"] == "content_block_delta" && e["index"] == index)
+                .filter_map(|e| e["delta"]["text"].as_str())
+                .collect()
+        };
+        assert_eq!(text_of(0).trim(), "Checking both.");
+        assert_eq!(text_of(2), "Now the time.");
+        let stop = events.iter().find(|e| e["type"] == "message_delta").expect("message_delta");
+        assert_eq!(stop["delta"]["stop_reason"], "tool_use");
+    }
+
+    #[test]
+    fn a_whole_answer_keeps_text_between_calls_as_blocks_in_order() {
+        let parts = read_parts(ANSWER).expect("calls");
+        let kinds: Vec<Value> = parts.iter().map(block).map(|b| b["type"].clone()).collect();
+        assert_eq!(kinds, ["text", "tool_use", "text", "tool_use"]);
+        assert_eq!(block(&parts[2])["text"], "Now the time.");
     }
 }

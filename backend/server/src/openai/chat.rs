@@ -156,6 +156,7 @@ pub async fn chat_completions(
         id: id.clone(),
         created,
         model: engine.model_id().to_string(),
+        fingerprint: engine.fingerprint(),
         logprobs: top.is_some(),
         include_usage: req.common.include_usage(),
         calls: tools.as_ref().map(|_| CallScanner::default()),
@@ -183,6 +184,8 @@ struct Chat {
     id: String,
     created: u64,
     model: String,
+    /// OpenAI's `system_fingerprint` (`LoadedEngine::fingerprint`).
+    fingerprint: String,
     logprobs: bool,
     include_usage: bool,
     /// With tools: the answer's text, read for calls.
@@ -191,7 +194,14 @@ struct Chat {
 
 impl Chat {
     fn object(&self, kind: &str, choices: Value) -> Value {
-        json!({ "id": self.id, "object": kind, "created": self.created, "model": self.model, "choices": choices })
+        json!({
+            "id": self.id,
+            "object": kind,
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": self.fingerprint,
+            "choices": choices,
+        })
     }
 
     fn chunk(&self, delta: Value, logprobs: Value, finish: Option<&str>) -> Value {
@@ -246,7 +256,13 @@ impl Render for Chat {
                 let mut out = Vec::new();
                 let mut finish = finish_reason(reason);
                 match self.calls.as_ref().map(CallScanner::finish) {
-                    Some(Ok(calls)) if !calls.is_empty() => {
+                    Some(Ok(parts)) => {
+                        // Text between and after the calls joins the content.
+                        let more = self.calls.as_ref().map(|s| s.more_text(&parts)).unwrap_or_default();
+                        if !more.is_empty() {
+                            out.push(self.chunk(json!({ "content": more }), Value::Null, None));
+                        }
+                        let calls = tool_output::calls_of(&parts);
                         let deltas: Vec<Value> = calls.iter().enumerate().map(|(i, c)| c.delta_json(i)).collect();
                         out.push(self.chunk(json!({ "tool_calls": deltas }), Value::Null, None));
                         finish = calls_finish(reason);
@@ -267,5 +283,37 @@ impl Render for Chat {
                 out
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_streamed_answer_keeps_text_between_and_after_calls_in_the_content() {
+        let answer = "Both.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\nBetween.\n<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>\nAfter.";
+        let mut chat = Chat {
+            id: "chatcmpl-1".into(),
+            created: 0,
+            model: "m".into(),
+            fingerprint: "b0-0".into(),
+            logprobs: false,
+            include_usage: false,
+            calls: Some(CallScanner::default()),
+        };
+        let mut chunks = chat.render(Step::Started);
+        for piece in answer.split_inclusive(' ') {
+            chunks.extend(chat.render(Step::Text { text: piece.to_string(), token: None }));
+        }
+        let usage = peregrine_api::Usage::default();
+        chunks.extend(chat.render(Step::Done { reason: peregrine_api::FinishReason::Stop, usage, timings: Default::default() }));
+        let delta = |c: &Value| c["choices"][0]["delta"].clone();
+        let content: String = chunks.iter().filter_map(|c| delta(c)["content"].as_str().map(str::to_string)).collect();
+        assert_eq!(content, "Both.\n\nBetween.\n\nAfter.");
+        let names: Vec<Value> =
+            chunks.iter().flat_map(|c| delta(c)["tool_calls"].as_array().cloned().unwrap_or_default()).map(|t| t["function"]["name"].clone()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(chunks.last().expect("chunks")["choices"][0]["finish_reason"], "tool_calls");
     }
 }

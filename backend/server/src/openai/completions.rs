@@ -137,6 +137,7 @@ pub async fn completions(
         id: id.clone(),
         created,
         model: engine.model_id().to_string(),
+        fingerprint: engine.fingerprint(),
         echo: echo_text.clone(),
         logprobs: top.is_some(),
         include_usage: req.common.include_usage(),
@@ -155,6 +156,8 @@ struct Completion {
     id: String,
     created: u64,
     model: String,
+    /// OpenAI's `system_fingerprint` (`LoadedEngine::fingerprint`).
+    fingerprint: String,
     /// The prompt text, when echoed.
     echo: Option<String>,
     logprobs: bool,
@@ -165,7 +168,14 @@ struct Completion {
 
 impl Completion {
     fn object(&self, choices: Value) -> Value {
-        json!({ "id": self.id, "object": "text_completion", "created": self.created, "model": self.model, "choices": choices })
+        json!({
+            "id": self.id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": self.fingerprint,
+            "choices": choices,
+        })
     }
 
     fn chunk(&self, text: &str, logprobs: Value, finish: Option<&str>) -> Value {

@@ -8,7 +8,8 @@
 //! `response.completed` or `response.incomplete` (a failure: one `error` event). With
 //! function tools, each call is a `function_call` item after the message (streamed:
 //! `response.output_item.added`, one `response.function_call_arguments.delta`,
-//! `response.function_call_arguments.done`, `response.output_item.done`).
+//! `response.function_call_arguments.done`, `response.output_item.done`); the message
+//! holds all of the answer's text, what came between and after the calls too.
 
 use peregrine_api::{FinishReason, Timings, Usage};
 use serde_json::{json, Value};
@@ -17,7 +18,7 @@ use super::params::CommonParams;
 use super::response_tools::output_item;
 use super::steps::{Step, Steps};
 use super::stream::Render;
-use super::tool_output::{read_calls, Call, CallScanner};
+use super::tool_output::{calls_of, read_calls, Call, CallScanner};
 use crate::error::{Error, Result};
 
 /// Builds response objects and their events.
@@ -198,7 +199,16 @@ impl Render for ResponseAnswer {
             Step::Done { reason, usage, timings } => {
                 let mut out = Vec::new();
                 let calls = match self.calls.as_ref().map(CallScanner::finish) {
-                    Some(Ok(calls)) => calls,
+                    Some(Ok(parts)) => {
+                        // Text between and after the calls joins the message's text.
+                        let more = self.calls.as_ref().map(|s| s.more_text(&parts)).unwrap_or_default();
+                        if !more.is_empty() {
+                            self.text.push_str(&more);
+                            let delta = self.part(json!({ "delta": more, "logprobs": [] }));
+                            out.push(self.event("response.output_text.delta", delta));
+                        }
+                        calls_of(&parts)
+                    }
                     Some(Err(held)) if !held.is_empty() => {
                         self.text.push_str(&held);
                         let delta = self.part(json!({ "delta": held, "logprobs": [] }));
@@ -239,5 +249,30 @@ impl Render for ResponseAnswer {
     fn failure(&mut self, e: &Error) -> Value {
         let fields = json!({ "code": e.code(), "message": e.to_string(), "param": e.param() });
         self.event("error", fields)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_streamed_answer_keeps_text_between_and_after_calls_in_its_message() {
+        let answer = "Both.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\nBetween.\n<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>\nAfter.";
+        let common = CommonParams::default();
+        let mut r = ResponseAnswer::new("resp_1".into(), "msg_1".into(), 0, "m", None, None, &common, None).with_tools(true, &None, &None, true);
+        let mut events = r.render(Step::Started);
+        for piece in answer.split_inclusive(' ') {
+            events.extend(r.render(Step::Text { text: piece.to_string(), token: None }));
+        }
+        events.extend(r.render(Step::Done { reason: FinishReason::Stop, usage: Usage::default(), timings: Timings::default() }));
+        let streamed: String = events.iter().filter(|e| e["type"] == "response.output_text.delta").filter_map(|e| e["delta"].as_str()).collect();
+        assert_eq!(streamed, "Both.\n\nBetween.\n\nAfter.");
+        let done = events.last().expect("events");
+        assert_eq!(done["type"], "response.completed");
+        let output = done["response"]["output"].as_array().expect("output");
+        let kinds: Vec<&str> = output.iter().filter_map(|i| i["type"].as_str()).collect();
+        assert_eq!(kinds, ["message", "function_call", "function_call"]);
+        assert_eq!(output[0]["content"][0]["text"], "Both.\n\nBetween.\n\nAfter.");
     }
 }
