@@ -105,11 +105,27 @@ impl TextModel {
         }
     }
 
-    /// Ids of a conversation rendered by the chat template, with `tools` for it to list.
-    fn chat_ids(&self, messages: &[crate::template::ChatMessage], tools: &[serde_json::Value]) -> Result<Vec<u32>> {
+    /// The text a chat prompt becomes: the conversation rendered by the chat template
+    /// with its generation prompt (and the tools, for a template that lists them); a text
+    /// prompt as it is. Token ids have no text of their own here: an error.
+    pub fn prompt_text(&self, prompt: &Prompt) -> Result<String> {
+        match prompt {
+            Prompt::Text(text) => Ok(text.clone()),
+            Prompt::Chat(messages) => self.chat_text(messages, &[]),
+            Prompt::ChatWithTools { messages, tools } => self.chat_text(messages, tools),
+            Prompt::Tokens(_) => Err(Error::InvalidRequest("a token-id prompt is not rendered by the chat template".into())),
+        }
+    }
+
+    fn chat_text(&self, messages: &[crate::template::ChatMessage], tools: &[serde_json::Value]) -> Result<String> {
         let template =
             self.template.as_ref().ok_or_else(|| Error::InvalidRequest("this model has no chat template; use completion mode".into()))?;
-        let text = template.render_with_tools(messages, tools, true)?;
+        template.render_with_tools(messages, tools, true)
+    }
+
+    /// Ids of a conversation rendered by the chat template, with `tools` for it to list.
+    fn chat_ids(&self, messages: &[crate::template::ChatMessage], tools: &[serde_json::Value]) -> Result<Vec<u32>> {
+        let text = self.chat_text(messages, tools)?;
         // The template writes BOS itself where the model wants one.
         let tokenizer =
             self.tokenizer.as_ref().ok_or_else(|| Error::InvalidRequest("this model has no tokenizer; send token ids".into()))?;

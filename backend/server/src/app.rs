@@ -115,6 +115,8 @@ pub fn app(state: AppState) -> Router {
         .route("/tokenize", post(routes::tokenize::tokenize))
         .route("/detokenize", post(routes::tokenize::detokenize))
         .route("/completion", post(routes::completion::completion))
+        .route("/props", get(routes::llama_meta::props))
+        .route("/apply-template", post(routes::llama_meta::apply_template))
         .nest("/v1", crate::openai::router())
         .merge(crate::openai::routes())
         .fallback_service(crate::static_files::service(&state.playground))

@@ -178,6 +178,8 @@ mod tests {
             "/metrics",
             "/completion",
             "/completions",
+            "/props",
+            "/apply-template",
             "/chat/completions",
             "/models",
             "/models/x",

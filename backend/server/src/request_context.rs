@@ -77,6 +77,8 @@ pub fn is_api_path(path: &str) -> bool {
         "/metrics",
         "/completion",
         "/completions",
+        "/props",
+        "/apply-template",
         "/chat/completions",
         "/models",
         "/responses",

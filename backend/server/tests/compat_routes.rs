@@ -168,6 +168,7 @@ fn routes() -> Vec<(&'static str, Value)> {
         ("/detokenize", json!({ "tokens": [19556] })),
         ("/api/shares", json!({ "prompt": "Hi" })),
         ("/infill", json!({ "input_prefix": "a", "input_suffix": "b", "n_predict": 1 })),
+        ("/apply-template", json!({ "messages": [{ "role": "user", "content": "Hi" }] })),
     ]
 }
 

@@ -73,12 +73,11 @@ impl crate::fields::Fields for ChatRequest {
 }
 
 /// The messages as template input (only text content is supported).
-fn messages(req: &ChatRequest) -> Result<Vec<ChatMessage>> {
-    if req.messages.is_empty() {
+pub fn messages(messages: &[MessageIn]) -> Result<Vec<ChatMessage>> {
+    if messages.is_empty() {
         return Err(Error::bad("messages", "messages must contain at least one message"));
     }
-    req
-        .messages
+    messages
         .iter()
         .enumerate()
         .map(|(i, m)| {
@@ -137,7 +136,7 @@ pub async fn chat_completions(
     if top.is_some() && tools.is_some() {
         return Err(Error::bad("logprobs", "logprobs cannot be combined with tools yet").into());
     }
-    let conversation = messages(&req)?;
+    let conversation = messages(&req.messages)?;
     let input = match &tools {
         Some(t) => t.prompt(conversation, engine.handle.text().native_tools()),
         None => Prompt::Chat(conversation),

@@ -2,7 +2,7 @@
 //! streamed (`data: {chunk}` … `data: [DONE]`) or not, and responses (typed events),
 //! with OpenAI's error shape; Anthropic's `/v1/messages` sits beside them.
 
-mod chat;
+pub(crate) mod chat;
 mod choices;
 pub(crate) mod completions;
 pub mod error;

@@ -6,6 +6,7 @@ pub mod health;
 pub mod infill;
 pub mod info;
 pub mod llama_answer;
+pub mod llama_meta;
 pub mod metrics;
 pub mod shares;
 pub mod tokenize;
