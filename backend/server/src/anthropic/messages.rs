@@ -88,18 +88,18 @@ fn blocks_text(content: &Value, at: &str) -> Result<String> {
 }
 
 /// `system`, then the turns, as chat messages.
-fn conversation(req: &MessagesRequest) -> Result<Vec<ChatMessage>> {
+pub fn conversation(system: Option<&Value>, messages: &[Value]) -> Result<Vec<ChatMessage>> {
     let mut out = Vec::new();
-    if let Some(system) = req.system.as_ref().filter(|s| !s.is_null()) {
+    if let Some(system) = system.filter(|s| !s.is_null()) {
         let text = blocks_text(system, "system")?;
         if !text.is_empty() {
             out.push(ChatMessage::new("system", text));
         }
     }
-    if req.messages.is_empty() {
+    if messages.is_empty() {
         return Err(Error::bad("messages", "messages: at least one message is required"));
     }
-    for (i, m) in req.messages.iter().enumerate() {
+    for (i, m) in messages.iter().enumerate() {
         let at = format!("messages[{i}]");
         let Some(object) = m.as_object() else {
             return Err(Error::bad(&at, format!("{at}: each message must be an object")));
@@ -148,9 +148,10 @@ pub async fn messages(
     let sampling = common.sampling()?;
     let stop = req.stop_sequences.clone().unwrap_or_default();
     crate::routes::generate::check_stops(&stop).map_err(|e| Error::bad("stop_sequences", format!("stop_sequences: {e}")))?;
+    let turns = conversation(req.system.as_ref(), &req.messages)?;
     let input = match &tools {
-        Some(t) => t.prompt(conversation(&req)?, engine.handle.text().native_tools()),
-        None => Prompt::Chat(conversation(&req)?),
+        Some(t) => t.prompt(turns, engine.handle.text().native_tools()),
+        None => Prompt::Chat(turns),
     };
     let ids = prompt::tokenize(&engine, input, "messages").await?;
     let prompt_n = ids.len();

@@ -26,7 +26,10 @@ use error::OpenAiError;
 
 /// The `/v1` routes (nested by `app`).
 pub fn router() -> Router<AppState> {
-    routes().route("/messages", post(crate::anthropic::messages::messages)).fallback(unknown_route)
+    routes()
+        .route("/messages", post(crate::anthropic::messages::messages))
+        .route("/messages/count_tokens", post(crate::anthropic::count_tokens::count_tokens))
+        .fallback(unknown_route)
 }
 
 /// The OpenAI routes without their prefix: `app` serves them under `/v1` and at the
@@ -42,6 +45,6 @@ pub fn routes() -> Router<AppState> {
 
 async fn unknown_route() -> OpenAiError {
     OpenAiError(Error::NotFound(
-        "no such route under /v1 (served: /v1/models, /v1/completions, /v1/chat/completions, /v1/responses, /v1/messages)".into(),
+        "no such route under /v1 (served: /v1/models, /v1/completions, /v1/chat/completions, /v1/responses, /v1/messages, /v1/messages/count_tokens)".into(),
     ))
 }

@@ -90,6 +90,10 @@ assert m.type == "message" and m.role == "assistant" and m.content[0].type == "t
 said = m.content[0].text
 assert said and m.stop_reason in ("end_turn", "max_tokens"), m
 assert 0 < m.usage.output_tokens <= 8 and m.usage.input_tokens + (m.usage.cache_read_input_tokens or 0) > 0, m.usage
+# count_tokens renders the same prompt: every token the answer's prompt took, computed or reused.
+counted = ant.messages.count_tokens(model=model, system=mask["system"], messages=conversation)
+assert counted.input_tokens == m.usage.input_tokens + (m.usage.cache_read_input_tokens or 0), (counted, m.usage)
+expect_error(anthropic.BadRequestError, lambda: ant.messages.count_tokens(model=model, messages=[]), "messages")
 
 with ant.messages.stream(**mask) as s:
     text = "".join(s.text_stream)
