@@ -21,6 +21,8 @@
 #   sanitize  compute-sanitizer memcheck over the checks KIT_SANITIZE names
 #   trace     gpu_check's phase trace of KIT_SHAPES in each of KIT_WEIGHTS, per kernel
 #             build of KIT_TRACE_VARIANTS (default: default; e.g. default+threads256,default+threads256+q-pipe)
+#   rows      what an extra row of a step costs: one matrix times 1..8 vectors per pass
+#             (gpu_check rows; KIT_ROWS_SHAPES as ROWSxK,…), each vector's bits checked
 #   hf        the engine against transformers through the real HF loader
 #   model     the real default model through `peregrine` (needs both model parts carried)
 #
@@ -183,6 +185,11 @@ PY
       timed 300 "$OUT/trace.log" bin/gpu_check trace --shapes "$KIT_SHAPES" --weights "$tw" --variants "${KIT_TRACE_VARIANTS:-default}"
     done
     grep -E "^\| |error|Error" "$OUT/trace.log" | tail -40
+  fi
+  if has rows; then
+    echo "== rows: gpu_check rows (one matrix times 1..8 vectors per pass)"
+    timed 180 "$OUT/rows.log" bin/gpu_check rows ${KIT_ROWS_SHAPES:+--shapes "$KIT_ROWS_SHAPES"}
+    grep -E "^\| |^[0-9]|GPU|error|Error" "$OUT/rows.log" | tail -40
   fi
   if has hf; then
     echo "== hf: transformers against the engine through the HF loader"

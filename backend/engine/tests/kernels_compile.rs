@@ -199,4 +199,12 @@ fn quantized_decode_kernels_compile() {
             .unwrap_or_else(|e| panic!("qcheck {k}: {e}"));
         assert!(cubin.windows(9).any(|w| w == b"pg_qcheck"), "qcheck {k}: no entry point");
     }
+    // The extra-row cost apparatus (gpu_check rows) at its default widths and counts.
+    for (k, most) in [(2048, 8), (8192, 6), (576, 8)] {
+        for nv in [1, most] {
+            let (cubin, _) = nvrtc::cubin_of(nvrtc::ROWS_SOURCE, cache.as_deref(), ARCH, &layout::rows_cost_defines(k, nv))
+                .unwrap_or_else(|e| panic!("rows cost {k} × {nv}: {e}"));
+            assert!(cubin.windows(12).any(|w| w == b"pg_rows_cost"), "rows cost {k} × {nv}: no entry point");
+        }
+    }
 }

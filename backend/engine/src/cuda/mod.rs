@@ -26,6 +26,9 @@ pub mod nvrtc;
 /// The quantized matrix-vector check kernel: the GPU tests', never the product's.
 #[cfg(all(feature = "cuda", feature = "lab"))]
 pub mod qcheck;
+/// What an extra row of a step costs (kernels/rows_cost.cu): the measuring apparatus's.
+#[cfg(all(feature = "cuda", feature = "lab"))]
+pub mod rows_cost;
 #[cfg(feature = "cuda")]
 mod runtime;
 #[cfg(feature = "cuda")]

@@ -17,6 +17,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("decode.cu", include_str!("../../../../kernels/decode.cu")),
     ("prefill.cu", include_str!("../../../../kernels/prefill.cu")),
     ("qcheck.cu", include_str!("../../../../kernels/qcheck.cu")),
+    ("rows_cost.cu", include_str!("../../../../kernels/rows_cost.cu")),
     ("common.cuh", include_str!("../../../../kernels/common.cuh")),
     ("shape.cuh", include_str!("../../../../kernels/shape.cuh")),
     ("sync.cuh", include_str!("../../../../kernels/sync.cuh")),
@@ -41,6 +42,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("ops/emit.cuh", include_str!("../../../../kernels/ops/emit.cuh")),
     ("ops/lm_head.cuh", include_str!("../../../../kernels/ops/lm_head.cuh")),
     ("ops/matvec.cuh", include_str!("../../../../kernels/ops/matvec.cuh")),
+    ("ops/matvec_rows.cuh", include_str!("../../../../kernels/ops/matvec_rows.cuh")),
     ("ops/qdot.cuh", include_str!("../../../../kernels/ops/qdot.cuh")),
     ("ops/qmatvec.cuh", include_str!("../../../../kernels/ops/qmatvec.cuh")),
     ("ops/rmsnorm.cuh", include_str!("../../../../kernels/ops/rmsnorm.cuh")),
@@ -60,6 +62,10 @@ pub const PREFILL_SOURCE: &str = "prefill.cu";
 /// tests' (it stays in [`KERNEL_SOURCES`], whose hash keys the tune files).
 #[cfg(feature = "lab")]
 pub const QCHECK_SOURCE: &str = "qcheck.cu";
+/// One matrix times several vectors in one pass (kernels/rows_cost.cu, kernel
+/// `pg_rows_cost`): the apparatus measuring what an extra row of a step costs.
+#[cfg(feature = "lab")]
+pub const ROWS_SOURCE: &str = "rows_cost.cu";
 /// The kernel's entry point.
 pub const KERNEL_NAME: &str = "pg_decode";
 /// The first file in `dir` whose name starts with `prefix` and contains ".so".

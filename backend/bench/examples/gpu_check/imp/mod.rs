@@ -102,6 +102,18 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         tp: usize,
     },
+    /// What an extra row of a step costs: one bf16 matrix times 1..=N vectors in one
+    /// pass, timed, each vector checked against its single-vector bits.
+    Rows {
+        /// Matrices as ROWSxK, comma-separated (default: Llama-3.2-1B's gate/up and down
+        /// at twice their rows, so the pass streams from HBM rather than L2, and SmolLM2-135M's gate/up).
+        #[arg(long, value_delimiter = ',', default_value = "32768x2048,4096x8192,3072x576")]
+        shapes: Vec<String>,
+        #[arg(long, default_value_t = 8)]
+        vectors: usize,
+        #[arg(long, default_value_t = 20)]
+        repeats: usize,
+    },
 }
 
 pub fn main() -> Result<()> {
@@ -128,7 +140,28 @@ pub fn main() -> Result<()> {
             Ok(())
         }
         Command::Tune { shapes, tp } => tune(&names(shapes), tp),
+        Command::Rows { shapes, vectors, repeats } => rows(&names(shapes), vectors, repeats),
     }
+}
+
+/// `rows`: a table per matrix of the pass's time by vectors per pass.
+fn rows(shapes: &[String], vectors: usize, repeats: usize) -> Result<()> {
+    let paths = cuda_options().paths;
+    println!("GPU 0: {}", cuda::devices()?.first().cloned().unwrap_or_default());
+    for shape in shapes {
+        let parsed = shape.split_once('x').and_then(|(r, k)| Some((r.trim().parse::<usize>().ok()?, k.trim().parse::<usize>().ok()?)));
+        let Some((n_rows, k)) = parsed else {
+            return Err(peregrine_engine::Error::InvalidRequest(format!("--shapes takes ROWSxK, not {shape}")));
+        };
+        println!("\n{n_rows} × {k} bf16 ({:.1} MB), median of {repeats}", (n_rows * k * 2) as f64 / 1e6);
+        println!("| vectors | µs | weight GB/s | × one vector | each vector's bits as alone |");
+        println!("| ---: | ---: | ---: | ---: | --- |");
+        let most = vectors.min(cuda::rows_cost::max_vectors_for(k));
+        for r in cuda::rows_cost::rows_cost(0, &paths, k, n_rows, most, repeats)? {
+            println!("| {} | {:.1} | {:.0} | {:.3} | {} |", r.vectors, r.us, r.weight_gbs, r.relative, if r.exact { "yes" } else { "NO" });
+        }
+    }
+    Ok(())
 }
 
 /// A list argument without its empty entries (`--variants ''` names none).

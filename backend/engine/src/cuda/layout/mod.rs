@@ -337,6 +337,14 @@ pub fn qcheck_defines(k: usize) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The defines of kernels/rows_cost.cu: `nv` vectors of `k` elements per pass.
+pub fn rows_cost_defines(k: usize, nv: usize) -> Vec<(String, String)> {
+    [("PG_ROWS_K", k.to_string()), ("PG_ROWS_NV", nv.to_string()), ("PG_UNROLL", UNROLL.to_string())]
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b))
+        .collect()
+}
+
 /// Every `-D` define the kernel needs, as `(name, value)` (one GPU); `shared_per_block`
 /// is the device's opt-in shared memory per block (or the target's, without a device:
 /// `nvrtc::shared_per_block_of`).
