@@ -337,7 +337,9 @@ pub fn qcheck_defines(k: usize) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The defines of kernels/rows_cost.cu: `nv` vectors of `k` elements per pass.
+/// The defines of kernels/rows_cost.cu: `nv` vectors of `k` elements per pass (the
+/// measuring apparatus's kernel, not the product's).
+#[cfg(feature = "lab")]
 pub fn rows_cost_defines(k: usize, nv: usize) -> Vec<(String, String)> {
     [("PG_ROWS_K", k.to_string()), ("PG_ROWS_NV", nv.to_string()), ("PG_UNROLL", UNROLL.to_string())]
         .into_iter()
