@@ -75,7 +75,7 @@ build() {
     sha256sum < "$PEREGRINE_DEFAULT_MODEL" | cut -d' ' -f1 > "$kit/MODEL_SHA256"
   fi
   du -sh "$kit" $(ls -d .carry/model-? 2>/dev/null)
-  echo "built $kit ($(cat "$kit/COMMIT" | tr '\n' ' ')); on the GPU host, carry .carry/kit and run: scripts/gpu/kit.sh run [tests tests-all bench peers sanitize hf model]"
+  echo "built $kit ($(cat "$kit/COMMIT" | tr '\n' ' ')); on the GPU host, carry .carry/kit and run: scripts/gpu/kit.sh run [tests tests-all bench peers sanitize trace rows hf model]"
 }
 
 # Seconds left before the deadline, at most $1.
