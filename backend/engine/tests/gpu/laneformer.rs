@@ -5,7 +5,7 @@
 
 use libtest_mimic::Trial;
 use peregrine_engine::config::ModelConfig;
-use peregrine_engine::cuda::KernelOptions;
+use peregrine_engine::cuda::{CudaRuntime, KernelOptions};
 use peregrine_engine::dtp::reference::{Execution, ShardedModel};
 use peregrine_engine::dtp::DtpSchedule;
 use peregrine_engine::lab::logits::{argmax, rel_err_max, top1_or_near_tie};
@@ -13,23 +13,29 @@ use peregrine_engine::lab::rng::SplitMix64;
 use peregrine_engine::lab::synthetic::{check_shapes, synthetic_weights};
 use peregrine_engine::runtime::Runtime;
 use peregrine_engine::sampling::SamplingParams;
-use peregrine_engine::Diagnostics;
+use peregrine_engine::{CudaOptions, Diagnostics, GpuWeights};
 
-use super::{ensure, ids, run, runtime, Check, MAX_REL_ERR, WEIGHT_SEED};
+use super::{cuda_options, ensure, ids, run, runtime, Check, MAX_REL_ERR, WEIGHT_SEED};
 
 pub fn trials() -> Vec<Trial> {
-    laneformer_shapes()
+    let shapes = laneformer_shapes();
+    let first = shapes[0].clone();
+    let mut trials: Vec<Trial> = shapes
         .into_iter()
         .flat_map(|(name, lanes)| {
             let one = lanes.clone();
             [
                 Trial::test(format!("laneformer {name}: lanes on GPU 0 match the CPU lane reference"), move || laneformer_check(&lanes)),
                 Trial::test(format!("laneformer {name}: one launch of every lane gives the per-lane kernels' bits"), move || {
-                    one_launch_check(&one)
+                    one_launch_check(&one, GpuWeights::Bf16)
                 }),
             ]
         })
-        .collect()
+        .collect();
+    trials.push(Trial::test(format!("laneformer {}, Q8_0 weights: one launch of every lane gives the per-lane kernels' bits", first.0), move || {
+        one_launch_check(&first.1, GpuWeights::Q8_0)
+    }));
+    trials
 }
 
 /// Laneformer shapes, all of a tiny model with 8 heads and 8 KV heads of 64: every head
@@ -140,19 +146,23 @@ fn laneformer_check(config: &ModelConfig) -> Check {
     Ok(())
 }
 
-/// The lanes as one launch (`one_launch`) against one kernel per lane on the same GPU:
+/// The lanes as one launch (`one_launch`) against one kernel per lane on the same GPU,
+/// with the weights as `choice` holds them:
 /// the same summation order everywhere, so scored logits of 40 positions are the same
 /// bits, and 24 greedy tokens after the batched prefill and after the token path are
 /// the same tokens with the same log-probabilities, also under chaos delays (which a
 /// single launch puts on every lane).
-fn one_launch_check(config: &ModelConfig) -> Check {
+fn one_launch_check(config: &ModelConfig, choice: GpuWeights) -> Check {
     config.validate().map_err(|e| e.to_string())?;
     let weights = synthetic_weights(config, WEIGHT_SEED);
     let sched = DtpSchedule::of_laneformer(config).map_err(|e| e.to_string())?;
     let tokens = SplitMix64(67).tokens(40, config.vocab_size);
     let per_lane = KernelOptions { prefill_chunk: 16, ..KernelOptions::default() };
     let one = KernelOptions { one_launch: true, ..per_lane.clone() };
-    let mut rt = runtime(config, &weights, &vec![0; config.lanes.count], per_lane.clone(), Some(sched))?;
+    // Q8_0: the float weights converted at load (`--gpu-weights q8_0`).
+    let cuda = CudaOptions { weights: choice, ..cuda_options() };
+    let gpus = vec![0; config.lanes.count];
+    let mut rt = CudaRuntime::with_kernel(config, &weights, &gpus, &cuda, per_lane.clone(), Some(sched)).map_err(|e| e.to_string())?;
     let want_scores = rt.score(&tokens).map_err(|e| e.to_string())?;
     let prompt = &tokens[..36];
     let mut want = Vec::new();
