@@ -118,7 +118,11 @@ pub fn app(state: AppState) -> Router {
         .route("/props", get(routes::llama_meta::props))
         .route("/apply-template", post(routes::llama_meta::apply_template))
         .nest("/v1", crate::openai::router())
-        .merge(crate::openai::routes())
+        .merge(crate::openai::routes());
+    for path in routes::NOT_SERVED {
+        router = router.route(path, any(routes::not_served)).route(&format!("{path}/{{*rest}}"), any(routes::not_served));
+    }
+    let mut router = router
         .fallback_service(crate::static_files::service(&state.playground))
         .layer(DefaultBodyLimit::max(state.settings.max_body_bytes));
     if let Some(keys) = &state.settings.api_keys {

@@ -56,6 +56,10 @@ pub enum Error {
     /// No such share, route or resource.
     #[error("{0}")]
     NotFound(String),
+    /// A route other servers of the same API have and this one does not (llama-server's
+    /// `/slots`, `/embedding`, …): answered in JSON, never with the playground page.
+    #[error("{0}")]
+    NotImplemented(String),
     /// A `model` name this server does not serve.
     #[error("the model `{}` does not exist on this server (see GET /v1/models)", shorten(.0))]
     ModelNotFound(String),
@@ -140,6 +144,7 @@ impl Error {
             Error::MisdirectedHost(_) => StatusCode::MISDIRECTED_REQUEST,
             Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Error::NotFound(_) | Error::ModelNotFound(_) => StatusCode::NOT_FOUND,
+            Error::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             Error::QueueFull { .. } | Error::ClientLimit { .. } | Error::ShareRate { .. } => StatusCode::TOO_MANY_REQUESTS,
             Error::Unavailable(_) | Error::Timeout(_) | Error::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::StoreFull { .. } => StatusCode::INSUFFICIENT_STORAGE,
@@ -164,6 +169,7 @@ impl Error {
             Error::MisdirectedHost(_) => "misdirected_host",
             Error::Unauthorized(_) => "invalid_api_key",
             Error::NotFound(_) => "not_found",
+            Error::NotImplemented(_) => "not_implemented",
             Error::ModelNotFound(_) => "model_not_found",
             Error::QueueFull { .. } => "busy",
             Error::ClientLimit { .. } => "client_limit",

@@ -290,3 +290,15 @@ async fn label_and_speculative_fields_are_accepted() {
     let v = call_json(&app, "/completion", json!({ "prompt": "Hi", "n_predict": 1, "logit_bias": [[19556, false], [1, -2.5]] })).await;
     assert_eq!(v["stop"], true);
 }
+
+#[tokio::test]
+async fn llama_server_routes_not_served_here_answer_501_in_json_not_the_page() {
+    let app = test_app();
+    for (method, uri) in [("GET", "/slots"), ("GET", "/slots/0"), ("POST", "/embedding"), ("POST", "/reranking"), ("GET", "/lora-adapters")] {
+        let (status, text) = call(&app, method, uri, Value::Null).await;
+        assert_eq!(status, 501, "{uri}: {text}");
+        let body: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{uri}: not JSON ({e}): {text}"));
+        assert_eq!(body["error"]["type"], "not_supported_error", "{uri}: {body}");
+        assert!(body["error"]["message"].as_str().unwrap_or_default().contains(uri), "{uri}: {body}");
+    }
+}

@@ -28,6 +28,8 @@ impl From<peregrine_engine::Error> for OpenAiError {
 fn error_type(status: StatusCode) -> &'static str {
     match status.as_u16() {
         429 => "rate_limit_error",
+        // llama-server's type for a route it has but does not serve.
+        501 => "not_supported_error",
         s if s >= 500 => "server_error",
         _ => "invalid_request_error",
     }

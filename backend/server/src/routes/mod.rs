@@ -17,3 +17,15 @@ use crate::error::Error;
 pub async fn not_found() -> Error {
     Error::NotFound("no such API route".into())
 }
+
+/// llama-server's routes this server does not have: a JSON 501 in OpenAI's error shape
+/// (as llama-server answers a disabled route) rather than the playground page.
+pub const NOT_SERVED: &[&str] = &["/slots", "/embedding", "/embeddings", "/rerank", "/reranking", "/lora-adapters"];
+
+/// The answer of a [`NOT_SERVED`] route.
+pub async fn not_served(uri: axum::http::Uri) -> crate::openai::error::OpenAiError {
+    crate::openai::error::OpenAiError(Error::NotImplemented(format!(
+        "{} is not served here: no slots API, embeddings, reranking or LoRA adapters (see GET /props for what is)",
+        uri.path()
+    )))
+}
