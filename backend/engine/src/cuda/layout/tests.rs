@@ -167,8 +167,13 @@ fn every_define_the_kernel_names_is_generated() {
     .map(|(k, _)| k)
     .collect();
     let qcheck: std::collections::HashSet<String> = super::qcheck_defines(512).into_iter().map(|(k, _)| k).collect();
+    let rows_cost: std::collections::HashSet<String> = super::rows_cost_defines(2048, 4).into_iter().map(|(k, _)| k).collect();
     for (file, src) in super::super::nvrtc::KERNEL_SOURCES {
-        let generated = if *file == "qcheck.cu" { &qcheck } else { &generated };
+        let generated = match *file {
+            "qcheck.cu" => &qcheck,
+            "rows_cost.cu" => &rows_cost,
+            _ => &generated,
+        };
         let mut rest = *src;
         while let Some(at) = rest.find("PG_") {
             let tail = &rest[at..];
