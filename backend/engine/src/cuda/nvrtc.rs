@@ -170,11 +170,32 @@ pub fn cubin(cache: Option<&Path>, arch: &str, defines: &[(String, String)]) -> 
     cubin_of(MAIN_SOURCE, cache, arch, defines)
 }
 
-/// [`cubin`] of the translation unit `main` (one of [`KERNEL_SOURCES`]).
+/// The files a translation unit compiles from: `main` and every file it includes,
+/// transitively, in [`KERNEL_SOURCES`] order. An include that names no embedded file
+/// (the compile will say so) makes it every file, so a key never misses a source.
+fn sources_of(main: &str) -> Vec<(&'static str, &'static str)> {
+    let mut wanted = vec![main.to_string()];
+    let mut i = 0;
+    while i < wanted.len() {
+        let Some((_, src)) = KERNEL_SOURCES.iter().find(|(n, _)| *n == wanted[i]) else { return KERNEL_SOURCES.to_vec() };
+        for line in src.lines() {
+            let included = line.trim().strip_prefix("#include").map(str::trim).and_then(|r| r.strip_prefix('"')).and_then(|r| r.split('"').next());
+            if let Some(name) = included.filter(|n| !wanted.iter().any(|w| w == n)) {
+                wanted.push(name.to_string());
+            }
+        }
+        i += 1;
+    }
+    KERNEL_SOURCES.iter().filter(|(n, _)| wanted.iter().any(|w| w == n)).copied().collect()
+}
+
+/// [`cubin`] of the translation unit `main` (one of [`KERNEL_SOURCES`]), cached under a
+/// key of its own sources and options: editing another translation unit's files does
+/// not recompile it.
 pub fn cubin_of(main: &str, cache: Option<&Path>, arch: &str, defines: &[(String, String)]) -> Result<(Vec<u8>, bool)> {
     let opts = options(arch, defines);
     let mut parts: Vec<&[u8]> = vec![main.as_bytes()];
-    for (name, src) in KERNEL_SOURCES {
+    for (name, src) in sources_of(main) {
         parts.push(name.as_bytes());
         parts.push(src.as_bytes());
     }
@@ -307,6 +328,25 @@ mod tests {
                     assert!(KERNEL_SOURCES.iter().any(|(n, _)| *n == name), "kernels/{name} is not in KERNEL_SOURCES");
                 }
             }
+        }
+    }
+
+    /// A cubin's cache key covers what its translation unit includes and nothing else.
+    #[test]
+    fn each_translation_unit_keys_its_own_sources() {
+        let names = |main: &str| sources_of(main).into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+        let qcheck = names("qcheck.cu");
+        assert!(qcheck.contains(&"ops/qmatvec.cuh") && qcheck.contains(&"ops/qdot.cuh") && qcheck.contains(&"common.cuh"), "{qcheck:?}");
+        assert!(!qcheck.contains(&"decode.cu") && !qcheck.contains(&"phases/qkv.cuh"), "{qcheck:?}");
+        let decode = names(MAIN_SOURCE);
+        assert!(decode.contains(&"phases/sampler.cuh") && decode.contains(&"ops/select.cuh"), "{decode:?}");
+        for other in ["qcheck.cu", "prefill.cu", "rows_cost.cu", "ops/matvec_rows.cuh"] {
+            assert!(!decode.contains(&other), "the decode kernel's key covers {other}");
+        }
+        // Every embedded file belongs to some translation unit's key.
+        let units = [MAIN_SOURCE, PREFILL_SOURCE, "qcheck.cu", "rows_cost.cu"];
+        for (name, _) in KERNEL_SOURCES {
+            assert!(units.iter().any(|u| names(u).contains(name)), "{name} is in no translation unit's key");
         }
     }
 
