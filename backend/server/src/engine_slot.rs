@@ -88,6 +88,15 @@ impl LoadedEngine {
         format!("b{}-{:08x}", env!("CARGO_PKG_VERSION"), hash as u32)
     }
 
+    /// 404 `model_not_found` for a client's `model` that names another model (absent or
+    /// empty: this one).
+    pub fn check_model(&self, model: Option<&str>) -> crate::error::Result<()> {
+        match model {
+            Some(m) if !m.is_empty() && !self.serves(m) => Err(crate::error::Error::ModelNotFound(m.to_string())),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether a client's `model` names this model.
     pub fn serves(&self, model: &str) -> bool {
         self.served_name(model).is_some()

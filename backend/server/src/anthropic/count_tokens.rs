@@ -4,7 +4,6 @@
 
 use axum::extract::State;
 use axum::Json;
-use peregrine_engine::Prompt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -12,8 +11,8 @@ use super::error::AnthropicError;
 use super::messages::conversation;
 use super::tool_use;
 use crate::app::AppState;
-use crate::error::Error;
 use crate::extract::JsonBody;
+use crate::openai::tools::Tools;
 use crate::request_context::Caller;
 
 /// Body of `POST /v1/messages/count_tokens`: the prompt fields of a Messages request.
@@ -39,15 +38,10 @@ pub async fn count_tokens(
 ) -> Result<Json<Value>, AnthropicError> {
     let JsonBody(req) = body?;
     let engine = state.engine.get()?;
-    if let Some(m) = req.model.as_deref().filter(|m| !m.is_empty() && !engine.serves(m)) {
-        return Err(Error::ModelNotFound(m.to_string()).into());
-    }
+    engine.check_model(req.model.as_deref())?;
     let tools = tool_use::tools_of(req.tools.as_ref(), req.tool_choice.as_ref())?;
     let turns = conversation(req.system.as_ref(), &req.messages)?;
-    let input = match &tools {
-        Some(t) => t.prompt(turns, engine.handle.text().native_tools()),
-        None => Prompt::Chat(turns),
-    };
+    let input = Tools::prompt_of(tools.as_ref(), turns, engine.handle.text().native_tools());
     let _guard = crate::jobs::client_slot(&state, caller.client)?;
     let ids = crate::prompt::tokenize(&engine, input, "messages").await?;
     Ok(Json(json!({ "input_tokens": ids.len() })))

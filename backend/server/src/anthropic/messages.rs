@@ -9,7 +9,7 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use peregrine_engine::{ChatMessage, Prompt};
+use peregrine_engine::ChatMessage;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -23,6 +23,7 @@ use crate::ids::item_id;
 use crate::jobs::{self, JobSpec};
 use crate::openai::params::CommonParams;
 use crate::openai::steps::Steps;
+use crate::openai::tools::Tools;
 use crate::prompt;
 use crate::request_context::Caller;
 
@@ -149,10 +150,7 @@ pub async fn messages(
     let stop = req.stop_sequences.clone().unwrap_or_default();
     crate::routes::generate::check_stops(&stop).map_err(|e| Error::bad("stop_sequences", format!("stop_sequences: {e}")))?;
     let turns = conversation(req.system.as_ref(), &req.messages)?;
-    let input = match &tools {
-        Some(t) => t.prompt(turns, engine.handle.text().native_tools()),
-        None => Prompt::Chat(turns),
-    };
+    let input = Tools::prompt_of(tools.as_ref(), turns, engine.handle.text().native_tools());
     let ids = prompt::tokenize(&engine, input, "messages").await?;
     let prompt_n = ids.len();
     let asked = tools.as_ref().and_then(|t| t.asked(engine.handle.follows_grammars()));

@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use peregrine_engine::ChatMessage;
-use peregrine_engine::{Prompt, Request};
+use peregrine_engine::Request;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -137,10 +137,7 @@ pub async fn chat_completions(
         return Err(Error::bad("logprobs", "logprobs cannot be combined with tools yet").into());
     }
     let conversation = messages(&req.messages)?;
-    let input = match &tools {
-        Some(t) => t.prompt(conversation, engine.handle.text().native_tools()),
-        None => Prompt::Chat(conversation),
-    };
+    let input = Tools::prompt_of(tools.as_ref(), conversation, engine.handle.text().native_tools());
     let ids = prompt::tokenize(&engine, input, "messages").await?;
     let max_tokens = match max_tokens_or_n_predict(req.max_completion_tokens.or(req.max_tokens), req.n_predict)? {
         Some(0) => return Err(Error::bad("max_tokens", "max_tokens must be at least 1").into()),

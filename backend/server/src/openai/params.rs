@@ -60,10 +60,7 @@ impl CommonParams {
             Some(Value::Object(o)) if o.iter().all(|(k, v)| k == "include_usage" && (v.is_boolean() || v.is_null())) => {}
             Some(_) => return Err(Error::bad("stream_options", "stream_options takes only include_usage (true or false)")),
         }
-        match self.model.as_deref() {
-            Some(m) if !m.is_empty() && !engine.serves(m) => Err(Error::ModelNotFound(m.to_string())),
-            _ => Ok(()),
-        }
+        engine.check_model(self.model.as_deref())
     }
 
     /// The engine request for prompt `ids`, with this body's EOS, prompt-cache and

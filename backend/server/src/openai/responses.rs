@@ -9,7 +9,7 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use peregrine_engine::{ChatMessage, Prompt, Request};
+use peregrine_engine::{ChatMessage, Request};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -17,6 +17,7 @@ use super::error::OpenAiError;
 use super::params::CommonParams;
 use super::response_object::ResponseAnswer;
 use super::steps::Steps;
+use super::tools::Tools;
 use crate::app::AppState;
 use crate::error::{Error, Result};
 use crate::extract::JsonBody;
@@ -152,10 +153,7 @@ pub async fn responses(
     let common = CommonParams { model: req.model.clone(), temperature: req.temperature, top_p: req.top_p, ..CommonParams::default() };
     common.check_model(&engine)?;
     let sampling = common.sampling()?;
-    let input = match &tools {
-        Some(t) => t.prompt(conversation(&req)?, engine.handle.text().native_tools()),
-        None => Prompt::Chat(conversation(&req)?),
-    };
+    let input = Tools::prompt_of(tools.as_ref(), conversation(&req)?, engine.handle.text().native_tools());
     let ids = prompt::tokenize(&engine, input, "input").await?;
     let max_tokens = match req.max_output_tokens {
         Some(0) => return Err(Error::bad("max_output_tokens", "max_output_tokens must be at least 1").into()),

@@ -108,6 +108,15 @@ impl Tools {
         Prompt::Chat(conversation)
     }
 
+    /// The prompt of `conversation` with `tools` if there are any ([`Tools::prompt`]), else
+    /// the conversation alone: what every chat-shaped route feeds the model.
+    pub fn prompt_of(tools: Option<&Tools>, conversation: Vec<ChatMessage>, native: bool) -> Prompt {
+        match tools {
+            Some(t) => t.prompt(conversation, native),
+            None => Prompt::Chat(conversation),
+        }
+    }
+
     /// The tools as OpenAI's objects, for a chat template that lists them itself.
     pub fn openai_json(&self) -> Vec<Value> {
         self.tools

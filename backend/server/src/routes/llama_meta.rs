@@ -39,16 +39,11 @@ pub async fn apply_template(
 ) -> Result<Json<Value>> {
     let JsonBody(req) = body?;
     let engine = state.engine.get()?;
-    if let Some(model) = req.model.as_deref().filter(|m| !m.is_empty() && !engine.serves(m)) {
-        return Err(Error::ModelNotFound(model.to_string()));
-    }
+    engine.check_model(req.model.as_deref())?;
     let tools = Tools::from_request(req.tools.as_ref(), req.tool_choice.as_ref(), req.parallel_tool_calls.as_ref())?;
     let conversation = messages(&req.messages)?;
     let text = engine.handle.text().clone();
-    let prompt = match &tools {
-        Some(t) => t.prompt(conversation, text.native_tools()),
-        None => peregrine_engine::Prompt::Chat(conversation),
-    };
+    let prompt = Tools::prompt_of(tools.as_ref(), conversation, text.native_tools());
     let _guard = crate::jobs::client_slot(&state, caller.client)?;
     let rendered = crate::blocking::tokenizer_task(move || text.prompt_text(&prompt)).await?.map_err(|e| Error::bad("messages", e.to_string()))?;
     Ok(Json(json!({ "prompt": rendered })))

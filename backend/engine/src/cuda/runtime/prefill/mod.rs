@@ -181,17 +181,9 @@ fn enqueue_tp(ranks: &[RankParts<'_>], layers: usize, from: usize, n: usize, pro
             each_rank(ranks, profile, |_, r, p| {
                 r.prefill.enqueue_attention(r.stream, &r.weights.prefill_weights(), l, r.gpu.dptr(&r.state.kv), c0, rows, p)
             })?;
-            if one_stream {
-                each_rank(ranks, profile, |_, r, p| r.prefill.enqueue_add_parts(r.stream, l, Exchange::O, rows, p))?;
-            } else {
-                exchange(ranks, l, Exchange::O, rows, &mut sent, profile)?;
-            }
+            exchange(ranks, l, Exchange::O, rows, &mut sent, profile, one_stream)?;
             each_rank(ranks, profile, |_, r, p| r.prefill.enqueue_ffn(r.stream, &r.weights.prefill_weights(), l, rows, p))?;
-            if one_stream {
-                each_rank(ranks, profile, |_, r, p| r.prefill.enqueue_add_parts(r.stream, l, Exchange::Down, rows, p))?;
-            } else {
-                exchange(ranks, l, Exchange::Down, rows, &mut sent, profile)?;
-            }
+            exchange(ranks, l, Exchange::Down, rows, &mut sent, profile, one_stream)?;
         }
         if ranks[0].prefill.slots_per_layer() && !one_stream {
             // DTP: a layer's slots are read up to `delay` layers after the peers wrote
@@ -216,7 +208,8 @@ fn enqueue_tp(ranks: &[RankParts<'_>], layers: usize, from: usize, n: usize, pro
 /// earlier layer's for DTP's delayed add) and adds them (`Prefill::enqueue_add_parts`).
 /// Standard TP reuses one set of slots for every layer: a peer's next copy into them
 /// follows, on the peer's stream, its wait for this rank's next exchange, which this
-/// rank's stream records after the add that read them.
+/// rank's stream records after the add that read them. `one_stream`: the partials are
+/// already in the shared slots and the stream's order is the only wait: just the adds.
 fn exchange(
     ranks: &[RankParts<'_>],
     l: usize,
@@ -224,7 +217,11 @@ fn exchange(
     rows: usize,
     sent: &mut [Vec<CudaEvent>],
     profile: Profile<'_, '_>,
+    one_stream: bool,
 ) -> Result<()> {
+    if one_stream {
+        return each_rank(ranks, profile, |_, r, p| r.prefill.enqueue_add_parts(r.stream, l, kind, rows, p));
+    }
     let bytes = ranks[0].prefill.part_bytes(rows);
     let (mode, late, send) = ranks[0].prefill.exchange_of(l);
     let at = |layer: usize| 2 * layer + kind as usize;
